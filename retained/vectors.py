@@ -1,0 +1,203 @@
+"""Vector math for hybrid search: normalise, float32 blobs, cosine top-N, rank fusion.
+
+numpy is optional (``pip install 'retained[vectors]'``) and imported lazily,
+on the first call that needs it, so importing retained never pays for it.
+Without numpy, ``normalise``, ``pack``, ``unpack`` and ``rrf`` still work (pure
+Python), so vectors can be stored and fused; only ``matrix`` and ``top_n``
+(cosine over many rows) need numpy, and ``numpy_missing()`` returns the one
+message a caller shows before answering lexically.
+
+A stored vector is L2-normalised float32, little-endian, ``4 * dim`` bytes, so
+cosine similarity is a plain dot product.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from array import array
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+from retained.errors import InvalidRecord, VectorsUnavailable
+
+RRF_K = 60  # the constant of reciprocal rank fusion (Cormack et al. 2009): score = sum w / (k + rank)
+
+NUMPY_MISSING = (
+    "numpy is not installed, so search cannot rank by vectors and stays lexical; "
+    "install it with: pip install 'retained[vectors]'"
+)
+
+_numpy: Any = None
+_numpy_checked = False
+
+
+def _load_numpy() -> Any:
+    global _numpy, _numpy_checked
+    if not _numpy_checked:
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        _numpy = numpy
+        _numpy_checked = True
+    return _numpy
+
+
+def numpy_missing() -> str | None:
+    """``None`` when numpy can be imported, else the message saying why search is lexical.
+
+    The import is tried once per process; the same string comes back each time,
+    so a caller can show it once and then compare.
+    """
+    return None if _load_numpy() is not None else NUMPY_MISSING
+
+
+def require_numpy() -> Any:
+    """Return the numpy module.
+
+    Raises:
+        VectorsUnavailable: numpy is not installed.
+    """
+    np = _load_numpy()
+    if np is None:
+        raise VectorsUnavailable(NUMPY_MISSING)
+    return np
+
+
+def normalise(vec: Sequence[float]) -> list[float]:
+    """``vec`` scaled to unit length (an all-zero vector comes back unchanged).
+
+    Raises:
+        InvalidRecord: a value is not finite.
+    """
+    total = math.fsum(float(x) * float(x) for x in vec)
+    if not math.isfinite(total):
+        raise InvalidRecord("vector has a non-finite value; expected finite numbers")
+    if total == 0.0:
+        return [float(x) for x in vec]
+    norm = math.sqrt(total)
+    return [float(x) / norm for x in vec]
+
+
+def pack(vec: Sequence[float]) -> bytes:
+    """Normalise ``vec`` and encode it as little-endian float32 bytes for SQLite."""
+    arr = array("f", normalise(vec))
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def unpack(blob: bytes) -> list[float]:
+    """Decode one ``pack``ed blob back to floats.
+
+    Raises:
+        InvalidRecord: the blob's length is not a multiple of 4.
+    """
+    if len(blob) % 4:
+        raise InvalidRecord(f"vector blob of {len(blob)} bytes is not float32 (length not a multiple of 4)")
+    arr = array("f")
+    arr.frombytes(blob)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tolist()
+
+
+def matrix(blobs: Iterable[bytes], dim: int) -> Any:
+    """Stack ``pack``ed blobs of dimension ``dim`` into an ``(n, dim)`` float32 numpy array.
+
+    Raises:
+        VectorsUnavailable: numpy is not installed.
+        InvalidRecord: a blob is not ``4 * dim`` bytes.
+    """
+    np = require_numpy()
+    items = list(blobs)
+    width = 4 * dim
+    for i, b in enumerate(items):
+        if len(b) != width:
+            raise InvalidRecord(f"vector blob {i} has {len(b)} bytes, expected {width} ({dim} float32)")
+    if not items:
+        return np.zeros((0, dim), dtype=np.float32)
+    flat = np.frombuffer(b"".join(items), dtype="<f4")
+    return flat.reshape(len(items), dim).astype(np.float32, copy=False)
+
+
+def top_n(mat: Any, query: Sequence[float], n: int) -> list[tuple[int, float]]:
+    """The ``n`` rows of ``mat`` (unit rows) most cosine-similar to ``query``, best first.
+
+    Returns ``(row, score)`` pairs; ties go to the lower row.
+
+    Raises:
+        VectorsUnavailable: numpy is not installed.
+        InvalidRecord: ``query``'s dimension differs from the matrix's.
+    """
+    np = require_numpy()
+    q = np.asarray(normalise(query), dtype=np.float32)
+    rows = mat.shape[0]
+    if rows == 0 or n <= 0:
+        return []
+    if q.shape[0] != mat.shape[1]:
+        raise InvalidRecord(f"query vector has {q.shape[0]} dimensions, expected {mat.shape[1]}")
+    scores = mat @ q
+    if n < rows:
+        part = np.argpartition(-scores, n - 1)[:n]
+        order = part[np.lexsort((part, -scores[part]))]
+    else:
+        order = np.lexsort((np.arange(rows), -scores))
+    return [(int(i), float(scores[i])) for i in order]
+
+
+def rrf(
+    rankings: Sequence[Sequence[Hashable]],
+    weights: Sequence[float] | None = None,
+    k: int = RRF_K,
+) -> list[tuple[Hashable, float]]:
+    """Fuse rankings by reciprocal rank fusion: ``score(id) = sum_i w_i / (k + rank_i(id))``.
+
+    Ranks start at 1; an id absent from a ranking gets nothing from it, and an
+    id repeated within one ranking counts at its best rank. Ties are broken by
+    the best single rank, then by first appearance, so the result is
+    deterministic. Returns ``(id, score)`` pairs, best first.
+
+    >>> rrf([["a", "b"], ["b", "c"]])
+    [('b', 0.03252247488101534), ('a', 0.01639344262295082), ('c', 0.016129032258064516)]
+
+    Raises:
+        InvalidRecord: ``weights`` does not match ``rankings`` or ``k`` is negative.
+    """
+    if weights is None:
+        weights = [1.0] * len(rankings)
+    if len(weights) != len(rankings):
+        raise InvalidRecord(f"rrf got {len(weights)} weights for {len(rankings)} rankings, expected one each")
+    if k < 0:
+        raise InvalidRecord(f"rrf k must not be negative, found {k}")
+    score: dict[Hashable, float] = {}
+    best: dict[Hashable, int] = {}
+    first: dict[Hashable, int] = {}
+    order = 0
+    for ranking, w in zip(rankings, weights, strict=True):
+        seen: set[Hashable] = set()
+        for rank, ident in enumerate(ranking, start=1):
+            if ident in seen:
+                continue
+            seen.add(ident)
+            score[ident] = score.get(ident, 0.0) + w / (k + rank)
+            if ident not in first:
+                first[ident] = order
+                order += 1
+            best[ident] = min(best.get(ident, rank), rank)
+    return sorted(score.items(), key=lambda kv: (-kv[1], best[kv[0]], first[kv[0]]))
+
+
+__all__ = [
+    "NUMPY_MISSING",
+    "RRF_K",
+    "matrix",
+    "normalise",
+    "numpy_missing",
+    "pack",
+    "require_numpy",
+    "rrf",
+    "top_n",
+    "unpack",
+]

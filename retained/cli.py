@@ -1,0 +1,308 @@
+"""The command line: ``retained <command>`` and ``python -m retained <command>``.
+
+Each command is a few lines over ``Store``. Exit status: 0 success, 1
+problems found (or the operation failed), 2 a usage error or bad input.
+With ``--json`` stdout carries exactly one JSON document; diagnostics and
+progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import __version__
+from .errors import RetainedError
+
+CLI_CLIENT = {"name": "retained-cli", "version": __version__}
+USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected"}
+
+
+class UsageError(Exception):
+    """Bad command-line input (exit 2)."""
+
+
+def default_dir() -> Path:
+    env = os.environ.get("RETAINED_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".retained"
+
+
+def store_dir(args: argparse.Namespace) -> Path:
+    return Path(args.dir).expanduser() if args.dir else default_dir()
+
+
+def open_store(args: argparse.Namespace, **kwargs: Any) -> Any:
+    from .store import Store
+
+    return Store(store_dir(args), client=CLI_CLIENT, **kwargs)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> None:
+    """Print the result: one JSON document with --json, else the text form."""
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(data) + b"\n")
+    else:
+        out = text() if callable(text) else text
+        if out:
+            sys.stdout.write(out if out.endswith("\n") else out + "\n")
+    sys.stdout.flush()
+
+
+def progress(message: str) -> None:
+    """One line of progress on stderr (long work only)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _proof_text(proof: dict[str, Any]) -> str:
+    dup = " (duplicate: already written, nothing appended)" if proof.get("duplicate") else ""
+    return (
+        f"seq {proof['seq']}{dup}\n"
+        f"  hash   {proof['hash']}\n"
+        f"  prev   {proof['prev']}\n"
+        f"  offset {proof['offset']}  length {proof['length']}  ts {proof.get('ts')}"
+    )
+
+
+def _record_text(entry: dict[str, Any]) -> str:
+    rec = entry["record"]
+    if rec.get("redacted"):
+        return f"#{entry['seq']} [redacted]"
+    head = f"#{entry['seq']} {rec.get('ts', '')} {rec.get('kind', '')}"
+    if rec.get("scope"):
+        head += f" scope={rec['scope']}"
+    for name in ("superseded_by", "retracted_by"):
+        if entry.get(name):
+            head += f" {name}={','.join(map(str, entry[name]))}"
+    lines = [head]
+    if rec.get("text"):
+        lines.append("  " + str(rec["text"]).replace("\n", "\n  "))
+    if rec.get("body"):
+        lines.append("  " + str(rec["body"]).replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+# -- commands --------------------------------------------------------------
+
+
+def _parse_fields(pairs: Sequence[str] | None) -> dict[str, Any] | None:
+    if not pairs:
+        return None
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--field {pair!r}: expected KEY=JSON, e.g. --field priority=3 or --field 'tag=\"x\"'")
+        try:
+            out[key] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UsageError(
+                f"--field {key}: the value is not JSON; quote a string as '\"...\"' (e.g. --field {key}='\"text\"')"
+            ) from None
+    return out
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    with open_store(args) as store:
+        proof = store.write(
+            text,
+            kind=args.kind,
+            scope=args.scope,
+            source=args.source,
+            body=args.body,
+            fields=_parse_fields(args.field),
+            supersedes=args.supersedes,
+            client_op_id=args.client_op_id,
+        )
+    emit(args, proof, lambda: _proof_text(proof))
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        proof = store.checkpoint(args.label, summary=args.summary, scope=args.scope)
+    emit(args, proof, lambda: _proof_text(proof))
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        entries = store.get(args.seqs)
+    emit(args, {"records": entries}, lambda: "\n".join(_record_text(e) for e in entries))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.list(limit=args.limit, kind=args.kind, scope=args.scope)
+
+    def text() -> str:
+        lines = [_record_text(e) for e in result["records"]]
+        more = result["total_matches"] - result["returned"]
+        lines.append(f"({result['returned']} shown, {more} more)" if more else f"({result['returned']} shown)")
+        return "\n".join(lines)
+
+    emit(args, result, text)
+    return 0
+
+
+def _verify_text(report: dict[str, Any]) -> str:
+    lines = []
+    if not report.get("exists", True):
+        lines.append(f"no log yet at {report.get('log')}: nothing to verify")
+    head = report["head"]
+    lines.append(
+        f"{report['records']} records, head seq {head['seq']} {head['hash'][:16]}..., {report['bytes']} bytes"
+    )
+    if report["redacted"]:
+        lines.append(f"{len(report['redacted'])} redacted (chain intact): seq {', '.join(map(str, report['redacted'][:20]))}")
+    if report["foreign"]:
+        offsets = ", ".join(map(str, report["foreign"][:20]))
+        lines.append(f"{len(report['foreign'])} foreign lines kept and skipped by the chain, at byte {offsets}")
+    if report.get("torn_tail"):
+        t = report["torn_tail"]
+        lines.append(f"unterminated tail of {t['bytes']} bytes at byte {t['offset']} (never acknowledged)")
+    for q in report.get("quarantined", []):
+        lines.append(f"quarantined torn tail: {q['file']} ({q['bytes']} bytes, was at byte {q['offset']})")
+    for f in report["findings"]:
+        lines.append(f"FINDING {f['kind']}: {f['message']}")
+    lines.append("verify: ok" if report["ok"] else f"verify: {len(report['findings'])} findings")
+    return "\n".join(lines)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        report = store.verify()
+    emit(args, report, lambda: _verify_text(report))
+    return 0 if report["ok"] else 1
+
+
+def cmd_head(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        head = store.head()
+    emit(args, head, lambda: f"{head['seq']} {head['hash']}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from . import server
+
+    return server.serve(args) or 0
+
+
+# -- parser ----------------------------------------------------------------
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", help="store directory (default: $RETAINED_DIR or ~/.retained)")
+    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="retained",
+        description="Agent memory whose writes are provable: an append-only, hash-chained log.",
+        epilog="example: retained write 'the deploy target is staging' --scope proj-a",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"retained {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = _common()
+
+    def command(name: str, help_text: str, example: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            parents=[common],
+            help=help_text,
+            description=help_text,
+            epilog=f"example: {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(func=func)
+        return p
+
+    p = command("write", "append a note and print its proof", "retained write 'prefers dark mode' --scope ui --field priority=2", cmd_write)
+    p.add_argument("text", help="the note's text ('-' reads it from stdin)")
+    p.add_argument("--kind", default="note", help="record kind (default: note)")
+    p.add_argument("--scope", help="a project or topic the record belongs to")
+    p.add_argument("--source", help="where the information came from")
+    p.add_argument("--body", help="longer detail kept with the note")
+    p.add_argument("--field", action="append", metavar="KEY=JSON", help="an extra field, value as JSON (repeatable)")
+    p.add_argument("--supersedes", action="append", type=int, metavar="SEQ", help="seq this record corrects (repeatable)")
+    p.add_argument("--client-op-id", help="idempotency key: a retry with the same key appends nothing")
+
+    p = command("checkpoint", "append a checkpoint (a labelled point in the work)", "retained checkpoint 'shipped 0.1' --summary 'core log done'", cmd_checkpoint)
+    p.add_argument("label")
+    p.add_argument("--summary", help="what was done, what is next")
+    p.add_argument("--scope")
+
+    p = command("get", "print records by seq", "retained get 3 7", cmd_get)
+    p.add_argument("seqs", nargs="+", type=int, metavar="SEQ")
+
+    p = command("list", "print the newest records first", "retained list --limit 5 --kind checkpoint", cmd_list)
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--kind")
+    p.add_argument("--scope")
+
+    command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
+    command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
+
+    p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    return parser
+
+
+def _legacy_flags(argv: list[str]) -> list[str]:
+    """``--brief`` / ``--selftest`` as the first argument mean the commands of those names."""
+    if argv and argv[0] in ("--brief", "--selftest"):
+        return [argv[0][2:], *argv[1:]]
+    if argv and argv[0].startswith("--brief="):
+        return ["brief", argv[0][len("--brief") :], *argv[1:]]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = _legacy_flags(list(sys.argv[1:] if argv is None else argv))
+    if not argv:
+        argv = ["serve"]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        return _fail(args, "invalid_argument", str(exc), 2)
+    except RetainedError as exc:
+        status = 2 if exc.code in USAGE_CODES else 1
+        return _fail(args, exc.code, exc.message, status, exc)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", "interrupted", 130)
+    except BrokenPipeError:
+        return 1
+    except OSError as exc:
+        return _fail(args, "os_error", f"{exc.strerror or exc} ({exc.filename or 'store'})", 1)
+
+
+def _fail(args: argparse.Namespace, code: str, message: str, status: int, exc: RetainedError | None = None) -> int:
+    sys.stderr.write(f"retained: {message}\n")
+    if getattr(args, "json", False):
+        body = exc.to_dict() if exc is not None else {"code": code, "message": message}
+        sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": body}) + b"\n")
+        sys.stdout.flush()
+    return status
+
+
+__all__ = ["main", "build_parser"]

@@ -1,0 +1,165 @@
+"""Every exception retained raises, each with a stable ``code``.
+
+A caller handles errors by ``code`` (the MCP server passes it to the client
+unchanged); the message says what failed, where, what was found against what
+was expected, and what to do. Messages never contain a caller's values when
+those could be secret: they name the field instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RetainedError(Exception):
+    """Base of every retained error; ``code`` is stable, ``fields`` are facts."""
+
+    code = "error"
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        for name, value in self.fields.items():
+            if isinstance(value, (str, int, float, bool)) or value is None:
+                out[name] = value
+        return out
+
+
+class InvalidRecord(RetainedError):
+    """Raised before anything is written: a field's value cannot be stored byte-exact.
+
+    The log is untouched.
+    """
+
+    code = "invalid_argument"
+
+
+class ReservedField(InvalidRecord):
+    """A caller tried to set a field the store owns (seq, hash, ts, client, ...).
+
+    The log is untouched.
+    """
+
+    code = "reserved_field"
+
+
+class RecordTooLarge(InvalidRecord):
+    """The record's canonical line is over ``record_bytes_max``. The log is untouched."""
+
+    code = "too_large"
+
+
+class NotFound(RetainedError):
+    """A seq named by the caller does not exist (or is not a chained record)."""
+
+    code = "not_found"
+
+
+class LockTimeout(RetainedError):
+    """Another writer held the store's lock for longer than ``lock_wait_s``.
+
+    Nothing was written; retrying later is safe (use client_op_id to make a
+    retry idempotent).
+    """
+
+    code = "store_busy"
+
+
+class WriteFailed(RetainedError):
+    """The append's write or fsync failed; no acknowledgement was given.
+
+    Bytes may or may not be in the file: an unterminated tail is set aside by
+    the next append, a complete line stays and is linked. The handle that saw
+    the failure is unusable until reopened.
+    """
+
+    code = "write_failed"
+
+
+class ReadBackMismatch(WriteFailed):
+    """The bytes read back after fsync differ from the bytes written.
+
+    No acknowledgement was given; the handle is unusable until reopened.
+    """
+
+    code = "readback_mismatch"
+
+
+class LogUnusable(RetainedError):
+    """A previous write or fsync failed on this handle; reopen the log to go on."""
+
+    code = "log_unusable"
+
+
+class StoreDamaged(RetainedError):
+    """The store cannot be opened at all (e.g. the log path is a directory)."""
+
+    code = "store_damaged"
+
+
+class SecretDetected(InvalidRecord):
+    """The write guard found a credential; nothing was written.
+
+    ``path`` names the field and ``kind`` the credential type; the value itself
+    never appears in the error.
+    """
+
+    code = "secret_detected"
+
+
+class EmbedError(RetainedError):
+    """The optional embedder failed. Nothing in the log depends on it.
+
+    Writes are unaffected; search answers lexically and says why.
+    """
+
+    code = "embed_failed"
+
+
+class EmbedConfigError(EmbedError):
+    """The embedder settings cannot work (unknown URL path, empty model name).
+
+    Raised when the client is constructed; no request was sent.
+    """
+
+    code = "embed_config"
+
+
+class EmbedUnavailable(EmbedError):
+    """The embedder could not be reached or answered with an HTTP error."""
+
+    code = "embed_unavailable"
+
+
+class EmbedTimeout(EmbedUnavailable):
+    """The embedder did not connect or answer within its timeout."""
+
+    code = "embed_timeout"
+
+
+class EmbedBadResponse(EmbedError):
+    """The embedder answered, but not with the vectors asked for.
+
+    Wrong count, wrong dimension, a non-numeric or non-finite value, or a body
+    that is not the protocol's JSON; nothing was stored.
+    """
+
+    code = "embed_bad_response"
+
+
+class EmbedCircuitOpen(EmbedError):
+    """The circuit breaker is open after repeated failures; no request was sent."""
+
+    code = "embed_circuit_open"
+
+
+class VectorsUnavailable(RetainedError):
+    """Vector math needs numpy, which is not installed (``pip install 'retained[vectors]'``)."""
+
+    code = "vectors_unavailable"

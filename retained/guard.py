@@ -1,0 +1,557 @@
+"""The write guard: credentials and ``<private>`` spans, checked before anything is written.
+
+Pure: no I/O, no environment, no printing. The store builds one :class:`Guard`
+from its settings and calls :meth:`Guard.apply` on the caller-set part of a
+record (``text``, ``body``, ``scope``, ... and every caller field) before the
+record is encoded. What it does, in this order, on every string anywhere in
+the fields (dict values, list items and dict keys):
+
+1. Private spans. Text between ``<private>`` and ``</private>`` (any case,
+   spaces allowed inside the tag, attributes allowed on the opening tag) is
+   removed with its tags, whatever the policy. Spans nest: only the outermost
+   span is counted. An opening tag with no closing tag removes everything to
+   the end of that string, so a forgotten close never leaks; a closing tag
+   with no opening tag is left as it is (nothing before it can be told apart
+   from ordinary text).
+2. Credentials, on what is left. Provider formats (AWS, GCP, Azure, GitHub,
+   GitLab, Slack, Stripe, OpenAI, Anthropic, npm, PyPI, Hugging Face,
+   SendGrid), JWTs, PEM private-key blocks, passwords in URLs, values assigned
+   to secret-looking names (``password=``, ``"api_key": ...``, a dict key
+   named ``token``, ``Authorization: Bearer ...``), and long random-looking
+   tokens (:func:`looks_random`). Policy ``refuse`` raises
+   :class:`~retained.errors.SecretDetected`; ``redact`` replaces each secret
+   with ``[secret:<kind>]``; ``off`` only removes private spans.
+
+Known limits, stated rather than hidden: a random token shorter than
+``GENERIC_CHARS_MIN`` is found only in a secret-looking context; hex-only
+strings (digests, SHAs, ids) are never taken as secrets by shape alone; a
+random token inside a URL path is taken for an id, not a secret; and long
+base64 runs (``GENERIC_CHARS_MAX`` and over, or several lines of it) are taken
+for data.
+
+>>> g = Guard(policy="redact")
+>>> r = g.apply({"text": "deploy key AKIA" + "ABCDEFGHIJ234567 <private>my pin</private>ok"})
+>>> r.fields["text"], r.private_spans_removed, r.redactions
+('deploy key [secret:aws_access_key] ok', 1, [{'path': 'text', 'kind': 'aws_access_key'}])
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import limits
+from .errors import InvalidRecord, SecretDetected
+
+__all__ = ["Guard", "GuardResult", "Finding", "POLICIES", "find_secrets", "remove_private", "looks_random"]
+
+POLICIES = ("refuse", "redact", "off")
+
+# Caller fields set through named API arguments; every other key is reported
+# as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
+_API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
+
+# A random-looking token shorter than this is not flagged by shape alone:
+# Stripe object ids, ULIDs, YouTube ids and short hashes live below it, and
+# generic API keys (32, 40, 64 chars) above it.
+GENERIC_CHARS_MIN = 32
+# A base64 run this long or longer is taken for data (an image, a file), not a
+# credential; the credentials this long (PEM keys, JWTs) have their own rules.
+GENERIC_CHARS_MAX = 160
+
+
+# -- private spans -----------------------------------------------------------
+
+_PRIVATE_TAG = re.compile(r"<\s*(/)?\s*private(?:\s[^<>]*)?\s*>", re.IGNORECASE)
+
+
+def remove_private(text: str) -> tuple[str, int]:
+    """Remove ``<private>…</private>`` spans; return the text and how many were removed.
+
+    >>> remove_private("a<private>b</private>c<PRIVATE >d")
+    ('ac', 2)
+    """
+    if "<" not in text:
+        return text, 0
+    out: list[str] = []
+    depth = 0
+    spans = 0
+    kept_from = 0
+    for tag in _PRIVATE_TAG.finditer(text):
+        closing = tag.group(1) is not None
+        if not closing:
+            if depth == 0:
+                out.append(text[kept_from : tag.start()])
+                spans += 1
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                kept_from = tag.end()
+        # A closing tag at depth 0 has no opener: it is kept as ordinary text.
+    if spans == 0:
+        return text, 0
+    if depth == 0:
+        out.append(text[kept_from:])
+    # depth > 0: the span never closed, so everything after it is private.
+    return "".join(out), spans
+
+
+# -- detection ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One secret in one string: where it is (``start``/``end``) and what it is."""
+
+    start: int
+    end: int
+    kind: str
+
+
+def _entropy(token: str) -> float:
+    counts: dict[str, int] = {}
+    for ch in token:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(token)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+_CAMEL_PIECES = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+_VOWELS = frozenset("aeiouyAEIOUY")
+_HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
+
+
+def _word_chars(token: str) -> int:
+    """How many letters of ``token`` sit in word-like pieces (identifier parts)."""
+    total = 0
+    for piece in _CAMEL_PIECES.findall(token):
+        n = len(piece)
+        if n < 3:
+            continue
+        vowels = sum(ch in _VOWELS for ch in piece)
+        if piece.isupper() and n <= 5:
+            total += n  # acronyms: HTTP, JSON, UTF, AWS
+        elif 0.2 <= vowels / n <= 0.7 and _max_consonant_run(piece) <= 4:
+            total += n
+    return total
+
+
+def _max_consonant_run(piece: str) -> int:
+    best = run = 0
+    for ch in piece:
+        run = 0 if ch in _VOWELS else run + 1
+        best = max(best, run)
+    return best
+
+
+def looks_random(token: str, min_chars: int = GENERIC_CHARS_MIN) -> bool:
+    """Whether ``token`` looks like a machine-made secret rather than an identifier.
+
+    True for long strings that mix character classes with high entropy and few
+    word-like pieces; False for hex-only strings (digests, SHAs, UUIDs) and
+    for identifiers (snake, camel, kebab case), paths and prose.
+
+    >>> looks_random("q8Xr2LmZ0vTn5KfWb7YcJd4HsPa1GeUi")
+    True
+    >>> looks_random("getUserAccountPreferencesForTenant2Factor")
+    False
+    """
+    n = len(token)
+    if n < min_chars:
+        return False
+    if _HEX_ONLY.fullmatch(token):
+        return False
+    lower = upper = digit = 0
+    for ch in token:
+        if "a" <= ch <= "z":
+            lower += 1
+        elif "A" <= ch <= "Z":
+            upper += 1
+        elif "0" <= ch <= "9":
+            digit += 1
+    letters = lower + upper
+    classes = (lower > 0) + (upper > 0) + (digit > 0)
+    if classes < 2 or letters == 0:
+        return False
+    if classes == 2 and digit == 0:
+        # Letters only in two cases: random only if the case flips often.
+        flips = sum(1 for a, b in zip(token, token[1:]) if a.isalpha() and b.isalpha() and a.islower() != b.islower())
+        if flips < n * 0.3:
+            return False
+    if _word_chars(token) > letters * 0.45:
+        return False
+    return _entropy(token) >= min(4.2, 0.78 * math.log2(n))
+
+
+def _random_body(token: str) -> bool:
+    """A looser test for the body of a token whose prefix already says "key"."""
+    return looks_random(token, min_chars=16) or (
+        len(token) >= 16 and _entropy(token) >= 3.5 and _word_chars(token) <= len(token) * 0.3
+    )
+
+
+_Check = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: str
+    pattern: re.Pattern[str]
+    check: _Check | None = None  # applied to the secret span; False drops the match
+
+
+def _rule(kind: str, pattern: str, check: _Check | None = None, flags: int = 0) -> _Rule:
+    return _Rule(kind, re.compile(pattern, flags), check)
+
+
+_PLACEHOLDER = re.compile(
+    r"(?i)(?:x+|\*+|\.+|_+|-+|#+|0+|1234(?:5678?)?9?|changeme|example\w*|dummy|redacted|hidden|placeholder"
+    r"|password|passwd|pass|pwd|secret|token|none|null|nil|true|false|undefined|your[_-]?\w*|my[_-]?\w*)"
+)
+
+
+def _not_placeholder(value: str) -> bool:
+    stripped = value.strip("'\"`")
+    if _PLACEHOLDER.fullmatch(stripped):
+        return False
+    if stripped[:1] in "$%{<[(" or stripped[-1:] in "}>)":
+        return False  # ${VAR}, %(x)s, {{ var }}, <your-key>, [secret:...]
+    return len(set(stripped)) > 2
+
+
+_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
+
+
+def _assigned_value(value: str) -> bool:
+    """Whether a value assigned to a secret-looking name is itself a secret."""
+    value = value.rstrip(".,:;!?")
+    if len(value) < 8 or not _not_placeholder(value):
+        return False
+    if any(ch in value for ch in "()[]{}<>"):
+        return False  # a call or an expression, not a literal
+    if _IDENTIFIER_PATH.fullmatch(value) and _word_chars(value) >= sum(ch.isalpha() for ch in value) * 0.6:
+        return False  # os.environ, settings.API_KEY, get_secret, None
+    return True
+
+
+# Secret-looking names: the end of an identifier such as DB_PASSWORD or
+# stripe.api_key. Matched case-insensitively.
+_SECRET_NAME = (
+    r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.-]?key)?|api[_.-]?key|apikey|access[_.-]?key(?:[_.-]?id)?"
+    r"|(?:auth|access|refresh|bearer|session|api|bot|oauth)[_.-]?token|token|client[_.-]?secret"
+    r"|private[_.-]?key|credentials?|signing[_.-]?key|encryption[_.-]?key)"
+)
+_SECRET_KEY_NAME = re.compile(r"(?i)(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z|\A" + _SECRET_NAME + r"\Z")
+
+_B64 = r"A-Za-z0-9+/"
+_URLSAFE = r"A-Za-z0-9_\-"
+
+# Ordered: the first rule to claim a span keeps it, so specific rules come
+# before the general ones. ``(?P<s>...)`` marks the secret part of a match
+# when the match carries context around it.
+_RULES: tuple[_Rule, ...] = (
+    _rule(
+        "private_key",
+        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[^-]{0,400}?)[A-Za-z0-9+/=]{32}"
+        r".*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        flags=re.DOTALL,
+    ),
+    _rule("aws_access_key", r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    _rule(
+        "aws_secret_key",
+        r"(?i:aws|amazon)[\w.\-]{0,30}?(?i:secret)[\w.\-]{0,20}[\"']?\s*(?:[:=]|=>|:=)?\s*[\"']?"
+        r"(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+    ),
+    _rule("gcp_api_key", r"(?<![\w\-])AIza[A-Za-z0-9_\-]{35}(?![\w\-])"),
+    _rule("gcp_oauth_secret", r"(?<![\w\-])GOCSPX-[A-Za-z0-9_\-]{28}(?![\w\-])"),
+    _rule("azure_storage_key", rf"(?i:AccountKey)=(?P<s>[{_B64}]{{20,}}={{0,2}})"),
+    _rule("azure_shared_access_key", rf"(?i:SharedAccessKey)=(?P<s>[{_B64}]{{20,}}={{0,2}})"),
+    _rule("azure_sas_token", r"(?i:[?&;]sig)=(?P<s>[A-Za-z0-9%+/=]{20,})"),
+    _rule("azure_storage_key", rf"(?<![{_B64}])[{_B64}]{{86}}==(?![{_B64}=])", _random_body),
+    _rule(
+        "azure_client_secret",
+        r"(?<![\w~.\-])[A-Za-z0-9_~.\-]{3}[0-9]Q~[A-Za-z0-9_~.\-]{31,34}(?![\w~.\-])",
+    ),
+    _rule("github_token", r"(?<![\w])gh[pousr]_[A-Za-z0-9]{36,251}(?![\w])"),
+    _rule("github_token", r"(?<![\w])github_pat_[A-Za-z0-9_]{40,251}(?![\w])"),
+    _rule("gitlab_token", rf"(?<![\w\-])gl(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}"),
+    _rule("slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+\-]{20,}"),
+    _rule("slack_token", r"(?<![\w\-])(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})"),
+    _rule("stripe_key", r"(?<![\w])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}(?![\w])"),
+    _rule("stripe_key", r"(?<![\w])whsec_[A-Za-z0-9]{24,}(?![\w])"),
+    _rule("anthropic_key", rf"(?<![\w\-])sk-ant-[{_URLSAFE}]{{32,}}"),
+    _rule("openai_key", r"(?<![\w\-])sk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}(?![\w\-])"),
+    _rule(
+        "openai_key",
+        rf"(?<![\w\-])sk-(?:proj-|svcacct-|admin-|None-)?(?P<s>[{_URLSAFE}]{{20,}})",
+        _random_body,
+    ),
+    _rule("npm_token", r"(?<![\w])npm_[A-Za-z0-9]{36}(?![\w])"),
+    _rule("pypi_token", rf"(?<![\w\-])pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}"),
+    _rule("huggingface_token", r"(?<![\w])hf_[A-Za-z]{34}(?![\w])"),
+    _rule("sendgrid_key", rf"(?<![\w.])SG\.[{_URLSAFE}]{{22}}\.[{_URLSAFE}]{{43}}(?![\w])"),
+    _rule("jwt", rf"(?<![\w\-])eyJ[{_URLSAFE}]{{10,}}\.eyJ[{_URLSAFE}]{{10,}}\.[{_URLSAFE}]{{10,}}"),
+    _rule(
+        "url_password",
+        r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://[^\s:/?#@\"'<>]{1,256}:(?P<s>[^\s/?#@\"'<>]{1,256})@",
+        _not_placeholder,
+    ),
+    _rule("bearer_token", r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/\-]{16,}=*)", _not_placeholder),
+    _rule(
+        "assigned_secret",
+        r"(?i)(?<![A-Za-z0-9])[\w.\-]*?" + _SECRET_NAME + r"[\"'`]?\s*(?:=>|:=|[:=])\s*[\"'`]?"
+        r"(?P<s>[^\s\"'`,;]{8,200})",
+        _assigned_value,
+    ),
+)
+
+# Candidate tokens for the generic rule: runs of base64 / base64url letters.
+_TOKEN = re.compile(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
+# Tokens that look random but are public by design, or are hashes.
+_PUBLIC_TOKEN = re.compile(
+    r"(?:pk_(?:live|test)_|sha(?:1|256|384|512)[-:=]|(?:iVBORw0KGgo|/9j/|R0lGOD|UklGR|JVBERi0|PHN2Zy))"
+)
+_PUBLIC_BEFORE = re.compile(r"(?:base64,|sha(?:1|256|384|512)[-:=]|integrity=[\"']?)\Z", re.IGNORECASE)
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://[^\s\"'<>]+")
+_URL_QUERY_SECRET = re.compile(
+    r"(?i)[?&#](?:[\w.\-]*(?:token|secret|key|sig|signature|password|auth|credential)[\w.\-]*)=([^&#\s\"'<>]+)"
+)
+
+
+def _generic(text: str, taken: list[Finding]) -> Iterable[Finding]:
+    """Long random-looking tokens no specific rule claimed."""
+    in_url: list[tuple[int, int]] = []
+    for url in _URL.finditer(text):
+        in_url.append((url.start(), url.end()))
+        for q in _URL_QUERY_SECRET.finditer(url.group()):
+            value = q.group(1)
+            if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
+                yield Finding(url.start() + q.start(1), url.start() + q.end(1), "high_entropy")
+    for tok in _TOKEN.finditer(text):
+        start, end = tok.span()
+        token = tok.group()
+        if len(token) >= GENERIC_CHARS_MAX:
+            continue
+        if any(a <= start < b for a, b in in_url):
+            continue  # ids in URL paths; secrets in URLs are checked above
+        if _PUBLIC_TOKEN.match(token) or _PUBLIC_BEFORE.search(text, max(0, start - 16), start):
+            continue
+        if _in_blob(text, start, end):
+            continue
+        if _overlaps(start, end, taken):
+            continue
+        if looks_random(token.rstrip("=")):
+            yield Finding(start, end, "high_entropy")
+
+
+def _in_blob(text: str, start: int, end: int) -> bool:
+    """Whether the token is one line of a multi-line base64 block (data, or a PEM body)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end == -1 else line_end
+    if text[line_start:start].strip() or text[end:line_end].strip():
+        return False
+    for neighbour in (text.rfind("\n", 0, max(0, line_start - 1)) + 1, line_end + 1):
+        if neighbour >= len(text) or neighbour == line_start:
+            continue
+        stop = text.find("\n", neighbour)
+        line = text[neighbour : len(text) if stop == -1 else stop].strip()
+        if len(line) >= 48 and _TOKEN.fullmatch(line):
+            return True
+    return False
+
+
+def _overlaps(start: int, end: int, found: list[Finding]) -> bool:
+    return any(f.start < end and start < f.end for f in found)
+
+
+def find_secrets(text: str, allow: frozenset[str] = frozenset()) -> list[Finding]:
+    """Every secret in ``text``, in order, without overlaps.
+
+    ``allow`` holds literal values that are never reported: a finding whose
+    secret part, or whose whole string, is in it is dropped.
+    """
+    if len(text) < 8 or text in allow:
+        return []
+    found: list[Finding] = []
+    for rule in _RULES:
+        for m in rule.pattern.finditer(text):
+            start, end = m.span("s") if "s" in rule.pattern.groupindex else m.span()
+            if start == end or _overlaps(start, end, found):
+                continue
+            value = text[start:end]
+            if rule.check is not None and not rule.check(value):
+                continue
+            if value in allow:
+                continue
+            found.append(Finding(start, end, rule.kind))
+    for f in _generic(text, found):
+        if not _overlaps(f.start, f.end, found) and text[f.start : f.end] not in allow:
+            found.append(f)
+    found.sort(key=lambda f: f.start)
+    return _relabel(text, found)
+
+
+_SERVICE_ACCOUNT = re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")
+
+
+def _relabel(text: str, found: list[Finding]) -> list[Finding]:
+    """Name a generic finding by its company: a key in a service-account file, a key beside an AWS key id."""
+    kinds = {f.kind for f in found}
+    if "private_key" in kinds and _SERVICE_ACCOUNT.search(text):
+        found = [Finding(f.start, f.end, "gcp_service_account") if f.kind == "private_key" else f for f in found]
+    if "aws_access_key" in kinds:
+        found = [
+            Finding(f.start, f.end, "aws_secret_key")
+            if f.kind == "high_entropy" and f.end - f.start == 40 and "-" not in text[f.start : f.end]
+            else f
+            for f in found
+        ]
+    return found
+
+
+# -- the guard ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    """What the guard made of a record's caller fields.
+
+    ``fields`` is a new dict (the input is never changed); ``redactions`` lists
+    ``{"path", "kind"}`` for each secret replaced under ``redact``.
+    """
+
+    fields: dict[str, Any]
+    private_spans_removed: int = 0
+    redactions: list[dict[str, str]] = field(default_factory=list)
+
+
+class Guard:
+    """Checks a record's caller fields before they are written.
+
+    Args:
+        policy: ``"refuse"`` (the default: raise on any secret), ``"redact"``
+            (replace each secret with ``[secret:<kind>]``) or ``"off"`` (only
+            private spans are removed).
+        allow: literal values never reported as secrets (false positives).
+
+    Raises:
+        InvalidRecord: an unknown policy.
+    """
+
+    def __init__(self, policy: str = "refuse", allow: Iterable[str] = frozenset()) -> None:
+        if policy not in POLICIES:
+            raise InvalidRecord(
+                f"secrets policy {policy!r} is not known; expected one of {', '.join(POLICIES)}",
+                path="policy",
+            )
+        self.policy = policy
+        self.allow = frozenset(allow)
+
+    def apply(self, fields: dict[str, Any]) -> GuardResult:
+        """Remove private spans and act on secrets; return the fields to store.
+
+        Raises:
+            SecretDetected: under ``refuse``, naming the first field path and
+                kind found (never the value); nothing else happens.
+            InvalidRecord: nesting deeper than ``limits.DEPTH_MAX``.
+        """
+        walk = _Walk(self)
+        out: dict[str, Any] = {}
+        for key, value in fields.items():
+            if isinstance(key, str):
+                new_key, shown = walk.key(key, "fields")
+                path = key if key in _API_FIELDS else f"fields.{shown}"
+            else:
+                new_key, path = key, f"fields.{key}"
+            out[_unique(out, new_key)] = walk.value(value, path, 0)
+        if walk.findings and self.policy == "refuse":
+            path, kind = walk.findings[0]
+            more = len(walk.findings) - 1
+            others = f" and {more} more" if more else ""
+            raise SecretDetected(
+                f"secret detected in {path}: looks like {kind}{others}; nothing was written; "
+                "remove it, wrap it in <private>…</private>, or store it redacted (RETAINED_SECRETS=redact)",
+                path=path,
+                kind=kind,
+                findings=[{"path": p, "kind": k} for p, k in walk.findings],
+            )
+        redactions = [{"path": p, "kind": k} for p, k in walk.findings] if self.policy == "redact" else []
+        return GuardResult(out, walk.spans, redactions)
+
+
+class _Walk:
+    """One pass over a record's fields: builds the cleaned copy and collects findings."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.spans = 0
+        self.findings: list[tuple[str, str]] = []
+
+    def text(self, text: str, path: str, name: str | None = None) -> tuple[str, str]:
+        """Return the string to store and the string safe to show in a path."""
+        text, spans = remove_private(text)
+        self.spans += spans
+        if self.guard.policy == "off":
+            return text, text
+        found = find_secrets(text, self.guard.allow)
+        if name is not None and not found and _SECRET_KEY_NAME.search(name) and text not in self.guard.allow:
+            # A value stored under a secret-looking key: {"password": "..."}.
+            if _assigned_value(text) and (len(text) < 16 or _random_body(text) or not text.isalpha()):
+                found = [Finding(0, len(text), "assigned_secret")]
+        if not found:
+            return text, text
+        self.findings.extend((path, f.kind) for f in found)
+        parts: list[str] = []
+        at = 0
+        for f in found:
+            parts.append(text[at : f.start])
+            parts.append(f"[secret:{f.kind}]")
+            at = f.end
+        parts.append(text[at:])
+        redacted = "".join(parts)
+        return (redacted if self.guard.policy == "redact" else text), redacted
+
+    def key(self, key: str, path: str) -> tuple[str, str]:
+        return self.text(key, f"{path} (a key)")
+
+    def value(self, value: Any, path: str, depth: int, name: str | None = None) -> Any:
+        if isinstance(value, str):
+            return self.text(value, path, name)[0]
+        if isinstance(value, dict):
+            self._check_depth(path, depth)
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if isinstance(key, str):
+                    new_key, shown = self.key(key, path)
+                    out[_unique(out, new_key)] = self.value(item, f"{path}.{shown}", depth + 1, key)
+                else:
+                    out[key] = self.value(item, f"{path}.{key}", depth + 1)
+            return out
+        if isinstance(value, (list, tuple)):
+            self._check_depth(path, depth)
+            items = [self.value(item, f"{path}[{i}]", depth + 1, name) for i, item in enumerate(value)]
+            return items if isinstance(value, list) else tuple(items)
+        return value
+
+    @staticmethod
+    def _check_depth(path: str, depth: int) -> None:
+        if depth >= limits.DEPTH_MAX:
+            raise InvalidRecord(
+                f"field {path}: nested deeper than {limits.DEPTH_MAX} levels; flatten the value; nothing was written",
+                path=path,
+            )
+
+
+def _unique(out: dict[Any, Any], key: Any) -> Any:
+    """A redacted key that collides with one already there gets a numbered suffix."""
+    if key not in out:
+        return key
+    n = 2
+    while f"{key}#{n}" in out:
+        n += 1
+    return f"{key}#{n}"

@@ -1,0 +1,32 @@
+"""Every numeric bound retained enforces, each with the reason for its value."""
+
+from __future__ import annotations
+
+# A canonical record line may be this large. Generous so a pasted document or a
+# 1 MiB note fits; small enough that one record can never exhaust memory.
+RECORD_BYTES_MAX = 16 * 1024 * 1024
+
+# Containers nested deeper than this are refused: orjson's own limit is 254 and
+# nothing an agent writes needs more; a stated limit gives a clear error.
+DEPTH_MAX = 64
+
+# orjson encodes integers in this range exactly; outside it a value could not
+# round-trip byte-exact, so it is refused instead.
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
+
+# How long an appender waits for the OS lock before reporting "store busy".
+LOCK_WAIT_S = 10.0
+
+# Backwards reads of the log go in chunks this size (tail finding, newest-first
+# listing). Large enough that a typical tail is found in one read.
+TAIL_CHUNK_BYTES = 64 * 1024
+
+# Forward scans read this much at a time; memory stays flat in the log's size.
+SCAN_CHUNK_BYTES = 1024 * 1024
+
+# A client_op_id is an idempotency key, not a payload.
+CLIENT_OP_ID_CHARS_MAX = 200
+
+assert SCAN_CHUNK_BYTES >= TAIL_CHUNK_BYTES
+assert RECORD_BYTES_MAX > SCAN_CHUNK_BYTES  # scan must cope with lines longer than a chunk

@@ -1,0 +1,194 @@
+"""The query builder: any user string to a safe FTS5 MATCH expression.
+
+Also owns the text segmentation shared by indexing and querying (CJK runs
+become overlapping bigrams, see `segment`), so both sides always agree.
+
+Safety: the expression is built only from double-quoted strings joined by
+``OR``, and every quoted string contains only letters and digits (the
+characters a tokenizer keeps), so no user input can reach the FTS5 query
+parser as syntax. ``AND``, ``NOT``, ``NEAR(``, ``*``, ``:``, ``-``,
+parentheses and quotes typed by a user are searched as words or dropped as
+punctuation, never interpreted.
+
+Recall: a word joined by punctuation ("e-mail", "v1.2", "don't", "C++") is
+split the way the index tokenizer splits it (unicode61 treats punctuation as a
+separator), so the pieces find the same tokens the indexed text produced.
+Terms are OR-ed and ranked by bm25, so a question finds records that share
+only some of its words. Stop words are dropped, unless the query has nothing
+else, so "what is it" still gets an answer.
+
+>>> build("Don't e-mail the C++ v1.2 guide!")
+'"e" OR "mail" OR "c" OR "v1" OR "2" OR "guide"'
+>>> build('NEAR(a b) AND "x" OR z*')
+'"near" OR "b" OR "x" OR "z"'
+>>> build("the") is None
+False
+>>> build("  ") is None
+True
+>>> build("東京都庁")
+'"東京 京都 都庁"'
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["STOP_WORDS", "TERMS_MAX", "build", "segment", "terms"]
+
+TERMS_MAX = 32  # bounds the work one query can cause; questions rarely have more content words
+
+# English stop words: function words, question words and auxiliaries. A
+# question's content words are what find the record; these match almost
+# every record and make bm25 slow (measured: ~200 ms for a stop-word query at
+# 100k records against ~1 ms for content words).
+STOP_WORDS = frozenset(
+    """
+a about above after again against all am an and any are aren as at be because been before
+being below between both but by can cannot could couldn d did didn do does doesn doing don down
+during each few for from further had hadn has hasn have haven having he her here hers herself him
+himself his how i if in into is isn it its itself just ll m me might more most mustn my myself
+no nor not now of off on once only or other ought our ours ourselves out over own re s same
+shan she should shouldn so some such t than that the their theirs them themselves then there
+these they this those through to too under until up upon very ve was wasn we were weren what
+when where which while who whom why will with won would wouldn y you your yours yourself
+yourselves also ever every get got may much must shall us whose yet
+""".split()
+)
+
+# Scripts written without spaces between words. unicode61 keeps a whole run
+# of them as one token, so a two-character word inside a longer run could
+# never be found; `segment` rewrites each run as overlapping bigrams instead.
+_CJK_RANGES = (
+    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x2E80, 0x2FDF),  # CJK radicals, Kangxi radicals
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3100, 0x312F),  # Bopomofo
+    (0x3130, 0x318F),  # Hangul compatibility Jamo
+    (0x31A0, 0x31BF),  # Bopomofo extended
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xA960, 0xA97F),  # Hangul Jamo extended A
+    (0xAC00, 0xD7AF),  # Hangul syllables
+    (0xD7B0, 0xD7FF),  # Hangul Jamo extended B
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # halfwidth Katakana
+    (0x20000, 0x3134F),  # CJK extensions B..G
+)
+
+
+def _is_cjk(ch: str) -> bool:
+    o = ord(ch)
+    for lo, hi in _CJK_RANGES:
+        if lo <= o <= hi:
+            return True
+    return False
+
+
+_CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+
+
+def _words(text: str) -> list[str]:
+    """Runs of letters, digits, marks and private-use characters.
+
+    These are the characters unicode61 keeps in tokens; everything else
+    (punctuation, symbols, emoji, spaces, "_") separates words, as it does in
+    the index. A quoted word is tokenized again by FTS5 itself, so any small
+    disagreement with the tokenizer only turns a word into a phrase.
+    """
+    out: list[str] = []
+    cur: list[str] = []
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if cat[0] in "LNM" or cat == "Co":
+            cur.append(ch)
+        elif cur:
+            out.append("".join(cur))
+            cur = []
+    if cur:
+        out.append("".join(cur))
+    return out
+
+
+def _bigrams(run: str) -> list[str]:
+    """Overlapping bigrams of a CJK run, plus its last character alone.
+
+    The trailing unigram means every character starts some token, so a
+    one-character query can be answered with a prefix query (see `terms`).
+    """
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)] + [run[-1]]
+
+
+def segment(text: str) -> str:
+    """Rewrite CJK runs in `text` as space-separated bigrams, for indexing.
+
+    Text without CJK characters is returned unchanged (the common case costs
+    one regex search).
+
+    >>> segment("meet at 東京駅 at 9")
+    'meet at  東京 京駅 駅  at 9'
+    """
+    if not _CJK_RUN.search(text):
+        return text
+    return _CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
+
+
+def _normalise(text: str) -> str:
+    # NFKC folds full-width letters and digits, ligatures and superscripts to
+    # what the tokenizer sees in ordinary text; control and format characters
+    # become spaces so they separate words instead of gluing them.
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(" " if unicodedata.category(c)[0] == "C" else c for c in text).casefold()
+
+
+def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+    """The query's search terms, each already a safe FTS5 string.
+
+    Each term is a double-quoted string of letters and digits, a quoted
+    phrase of CJK bigrams, or a quoted single CJK character followed by
+    ``*`` (prefix: matches the bigrams that start with it). Duplicates are
+    removed, order kept, at most `TERMS_MAX` returned. Stop words are dropped
+    unless every word is one.
+    """
+    words: list[str] = []
+    for raw in _words(_normalise(text)):
+        pos = 0
+        for m in _CJK_RUN.finditer(raw):
+            if m.start() > pos:
+                words.append(raw[pos : m.start()])
+            words.append(m.group())
+            pos = m.end()
+        if pos < len(raw):
+            words.append(raw[pos:])
+    content = [w for w in words if w not in stop_words]
+    if not content:
+        content = words
+    out: list[str] = []
+    seen: set[str] = set()
+    for w in content:
+        if _is_cjk(w[0]):
+            term = f'"{w}"*' if len(w) == 1 else '"' + " ".join(_bigrams(w)[:-1]) + '"'
+        else:
+            term = f'"{w}"'
+        if term not in seen:
+            seen.add(term)
+            out.append(term)
+        if len(out) >= TERMS_MAX:
+            break
+    return out
+
+
+def build(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> str | None:
+    """A safe FTS5 MATCH expression for `text`, or None if it has no words.
+
+    None means nothing can match (empty input, only punctuation or emoji);
+    callers answer with zero matches instead of running a query.
+    """
+    found = terms(text, stop_words=stop_words)
+    if not found:
+        return None
+    return " OR ".join(found)

@@ -1,0 +1,341 @@
+"""The record format: validation, canonical bytes, content digest, chain hash.
+
+Pure: no I/O. A log line is ``canonical(record) + b"\\n"``. Canonical means
+``orjson.dumps(obj, option=OPT_SORT_KEYS)``; a line is valid only when
+re-encoding its parsed object gives the same bytes, so a hand edit shows.
+
+Chain hash, in two steps so that a record can be redacted later without
+breaking the chain::
+
+    cd   = blake3(canonical(record minus {seq, prev, hash}))
+    hash = blake3(canonical({"cd": cd, "prev": prev, "seq": seq}))
+
+A redacted line keeps ``v``, ``seq``, ``prev``, ``hash``, stores ``cd`` and
+gains ``"redacted": true``; its ``cd`` is taken as stored.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import blake3
+import orjson
+
+from . import limits
+from .errors import InvalidRecord, RecordTooLarge, ReservedField
+
+FORMAT_VERSION = 1
+ZERO_HASH = "0" * 64
+
+# Set by the store on every record; no caller can set or shadow them.
+RESERVED_FIELDS = frozenset({"v", "seq", "ts", "prev", "hash", "client", "cd", "redacted"})
+# Set by the caller through named API arguments, never through ``fields``.
+API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
+# Kinds with a meaning to the store; written only through their own calls.
+STORE_KINDS = frozenset({"checkpoint", "retract", "redaction"})
+CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
+REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
+
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def canonical(obj: Any) -> bytes:
+    """Encode ``obj`` as canonical JSON: sorted keys, no whitespace, UTF-8."""
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def digest(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+def content_digest(record: dict[str, Any]) -> str:
+    """``cd``: the digest of the record without its chain fields."""
+    content = {k: v for k, v in record.items() if k not in CHAIN_FIELDS}
+    return digest(canonical(content))
+
+
+def chain_hash(cd: str, prev: str, seq: int) -> str:
+    """``hash``: links a content digest to its place in the chain."""
+    return digest(canonical({"cd": cd, "prev": prev, "seq": seq}))
+
+
+def is_hash(value: Any) -> bool:
+    return isinstance(value, str) and _HEX64.match(value) is not None
+
+
+def utc_now() -> str:
+    """RFC 3339 UTC with microseconds and ``Z``, as every ``ts`` is written."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# -- validation -------------------------------------------------------------
+
+
+def _fail(path: str, problem: str, hint: str) -> InvalidRecord:
+    return InvalidRecord(f"field {path}: {problem}; {hint}; nothing was written", path=path)
+
+
+def _check_value(value: Any, path: str, depth: int) -> None:
+    """Walk a value and refuse anything that cannot be stored byte-exact.
+
+    Strings are left to orjson (a lone surrogate makes it raise, and
+    ``_locate_bad_string`` then names the field): encoding every string twice
+    would double the cost of a large record.
+    """
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return
+    if kind is int:
+        if not limits.INT_MIN <= value <= limits.INT_MAX:
+            raise _fail(path, "integer outside 64 bits", f"the range is {limits.INT_MIN}..{limits.INT_MAX}; store it as a string")
+        return
+    if kind is float:
+        if not math.isfinite(value):
+            raise _fail(path, f"{value!r} is not a JSON number", "NaN and Infinity cannot round-trip; store a string or null")
+        return
+    if kind is dict or kind is list:
+        if depth >= limits.DEPTH_MAX:
+            raise _fail(path, f"nested deeper than {limits.DEPTH_MAX} levels", "flatten the value")
+        if kind is dict:
+            for key, item in value.items():
+                if type(key) is not str:
+                    raise _fail(path, f"key {key!r} is a {type(key).__name__}, not a string", "JSON object keys must be strings")
+                _check_value(item, f"{path}.{key}", depth + 1)
+        else:
+            for i, item in enumerate(value):
+                _check_value(item, f"{path}[{i}]", depth + 1)
+        return
+    raise _fail(path, f"a {kind.__name__} is not a JSON value", "use str, int, float, bool, None, list or dict")
+
+
+def _locate_bad_string(value: Any, path: str) -> str | None:
+    """Name the first string (value or key) that is not valid UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _locate_bad_string(key, f"{path} (a key)") or _locate_bad_string(item, f"{path}.{key}")
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _locate_bad_string(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def check_content(content: dict[str, Any]) -> None:
+    """Refuse caller content the store cannot keep byte-exact.
+
+    ``content`` holds the caller's part of a record (API fields and extra
+    fields, merged). Raises InvalidRecord (nothing written).
+    """
+    for key, value in content.items():
+        if type(key) is not str:
+            raise _fail(repr(key), "field names must be strings", "rename the field")
+        _check_value(value, key, 1)
+
+
+def encode_checked(obj: dict[str, Any]) -> bytes:
+    """Canonical bytes of a record that passed ``check_content``.
+
+    orjson refuses what the walk left to it (lone surrogates); the error is
+    turned into one that names the field.
+    """
+    try:
+        return canonical(obj)
+    except orjson.JSONEncodeError as exc:
+        where = _locate_bad_string(obj, "record") or "record"
+        where = where.removeprefix("record.")
+        raise InvalidRecord(
+            f"field {where}: not valid UTF-8 (a lone surrogate?); send well-formed text; nothing was written",
+            path=where,
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """A caller's record content, validated and ready to be chained."""
+
+    fields: dict[str, Any]
+
+
+def make_content(
+    *,
+    text: str | None,
+    kind: str = "note",
+    body: Any = None,
+    scope: str | None = None,
+    source: str | None = None,
+    supersedes: list[int] | None = None,
+    client_op_id: str | None = None,
+    fields: dict[str, Any] | None = None,
+    store_kind: bool = False,
+) -> Content:
+    """Merge and validate what a caller may set.
+
+    Raises:
+        ReservedField: ``fields`` names a store-owned or API field.
+        InvalidRecord: any value that cannot be stored byte-exact.
+    """
+    if not isinstance(kind, str) or not kind:
+        raise _fail("kind", "must be a non-empty string", 'omit it for "note"')
+    if kind in STORE_KINDS and not store_kind:
+        raise InvalidRecord(
+            f'field kind: "{kind}" is written by the store itself; use the {kind} call instead; nothing was written',
+            path="kind",
+        )
+    if text is not None and not isinstance(text, str):
+        raise _fail("text", f"must be a string, got {type(text).__name__}", "pass the note as text")
+    for name, value in (("scope", scope), ("source", source)):
+        if value is not None and not isinstance(value, str):
+            raise _fail(name, f"must be a string, got {type(value).__name__}", f"pass {name} as text")
+    if client_op_id is not None:
+        if not isinstance(client_op_id, str) or not client_op_id:
+            raise _fail("client_op_id", "must be a non-empty string", "use a UUID or any unique token")
+        if len(client_op_id) > limits.CLIENT_OP_ID_CHARS_MAX:
+            raise _fail("client_op_id", f"longer than {limits.CLIENT_OP_ID_CHARS_MAX} characters", "use a shorter token")
+    if supersedes is not None:
+        if not isinstance(supersedes, list) or not supersedes:
+            raise _fail("supersedes", "must be a non-empty list of seq numbers", "name the records this one corrects")
+        for s in supersedes:
+            if type(s) is not int or s < 1:
+                raise _fail("supersedes", f"{s!r} is not a seq (an integer from 1)", "name records by their seq")
+    content: dict[str, Any] = {"kind": kind}
+    if fields is not None:
+        if not isinstance(fields, dict):
+            raise _fail("fields", f"must be an object, got {type(fields).__name__}", "pass extra fields as a JSON object")
+        for key in fields:
+            if key in RESERVED_FIELDS:
+                raise ReservedField(
+                    f"field {key!r} is set by the store and cannot be written by a caller; rename it; nothing was written",
+                    path=key,
+                )
+            if key in API_FIELDS:
+                raise ReservedField(
+                    f"field {key!r} is an argument of its own; pass it as {key}= instead of inside fields; nothing was written",
+                    path=key,
+                )
+        content.update(fields)
+    for name, value in (
+        ("text", text),
+        ("body", body),
+        ("scope", scope),
+        ("source", source),
+        ("supersedes", sorted(set(supersedes)) if supersedes else None),
+        ("client_op_id", client_op_id),
+    ):
+        if value is not None:
+            content[name] = value
+    check_content(content)
+    return Content(content)
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """A record with its chain fields, and the exact line that stores it."""
+
+    record: dict[str, Any]
+    line: bytes
+    cd: str
+    hash: str
+
+
+def seal(
+    content: Content,
+    *,
+    seq: int,
+    prev: str,
+    ts: str,
+    client: dict[str, Any],
+    record_bytes_max: int = limits.RECORD_BYTES_MAX,
+) -> Sealed:
+    """Stamp the store's fields, hash, and encode the line.
+
+    Raises:
+        RecordTooLarge: the line is over ``record_bytes_max`` (nothing written).
+        InvalidRecord: a string is not valid UTF-8.
+    """
+    assert seq >= 1
+    assert is_hash(prev)
+    body = dict(content.fields)
+    body["v"] = FORMAT_VERSION
+    body["ts"] = ts
+    body["client"] = client
+    cd = digest(encode_checked(body))
+    h = chain_hash(cd, prev, seq)
+    body["seq"] = seq
+    body["prev"] = prev
+    body["hash"] = h
+    line = canonical(body) + b"\n"
+    if len(line) > record_bytes_max:
+        raise RecordTooLarge(
+            f"record is {len(line)} bytes encoded, over the limit of {record_bytes_max} bytes; "
+            "split it or raise record_bytes_max; nothing was written",
+            observed=len(line),
+            expected=record_bytes_max,
+        )
+    return Sealed(body, line, cd, h)
+
+
+def redacted_form(record: dict[str, Any]) -> dict[str, Any]:
+    """The line that replaces a record on erasure: chain intact, content gone."""
+    return {
+        "cd": content_digest(record),
+        "hash": record["hash"],
+        "prev": record["prev"],
+        "redacted": True,
+        "seq": record["seq"],
+        "v": record.get("v", FORMAT_VERSION),
+    }
+
+
+# -- classification of stored lines ----------------------------------------
+
+RECORD = "record"
+REDACTED = "redacted"
+FOREIGN = "foreign"
+DAMAGED = "damaged"
+TORN = "torn"
+
+
+def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | None]:
+    """Classify one line's bytes (without its newline).
+
+    Returns ``(status, parsed, seq, hash, problem)``. ``seq`` and ``hash`` are
+    the values the line *claims* when it has chain fields, even if damaged, so
+    that a verifier can localise damage to one record.
+    """
+    try:
+        obj = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return DAMAGED, None, None, None, "not JSON"
+    if not isinstance(obj, dict) or not (CHAIN_FIELDS & obj.keys()):
+        return FOREIGN, obj, None, None, None
+    seq, prev, h = obj.get("seq"), obj.get("prev"), obj.get("hash")
+    if type(seq) is not int or seq < 1 or not is_hash(prev) or not is_hash(h):
+        claimed_seq = seq if type(seq) is int else None
+        claimed_hash = h if is_hash(h) else None
+        return DAMAGED, obj, claimed_seq, claimed_hash, "chain fields missing or malformed"
+    if obj.get("redacted") is True:
+        if obj.keys() != REDACTED_FIELDS or not is_hash(obj.get("cd")):
+            return DAMAGED, obj, seq, h, "redacted line has fields other than v, seq, prev, hash, cd, redacted"
+        cd = obj["cd"]
+        status = REDACTED
+    else:
+        cd = content_digest(obj)
+        status = RECORD
+    if chain_hash(cd, prev, seq) != h:
+        return DAMAGED, obj, seq, h, "hash does not recompute"
+    if canonical(obj) != content:
+        return DAMAGED, obj, seq, h, "bytes are not canonical"
+    return status, obj, seq, h, None

@@ -1,0 +1,188 @@
+"""The facade callers use: ``Store(path).write / checkpoint / get / list / verify / head``.
+
+Each method is a few lines over the log (and, where present, the index). The
+CLI and the MCP server hold no storage logic: they call these.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from . import chain, limits, record
+from .errors import InvalidRecord, NotFound
+from .log import Log
+
+DEFAULT_CLIENT = {"name": "retained", "version": "0.1.0"}
+
+
+def _entry(line: Any) -> dict[str, Any]:
+    """A stored record as callers see it: the record, where it lives."""
+    return {"seq": line.seq, "offset": line.offset, "length": line.length, "record": line.record}
+
+
+class Store:
+    """One store directory: the log and everything derived from it."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        client: dict[str, Any] | None = None,
+        record_bytes_max: int = limits.RECORD_BYTES_MAX,
+        lock_wait_s: float = limits.LOCK_WAIT_S,
+    ) -> None:
+        self.directory = Path(directory)
+        self.client = dict(client or DEFAULT_CLIENT)
+        self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s)
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -----------------------------------------------------------
+
+    def _append(self, content: record.Content, client: dict[str, Any] | None) -> dict[str, Any]:
+        if self.log.unusable:
+            # A failed write poisoned the handle; start again from the file.
+            self.log.reopen()
+        proof = self.log.append(content, client=client or self.client)
+        return proof
+
+    def write(
+        self,
+        text: str,
+        *,
+        kind: str = "note",
+        scope: str | None = None,
+        source: str | None = None,
+        body: Any = None,
+        fields: dict[str, Any] | None = None,
+        supersedes: list[int] | None = None,
+        client_op_id: str | None = None,
+        client: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Append a note (or any caller kind) and return its proof once durable."""
+        if not isinstance(text, str):
+            raise InvalidRecord(f"field text: must be a string, got {type(text).__name__}; nothing was written", path="text")
+        content = record.make_content(
+            text=text,
+            kind=kind,
+            body=body,
+            scope=scope,
+            source=source,
+            supersedes=supersedes,
+            client_op_id=client_op_id,
+            fields=fields,
+        )
+        return self._append(content, client)
+
+    def checkpoint(
+        self,
+        label: str,
+        *,
+        summary: str | None = None,
+        scope: str | None = None,
+        client: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Append a checkpoint: a labelled point in the work (label as text, summary as body)."""
+        if not isinstance(label, str) or not label.strip():
+            raise InvalidRecord("field label: must be a non-empty string; nothing was written", path="label")
+        if summary is not None and not isinstance(summary, str):
+            raise InvalidRecord("field summary: must be a string; nothing was written", path="summary")
+        content = record.make_content(text=label, kind="checkpoint", body=summary, scope=scope, store_kind=True)
+        return self._append(content, client)
+
+    def forget(self, seqs: list[int], reason: str, *, client: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Append a retraction naming ``seqs``: they leave search and the brief, stay readable."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidRecord("field reason: must be a non-empty string saying why; nothing was written", path="reason")
+        targets = _seq_list(seqs, "ids")
+        self._require(targets, "ids")
+        content = record.make_content(
+            text=None, kind="retract", fields={"retracts": targets, "reason": reason}, store_kind=True
+        )
+        return self._append(content, client)
+
+    def _require(self, seqs: list[int], path: str) -> None:
+        found = {e["seq"] for e in self.get(seqs, missing_ok=True)}
+        missing = [s for s in seqs if s not in found]
+        if missing:
+            raise NotFound(
+                f"field {path}: no record with seq {missing[0]}; nothing was written; see `retained list`",
+                seq=missing[0],
+                path=path,
+            )
+
+    # -- reading -----------------------------------------------------------
+
+    def get(self, seqs: list[int], *, missing_ok: bool = False) -> list[dict[str, Any]]:
+        """The records with these seqs, in the order asked.
+
+        Raises:
+            NotFound: a seq has no valid record (unless ``missing_ok``).
+        """
+        wanted = _seq_list(seqs, "ids")
+        found: dict[int, dict[str, Any]] = {}
+        remaining = set(wanted)
+        for line in self.log.scan():
+            if line.chained and line.seq in remaining:
+                found[line.seq] = _entry(line)
+                remaining.discard(line.seq)
+                if not remaining:
+                    break
+        if remaining and not missing_ok:
+            s = min(remaining)
+            raise NotFound(f"no record with seq {s}; see `retained list` for what exists", seq=s)
+        return [found[s] for s in wanted if s in found]
+
+    def list(self, *, limit: int = 20, kind: str | None = None, scope: str | None = None) -> dict[str, Any]:
+        """Newest records first, with how many more match (I2)."""
+        if type(limit) is not int or limit < 0:
+            raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        out: list[dict[str, Any]] = []
+        matched = 0
+        for line in self.log.scan_reverse():
+            if line.status != record.RECORD:
+                continue
+            rec = line.record
+            if kind is not None and rec.get("kind") != kind:
+                continue
+            if scope is not None and rec.get("scope") != scope:
+                continue
+            matched += 1
+            if len(out) < limit:
+                out.append(_entry(line))
+        return {"records": out, "returned": len(out), "total_matches": matched, "left_out": {"beyond_limit": matched - len(out)}}
+
+    def head(self) -> dict[str, Any]:
+        """The chain head (seq, hash): anchor it elsewhere to detect a rewritten log."""
+        seq, h, end = self.log.tail()
+        return {"seq": seq, "hash": h, "bytes": end, "log": str(self.log.path)}
+
+    def verify(self) -> dict[str, Any]:
+        """Walk the whole chain and report every finding (memory flat in log size)."""
+        report = chain.walk(self.log.scan(), self.log.path.name).to_dict()
+        report["quarantined"] = self.log.quarantined()
+        report["log"] = str(self.log.path)
+        report["exists"] = self.log.exists()
+        return report
+
+
+def _seq_list(seqs: Any, path: str) -> list[int]:
+    if isinstance(seqs, int) and not isinstance(seqs, bool):
+        seqs = [seqs]
+    if not isinstance(seqs, (list, tuple)) or not seqs:
+        raise InvalidRecord(f"field {path}: must be a non-empty list of seq numbers", path=path)
+    out = []
+    for s in seqs:
+        if type(s) is not int or s < 1:
+            raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1)", path=path)
+        out.append(s)
+    return out

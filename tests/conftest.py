@@ -1,0 +1,52 @@
+"""Shared fixtures: real store directories under tmp_path, real files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retained import Store
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+VECTORS = SHARED / "vectors"
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(store_dir: Path):
+    s = Store(store_dir)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def filled_store(store: Store):
+    """A store with 10 notes, seq 1..10."""
+    for i in range(1, 11):
+        store.write(f"note number {i}", scope="even" if i % 2 == 0 else "odd")
+    return store
+
+
+def run_cli(*args: str, env_dir: Path | None = None, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``python -m retained`` as a real subprocess."""
+    env = dict(os.environ)
+    if env_dir is not None:
+        env["RETAINED_DIR"] = str(env_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "retained", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=input,
+        timeout=timeout,
+        cwd=REPO,
+    )

@@ -1,0 +1,184 @@
+"""The append path and the readers, on real files (L1-L4)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from retained import Store, chain, record
+from retained.errors import LockTimeout, NotFound
+from retained.lock import StoreLock
+from retained.log import Log
+
+CLIENT = {"name": "test", "version": "0"}
+
+
+def _append(log: Log, text: str, **kw):
+    return log.append(record.make_content(text=text, **kw), client=CLIENT)
+
+
+def test_proof_matches_the_bytes_in_the_file(store_dir):
+    """L4: the proof names bytes that are really there."""
+    log = Log(store_dir)
+    proofs = [_append(log, f"note {i}") for i in range(5)]
+    data = (store_dir / "log.jsonl").read_bytes()
+    for i, p in enumerate(proofs, start=1):
+        line = data[p["offset"] : p["offset"] + p["length"]]
+        assert line.endswith(b"\n")
+        status, obj, seq, h, _ = record.classify(line[:-1])
+        assert (status, seq, h, obj["prev"]) == (record.RECORD, i, p["hash"], p["prev"])
+    assert proofs[-1]["offset"] + proofs[-1]["length"] == len(data)
+
+
+def test_seq_and_prev_link_across_handles(store_dir):
+    """L2/L3: a second handle (as another process would) continues the chain."""
+    a, b = Log(store_dir), Log(store_dir)
+    p1 = _append(a, "one")
+    p2 = _append(b, "two")
+    p3 = _append(a, "three")
+    assert [p1["seq"], p2["seq"], p3["seq"]] == [1, 2, 3]
+    assert p2["prev"] == p1["hash"] and p3["prev"] == p2["hash"]
+    assert chain.walk(a.scan()).ok
+
+
+def test_store_directory_is_0700_and_files_0600(store_dir):
+    Store(store_dir).write("x")
+    assert stat.S_IMODE(store_dir.stat().st_mode) == 0o700
+    for name in ("log.jsonl", "log.lock"):
+        assert stat.S_IMODE((store_dir / name).stat().st_mode) == 0o600
+
+
+def test_tail_of_a_1_mib_last_line_is_found_without_a_forward_scan(store_dir):
+    log = Log(store_dir)
+    _append(log, "small")
+    big = _append(log, "x" * (1024 * 1024))
+    fresh = Log(store_dir)
+    seq, h, end = fresh.tail()
+    assert (seq, h) == (2, big["hash"])
+    assert end == big["offset"] + big["length"]
+    assert _append(fresh, "after")["prev"] == big["hash"]
+
+
+def test_foreign_line_is_kept_reported_and_skipped_by_the_chain(store_dir):
+    log = Log(store_dir)
+    _append(log, "one")
+    with open(store_dir / "log.jsonl", "ab") as f:
+        f.write(b'{"note":"appended by another program"}\n')
+    p = _append(log, "two")
+    assert p["seq"] == 2
+    report = chain.walk(log.scan())
+    assert report.ok and report.foreign == [p["offset"] - len(b'{"note":"appended by another program"}\n')]
+    assert b"another program" in (store_dir / "log.jsonl").read_bytes()
+
+
+def test_damaged_last_line_is_kept_and_the_next_record_links_past_it(store_dir):
+    log = Log(store_dir)
+    p1 = _append(log, "one")
+    _append(log, "two")
+    path = store_dir / "log.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"text":"two"', b'"text":"twp"'))  # one flipped byte in seq 2
+    p3 = Log(store_dir)
+    proof = _append(p3, "three")
+    # seq 2 is damaged, so the chain continues from seq 1 (its last valid record).
+    assert proof["seq"] == 2 and proof["prev"] == p1["hash"]
+    report = chain.walk(p3.scan())
+    assert [f["kind"] for f in report.findings] == ["hash_mismatch"]
+    assert len(path.read_bytes().splitlines()) == 3
+
+
+def test_unterminated_tail_is_quarantined_then_truncated(store_dir):
+    """recovery T2 on a real file: bytes kept aside, fsynced, log cut at the last newline."""
+    log = Log(store_dir)
+    p1 = _append(log, "one")
+    path = store_dir / "log.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"seq":2,"text":"half a rec')
+    proof = _append(Log(store_dir), "two")
+    assert proof["seq"] == 2 and proof["offset"] == p1["length"]
+    q = store_dir / f"log.jsonl.torn-{p1['length']}"
+    assert q.read_bytes() == b'{"seq":2,"text":"half a rec'
+    assert stat.S_IMODE(q.stat().st_mode) == 0o600
+    assert chain.walk(Log(store_dir).scan()).ok
+    assert Log(store_dir).quarantined()[0]["bytes"] == len(b'{"seq":2,"text":"half a rec')
+
+
+def test_client_op_id_retry_returns_the_first_proof_and_appends_nothing(store_dir):
+    log = Log(store_dir)
+    first = _append(log, "once", client_op_id="op-1")
+    _append(log, "other")
+    size = (store_dir / "log.jsonl").stat().st_size
+    again = _append(Log(store_dir), "once", client_op_id="op-1")
+    assert again["duplicate"] is True and first["duplicate"] is False
+    assert {k: again[k] for k in ("seq", "hash", "offset", "length")} == {k: first[k] for k in ("seq", "hash", "offset", "length")}
+    assert (store_dir / "log.jsonl").stat().st_size == size
+
+
+def test_client_op_id_is_recognised_by_another_process(store_dir):
+    Store(store_dir).write("from the parent", client_op_id="shared-op")
+    code = textwrap.dedent(
+        f"""
+        import json
+        from retained import Store
+        print(json.dumps(Store({str(store_dir)!r}).write("from the child", client_op_id="shared-op")))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert '"duplicate": true' in out.stdout
+    assert len((store_dir / "log.jsonl").read_bytes().splitlines()) == 1
+
+
+def test_supersedes_a_seq_that_does_not_exist_is_refused(store_dir):
+    log = Log(store_dir)
+    _append(log, "one")
+    with pytest.raises(NotFound):
+        _append(log, "two", supersedes=[5])
+    assert len((store_dir / "log.jsonl").read_bytes().splitlines()) == 1
+
+
+def test_a_held_lock_gives_store_busy_and_writes_nothing(store_dir):
+    log = Log(store_dir, lock_wait_s=0.2)
+    _append(log, "one")
+    size = (store_dir / "log.jsonl").stat().st_size
+    with StoreLock(store_dir / "log.lock"):
+        with pytest.raises(LockTimeout) as err:
+            _append(Log(store_dir, lock_wait_s=0.2), "blocked")
+    assert err.value.code == "store_busy"
+    assert (store_dir / "log.jsonl").stat().st_size == size
+
+
+def test_scan_and_scan_reverse_agree_and_carry_offsets(store_dir):
+    log = Log(store_dir)
+    for i in range(50):
+        _append(log, f"n{i}" * (i * 97 % 3000))
+    forward = [(x.offset, x.seq) for x in log.scan()]
+    backward = [(x.offset, x.seq) for x in log.scan_reverse()]
+    assert forward == list(reversed(backward))
+    assert [s for _, s in forward] == list(range(1, 51))
+
+
+def test_scan_stops_at_the_size_it_started_with(store_dir):
+    log = Log(store_dir)
+    for i in range(3):
+        _append(log, str(i))
+    it = log.scan()
+    first = next(it)
+    _append(log, "appended during the scan")
+    rest = list(it)
+    assert first.seq == 1 and [x.seq for x in rest] == [2, 3]
+
+
+def test_a_log_replaced_on_disk_is_reopened_before_the_next_append(store_dir):
+    """A redaction renames a new file in; an open descriptor must not write to the old one."""
+    log = Log(store_dir)
+    _append(log, "one")
+    path = store_dir / "log.jsonl"
+    replacement = store_dir / "new.jsonl"
+    replacement.write_bytes(path.read_bytes())
+    os.replace(replacement, path)
+    _append(log, "two")
+    assert len(path.read_bytes().splitlines()) == 2

@@ -1,0 +1,136 @@
+"""``python -m harness``: probes (the default), ``eval`` and ``bench``.
+
+Examples:
+    python -m harness --adapter=retained --cmd="python -m retained"
+    python -m harness --adapter=server-memory --json
+    python -m harness eval
+    python -m harness bench --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import shlex
+import sys
+from pathlib import Path
+
+import anyio
+
+import harness
+from harness.adapters import ADAPTERS, NotApplicable, get
+from harness.probes import PROBES
+
+USAGE_ERROR = 2
+
+
+def _probe_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness",
+        description="Probe an MCP memory server over stdio: PASS, FAIL or SKIP with evidence per probe. "
+        "Subcommands: 'eval' (retrieval evaluation), 'bench' (benchmarks).",
+        epilog='example: python -m harness --adapter=retained --cmd="python -m retained"',
+    )
+    parser.add_argument("--adapter", default="retained", help=f"one of {', '.join(ADAPTERS)} (default retained)")
+    parser.add_argument("--cmd", help="the server command; default: this Python's '-m retained', "
+                        "or for server-memory node on a copy npm installs in the harness cache")
+    parser.add_argument("--probe", action="append", metavar="NAME",
+                        help=f"run only these probes (repeat or comma-separate); all: {', '.join(PROBES)}")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="probes run at once (default: 2, or 1 on one core)")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument("--markdown", action="store_true", help="print the result table as Markdown")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the stores and server logs under DIR")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds one probe may take (default 180)")
+    return parser
+
+
+def run_probes(argv: list[str]) -> int:
+    from harness.runner import markdown, render, run_all
+
+    args = _probe_parser().parse_args(argv)
+    names: list[str] = []
+    for chunk in args.probe or []:
+        names.extend(name.strip() for name in chunk.split(",") if name.strip())
+    unknown = [name for name in names if name not in PROBES]
+    if unknown:
+        print(f"harness: unknown probe {unknown[0]!r}; expected one of: {', '.join(PROBES)}", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        adapter = get(args.adapter)
+        command = adapter.command(shlex.split(args.cmd) if args.cmd else None)
+    except NotApplicable as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    report = anyio.run(
+        lambda: run_all(adapter, command, names or list(PROBES), jobs=args.jobs, keep=args.keep, timeout=args.timeout)
+    )
+    if args.json:
+        print(json.dumps(report.as_dict(), ensure_ascii=False, indent=1))
+    elif args.markdown:
+        print(markdown(report))
+    else:
+        print(render(report))
+    return 1 if report.failed else 0
+
+
+def _modules(prefix: str) -> list[str]:
+    return sorted(info.name for info in pkgutil.iter_modules(harness.__path__) if info.name.startswith(prefix))
+
+
+def run_eval(argv: list[str]) -> int:
+    """Run the built-in 12-question set, then the larger retrieval eval when it is present."""
+    status = 0
+    for name in ("eval_small", "eval_locomo"):
+        if name not in _modules("eval_"):
+            print(f"harness eval: {name} is not present; skipped", file=sys.stderr)
+            continue
+        module = importlib.import_module(f"harness.{name}")
+        status = max(status, int(module.main(list(argv)) or 0))
+    return status
+
+
+def run_bench(argv: list[str]) -> int:
+    """Run every harness/bench_*.py module that has main(argv), or the ones named."""
+    found = {}
+    for name in _modules("bench_"):
+        module = importlib.import_module(f"harness.{name}")
+        if callable(getattr(module, "main", None)):
+            found[name.removeprefix("bench_")] = module
+    if argv[:1] in (["--list"], ["-l"]):
+        print("\n".join(found) if found else "no benchmarks yet (harness/bench_*.py with main(argv))")
+        return 0
+    if argv[:1] in (["-h"], ["--help"]):
+        print("usage: python -m harness bench [--list] [NAME [ARGS...]]\n"
+              "runs every harness/bench_NAME.py with main(argv), or only NAME with ARGS")
+        return 0
+    if argv and not argv[0].startswith("-"):
+        name = argv[0].removeprefix("bench_")
+        if name not in found:
+            print(f"harness bench: no benchmark {name!r}; have: {', '.join(found) or 'none'}", file=sys.stderr)
+            return USAGE_ERROR
+        return int(found[name].main(argv[1:]) or 0)
+    if not found:
+        print("harness bench: no benchmarks yet (harness/bench_*.py with main(argv))", file=sys.stderr)
+        return 0
+    status = 0
+    for name, module in found.items():
+        print(f"== bench {name}", flush=True)
+        status = max(status, int(module.main(list(argv)) or 0))
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["eval"]:
+        return run_eval(argv[1:])
+    if argv[:1] == ["bench"]:
+        return run_bench(argv[1:])
+    if argv[:1] == ["probe"]:
+        argv = argv[1:]
+    return run_probes(argv)

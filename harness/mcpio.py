@@ -1,0 +1,176 @@
+"""One server under test: a real subprocess spoken to with the MCP SDK's client over stdio.
+
+Every call has a timeout, every process runs in its own process group, and
+every process the harness started is killed when its block ends, when the
+harness exits, or when a probe asks for a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from harness import __version__
+
+CALL_TIMEOUT_S = 30.0
+"""Longest wait for one tool call (a 16 MiB argument included)."""
+
+START_TIMEOUT_S = 30.0
+"""Longest wait for the initialize reply of a freshly spawned server."""
+
+STDERR_TAIL_BYTES = 2000
+"""How much of a server's stderr a report quotes when it died."""
+
+_LIVE_GROUPS: set[int] = set()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for pid in list(_LIVE_GROUPS):
+        _kill_group(pid)
+        _LIVE_GROUPS.discard(pid)
+
+
+@dataclass
+class Reply:
+    """What one tool call came back with."""
+
+    ok: bool
+    data: Any = None
+    text: str = ""
+    error: str = ""
+    crashed: bool = False
+
+    def brief(self, limit: int = 160) -> str:
+        text = self.error if not self.ok else self.text
+        text = " ".join(text.split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Server:
+    """A live server process and its client session."""
+
+    def __init__(self, client: Any, pidfile: Path, stderr_path: Path) -> None:
+        self._client = client
+        self._pidfile = pidfile
+        self.stderr_path = stderr_path
+        self.killed = False
+
+    @property
+    def pid(self) -> int | None:
+        try:
+            return int(self._pidfile.read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            return None
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None, *, timeout: float = CALL_TIMEOUT_S) -> Reply:
+        """Call a tool; never raises for what the server does, only reports it."""
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            with anyio.fail_after(timeout):
+                result = await self._client.call_tool(tool, arguments or {}, read_timeout_seconds=timeout)
+        except TimeoutError:
+            return Reply(False, error=f"no reply to {tool} within {timeout:g} s", crashed=True)
+        except MCPError as exc:
+            return Reply(False, error=f"protocol error {exc.error.code}: {exc.error.message}")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
+            return Reply(False, error=f"connection lost during {tool}: {type(exc).__name__}", crashed=True)
+        texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
+        text = "\n".join(texts)
+        if result.is_error:
+            return Reply(False, text=text, error=text or "error reply without text")
+        data = result.structured_content
+        if data is None and texts:
+            try:
+                data = json.loads(texts[0])
+            except ValueError:
+                data = None
+        return Reply(True, data=data, text=text)
+
+    def kill(self) -> None:
+        """SIGKILL the server's whole process group, right now."""
+        pid = self.pid
+        if pid is not None:
+            _kill_group(pid)
+        self.killed = True
+
+    def stderr_tail(self) -> str:
+        try:
+            data = self.stderr_path.read_bytes()[-STDERR_TAIL_BYTES:]
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace")
+
+
+@asynccontextmanager
+async def spawn(command: list[str], env: dict[str, str], workdir: Path) -> AsyncIterator[Server]:
+    """Start ``command`` with ``env`` and yield a connected Server; kill it on exit.
+
+    The command runs under ``sh`` only long enough to note its pid, then execs
+    the server, so the pid is the server's own and its process group is the
+    group to kill.
+    """
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp_types import Implementation
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix="pid-", dir=workdir)
+    os.close(handle)
+    pidfile = Path(name)
+    stderr_path = pidfile.with_name(pidfile.name.replace("pid-", "stderr-"))
+    params = StdioServerParameters(
+        command="/bin/sh",
+        args=["-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *command],
+        env=env,
+    )
+    async with AsyncExitStack() as stack:
+        errlog = stack.enter_context(open(stderr_path, "w", encoding="utf-8"))
+        transport = stdio_client(params, errlog=errlog)
+        client = Client(
+            transport,
+            mode="legacy",
+            client_info=Implementation(name="retained-harness", version=__version__),
+            read_timeout_seconds=START_TIMEOUT_S,
+            cache=None,
+        )
+        server = Server(client, pidfile, stderr_path)
+
+        def _forget() -> None:
+            pid = server.pid
+            if pid is not None:
+                _kill_group(pid)
+                _LIVE_GROUPS.discard(pid)
+
+        stack.callback(_forget)
+        try:
+            await stack.enter_async_context(client)
+        except Exception as exc:
+            tail = " ".join(server.stderr_tail().split())[-300:]
+            raise ServerStartError(f"server did not start ({type(exc).__name__}: {exc}); stderr: {tail or 'empty'}") from exc
+        pid = server.pid
+        if pid is not None:
+            _LIVE_GROUPS.add(pid)
+        yield server
+
+
+class ServerStartError(Exception):
+    """The command under test did not answer the initialize handshake."""

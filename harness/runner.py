@@ -1,0 +1,139 @@
+"""Runs the probes against one server command, a bounded number at a time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from harness.adapters.base import Adapter, NotApplicable
+from harness.mcpio import ServerStartError
+from harness.probes import FAIL, PASS, PROBES, SKIP, Context, Outcome, Verdict
+
+PROBE_TIMEOUT_S = 180.0
+"""Longest one probe may take, its server starts included."""
+
+_STORE_ENV_VARS = ("RETAINED_DIR", "MEMORY_FILE_PATH")
+
+
+@dataclass
+class RunReport:
+    adapter: str
+    command: list[str]
+    server: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {status: sum(1 for o in self.outcomes if o.status == status) for status in (PASS, FAIL, SKIP)}
+
+    @property
+    def failed(self) -> bool:
+        return self.counts[FAIL] > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "adapter": self.adapter,
+            "command": self.command,
+            "server": self.server,
+            "probes": [asdict(o) | {"seconds": round(o.seconds, 2)} for o in self.outcomes],
+            "counts": self.counts,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The first meaningful exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        verdicts = [e for e in exc.exceptions if isinstance(e, Verdict)]
+        exc = verdicts[0] if verdicts else exc.exceptions[0]
+    return exc
+
+
+async def run_probe(name: str, ctx: Context, timeout: float = PROBE_TIMEOUT_S) -> Outcome:
+    probe = PROBES[name]
+    started = time.monotonic()
+    try:
+        try:
+            with anyio.fail_after(timeout):
+                status, evidence = await probe(ctx)
+        except BaseExceptionGroup as group:
+            raise _unwrap(group) from None
+    except Verdict as verdict:
+        status, evidence = verdict.status, verdict.evidence
+    except NotApplicable as exc:
+        status, evidence = SKIP, str(exc)
+    except ServerStartError as exc:
+        status, evidence = FAIL, str(exc)
+    except TimeoutError:
+        status, evidence = FAIL, f"the probe did not finish within {timeout:g} s"
+    except Exception as exc:  # the harness's edge: report what went wrong, never hide it
+        status, evidence = FAIL, f"harness error {type(exc).__name__}: {exc}"
+    return Outcome(name, status, evidence, time.monotonic() - started)
+
+
+async def run_all(
+    adapter: Adapter,
+    command: list[str],
+    names: list[str],
+    *,
+    jobs: int = 2,
+    keep: Path | None = None,
+    timeout: float = PROBE_TIMEOUT_S,
+) -> RunReport:
+    """Run the named probes, ``jobs`` at a time, each in its own temp root."""
+    describe = getattr(adapter, "describe", None)
+    report = RunReport(adapter.name, command, describe() if describe else " ".join(command))
+    base_env = {key: value for key, value in os.environ.items() if key not in _STORE_ENV_VARS}
+    root = Path(tempfile.mkdtemp(prefix="retained-harness-", dir=keep))
+    os.chmod(root, 0o700)
+    results: dict[str, Outcome] = {}
+    limiter = anyio.CapacityLimiter(max(1, jobs))
+    started = time.monotonic()
+
+    async def one(name: str) -> None:
+        async with limiter:
+            probe_root = root / name
+            probe_root.mkdir(mode=0o700)
+            ctx = Context(adapter, command, probe_root, base_env)
+            results[name] = await run_probe(name, ctx, timeout)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for name in names:
+                group.start_soon(one, name)
+    finally:
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+    report.outcomes = [results[name] for name in names]
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def render(report: RunReport) -> str:
+    width = max(len(o.name) for o in report.outcomes) if report.outcomes else 10
+    lines = [f"retained-harness: adapter {report.adapter}, server {report.server}"]
+    for outcome in report.outcomes:
+        lines.append(f"{outcome.status} {outcome.name:<{width}}  {outcome.evidence}")
+    counts = report.counts
+    lines.append(
+        f"{len(report.outcomes)} probes: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped "
+        f"({report.seconds:.1f} s)"
+    )
+    return "\n".join(lines)
+
+
+def markdown(report: RunReport) -> str:
+    """The result table as Markdown, for the README."""
+    lines = [f"`{report.server}` (adapter `{report.adapter}`)", "", "| probe | result | evidence |", "|---|---|---|"]
+    for outcome in report.outcomes:
+        evidence = outcome.evidence.replace("|", "\\|")
+        lines.append(f"| `{outcome.name}` | {outcome.status} | {evidence} |")
+    return "\n".join(lines)

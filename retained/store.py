@@ -83,6 +83,31 @@ class Store:
         )
         return self._append(content, client)
 
+    def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Append many records with one lock and one fsync; proofs in order.
+
+        Each item holds the arguments of ``write`` (``text`` required, plus
+        kind, scope, source, body, fields, supersedes, client_op_id). Every item
+        is validated before anything is written: one bad item refuses the batch.
+        """
+        contents = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+                raise InvalidRecord(f"batch item {i}: needs a string text; nothing was written", path=f"[{i}].text")
+            unknown = set(item) - {"text", "kind", "scope", "source", "body", "fields", "supersedes", "client_op_id"}
+            if unknown:
+                raise InvalidRecord(
+                    f"batch item {i}: unknown argument {sorted(unknown)[0]!r}; put extra data in fields; nothing was written",
+                    path=f"[{i}]",
+                )
+            try:
+                contents.append(record.make_content(**item))
+            except InvalidRecord as exc:
+                raise type(exc)(f"batch item {i}: {exc.message}", **exc.fields) from exc
+        if self.log.unusable:
+            self.log.reopen()
+        return self.log.append_batch(contents, client=client or self.client)
+
     def checkpoint(
         self,
         label: str,

@@ -182,3 +182,29 @@ def test_a_log_replaced_on_disk_is_reopened_before_the_next_append(store_dir):
     os.replace(replacement, path)
     _append(log, "two")
     assert len(path.read_bytes().splitlines()) == 2
+
+
+def test_batch_append_chains_reads_back_and_dedupes(store_dir):
+    """One lock, one fsync: every record still chained (L3) and read back (L4)."""
+    store = Store(store_dir)
+    store.write("before", client_op_id="op-0")
+    items = [{"text": f"batch {i}", "client_op_id": f"op-{i % 50}"} for i in range(100)]
+    proofs = store.write_batch(items)
+    fresh = [p for p in proofs if not p["duplicate"]]
+    assert [p["seq"] for p in fresh] == list(range(2, 51))
+    assert sum(p["duplicate"] for p in proofs) == 51
+    report = chain.walk(Log(store_dir).scan())
+    assert report.ok and report.head_seq == 50
+    data = (store_dir / "log.jsonl").read_bytes()
+    for p in fresh:
+        assert record.classify(data[p["offset"] : p["offset"] + p["length"] - 1])[2] == p["seq"]
+
+
+def test_batch_with_one_bad_item_writes_nothing(store_dir):
+    store = Store(store_dir)
+    store.write("before")
+    before = (store_dir / "log.jsonl").read_bytes()
+    with pytest.raises(Exception) as err:
+        store.write_batch([{"text": "ok"}, {"text": "bad", "fields": {"hash": "x"}}])
+    assert "batch item 1" in str(err.value)
+    assert (store_dir / "log.jsonl").read_bytes() == before

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import math
 import socket
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from embed_server import EmbedServer, hashed_vector  # noqa: E402
-
-from retained.embed import Breaker, Embedder, protocol_for  # noqa: E402
-from retained.errors import (  # noqa: E402
+from retained.embed import Breaker, Embedder, protocol_for
+from retained.errors import (
     EmbedBadResponse,
     EmbedCircuitOpen,
     EmbedConfigError,
@@ -24,6 +18,7 @@ from retained.errors import (  # noqa: E402
     EmbedUnavailable,
     RetainedError,
 )
+from tests.embed_server import EmbedServer, hashed_vector
 
 DIM = 16
 KEY = "sk-test-0123456789abcdef-not-a-real-key"

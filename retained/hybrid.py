@@ -1,0 +1,644 @@
+"""Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF.
+
+What it owns: the ``vectors`` table in ``index.sqlite3`` (one row per record
+and model: the record's seq and chain hash, the model name, the dimension and
+the L2-normalised float32 vector), a ``vectors_meta`` table, and the search
+that fuses ``Index.ranked`` (bm25) with a cosine ranking over those vectors.
+It never writes the log and never writes the index's own tables; the index's
+``rebuild`` leaves these tables alone, and a vector whose hash no longer
+matches the index's record is ignored and replaced (a restored log, a
+redaction).
+
+Optional part, never a single point of failure (DESIGN "Embeddings"):
+
+- Writes never wait for an embedder. Vectors follow the append: ``kick()``
+  wakes a background thread (long-lived processes such as the MCP server),
+  ``catch_up()`` embeds a bounded batch before a hybrid search, and
+  ``backfill()`` (``retained embed --backfill``) embeds everything missing.
+- Vectors are kept per model. A change of ``RETAINED_EMBED_MODEL`` is seen at
+  once: the old model's vectors are never ranked with the new one's, and the
+  records without a vector for the configured model are counted.
+- Every search reply says ``mode`` ("hybrid" or "lexical") and, when lexical,
+  ``mode_reason``: embeddings off, numpy missing, the embedder unreachable or
+  timed out, the breaker open, or too many records without a vector.
+
+Fusion (``vectors.rrf``): ``score = 1 / (60 + lexical rank) + w / (60 + dense
+rank)`` over the lexical top ``LEXICAL_N`` and the dense top ``DENSE_N``, with
+the dense weight ``w`` a setting (default ``DENSE_WEIGHT``, chosen on half of
+the LoCoMo conversations by harness/eval_hybrid.py).
+
+Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
+dense candidates that did not match lexically; ``returned`` plus every
+``left_out`` count equals ``total_matches``, as in lexical mode.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import vectors
+from .embed import Embedder
+from .errors import EmbedError, InvalidRecord
+from .index import K_MAX, Index, estimate_tokens
+
+# Bounds and defaults, each with its reason.
+DENSE_WEIGHT = 0.5  # RRF weight of the dense list; see harness/eval_hybrid.py for how it was chosen
+LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
+DENSE_N = 50  # dense candidates fused, for the same reason
+CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
+BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
+MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
+EMBED_CHARS_MAX = 8000  # characters of a record sent to the embedder; models truncate near 512 tokens
+SKIP_KINDS = ("retract", "redaction")  # store kinds with no text worth embedding
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS vectors (
+    id INTEGER PRIMARY KEY,
+    model TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    v BLOB NOT NULL,
+    UNIQUE (model, seq)
+);
+CREATE TABLE IF NOT EXISTS vectors_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+"""
+
+
+def embed_text(rec: dict[str, Any]) -> str:
+    """The text embedded for a record: its ``text``, then its ``body`` if that is a string."""
+    parts = []
+    text = rec.get("text")
+    if isinstance(text, str) and text.strip():
+        parts.append(text)
+    body = rec.get("body")
+    if isinstance(body, str) and body.strip():
+        parts.append(body)
+    return "\n".join(parts)[:EMBED_CHARS_MAX]
+
+
+class _Matrix:
+    """The in-process copy of one model's vectors (rows in insertion order)."""
+
+    def __init__(self, model: str, generation: int) -> None:
+        self.model = model
+        self.generation = generation
+        self.last_id = 0
+        self.rows = 0
+        self.dim = 0
+        self.seqs: Any = None
+        self.mat: Any = None
+        self.hashes: list[str] = []
+        self.row_of: dict[int, int] = {}
+
+    def extend(self, fetched: list[tuple[int, int, str, int, bytes]]) -> None:
+        np = vectors.require_numpy()
+        if not fetched:
+            return
+        if self.mat is None:
+            self.dim = fetched[0][3]
+            self.mat = np.zeros((max(1024, len(fetched)), self.dim), dtype=np.float32)
+            self.seqs = np.zeros(self.mat.shape[0], dtype=np.int64)
+        need = self.rows + len(fetched)
+        if need > self.mat.shape[0]:
+            cap = max(need, 2 * self.mat.shape[0])
+            grown = np.zeros((cap, self.dim), dtype=np.float32)
+            grown[: self.rows] = self.mat[: self.rows]
+            self.mat = grown
+            seqs = np.zeros(cap, dtype=np.int64)
+            seqs[: self.rows] = self.seqs[: self.rows]
+            self.seqs = seqs
+        block = vectors.matrix([f[4] for f in fetched], self.dim)
+        self.mat[self.rows : need] = block
+        for i, (row_id, seq, h, _dim, _v) in enumerate(fetched):
+            self.seqs[self.rows + i] = seq
+            self.hashes.append(h)
+            self.row_of[seq] = self.rows + i
+            self.last_id = row_id
+        self.rows = need
+
+
+class Hybrid:
+    """Vectors for one index and one embedder, and the search that uses them.
+
+    Args:
+        index: the store's `Index` (its connection and lock are shared).
+        embedder: an `Embedder` (anything with ``model``, ``dim``,
+            ``embed(texts, purpose=)`` and ``status()``), or None when
+            embeddings are off.
+        dense_weight: RRF weight of the dense ranking (lexical is 1.0).
+        off_reason: what a lexical reply says when ``embedder`` is None.
+    """
+
+    def __init__(
+        self,
+        index: Index,
+        embedder: Embedder | Any | None,
+        *,
+        dense_weight: float = DENSE_WEIGHT,
+        lexical_n: int = LEXICAL_N,
+        dense_n: int = DENSE_N,
+        catchup_records: int = CATCHUP_RECORDS,
+        missing_max: float = MISSING_MAX,
+        off_reason: str = "embeddings are off (set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL to turn them on)",
+    ) -> None:
+        if not dense_weight >= 0:
+            raise InvalidRecord(f"dense_weight must be a number from 0, got {dense_weight!r}", path="dense_weight")
+        self.index = index
+        self.embedder = embedder
+        self.dense_weight = float(dense_weight)
+        self.lexical_n = lexical_n
+        self.dense_n = dense_n
+        self.catchup_records = catchup_records
+        self.missing_max = missing_max
+        self.off_reason = off_reason
+        self._schema_ready = False
+        self._cache: _Matrix | None = None
+        self._embed_lock = threading.Lock()  # one embedding pass at a time in this process
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self.last_error: str | None = None
+
+    @property
+    def model(self) -> str | None:
+        return self.embedder.model if self.embedder is not None else None
+
+    # -- schema -----------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        """The index's connection with this module's tables in place; hold ``index.lock``."""
+        db = self.index.connection()
+        if not self._schema_ready:
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+            self._schema_ready = True
+        return db
+
+    def _generation(self, db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT value FROM vectors_meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _bump_generation(self, db: sqlite3.Connection) -> None:
+        db.execute(
+            "INSERT INTO vectors_meta (key, value) VALUES ('generation', 1)"
+            " ON CONFLICT (key) DO UPDATE SET value = value + 1"
+        )
+
+    # -- which records lack a vector ---------------------------------------------
+
+    _PENDING = (
+        "FROM records AS r WHERE r.redacted = 0 AND coalesce(r.kind, '') NOT IN ('retract', 'redaction')"
+        " AND r.seq > ? AND NOT EXISTS (SELECT 1 FROM vectors AS v WHERE v.model = ? AND v.seq = r.seq"
+        " AND v.hash = r.hash)"
+    )
+
+    def _mark(self, db: sqlite3.Connection, model: str) -> int:
+        """The seq up to which every record has been considered for ``model``.
+
+        Kept as (seq, hash) in vectors_meta; if the index no longer holds that
+        hash at that seq (rebuilt from another log), start from 0 again.
+        """
+        row = db.execute("SELECT value FROM vectors_meta WHERE key = ?", (f"mark:{model}",)).fetchone()
+        if not row:
+            return 0
+        seq_s, _, h = str(row[0]).partition(":")
+        seq = int(seq_s)
+        if seq == 0:
+            return 0
+        found = db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
+        return seq if found and found[0] == h else 0
+
+    def _set_mark(self, db: sqlite3.Connection, model: str) -> None:
+        """Advance the mark over the leading run of records that need nothing."""
+        start = self._mark(db, model)
+        first = db.execute(f"SELECT min(r.seq) {self._PENDING}", (start, model)).fetchone()[0]
+        if first is None:
+            row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+        else:
+            row = db.execute("SELECT seq, hash FROM records WHERE seq < ? ORDER BY seq DESC LIMIT 1", (first,)).fetchone()
+        value = f"{row[0]}:{row[1]}" if row else "0:"
+        db.execute(
+            "INSERT INTO vectors_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (f"mark:{model}", value),
+        )
+
+    def pending(self) -> int:
+        """Records (not retractions or redactions) without a current vector for the configured model."""
+        if self.embedder is None:
+            return 0
+        self.index.catch_up()
+        with self.index.lock:
+            db = self._db()
+            start = self._mark(db, self.embedder.model)
+            return int(db.execute(f"SELECT count(*) {self._PENDING}", (start, self.embedder.model)).fetchone()[0])
+
+    def counts(self) -> dict[str, Any]:
+        """For verify and stats: records, vectors of the configured model, missing, other models."""
+        self.index.catch_up()
+        with self.index.lock:
+            db = self._db()
+            eligible = db.execute(
+                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
+            ).fetchone()[0]
+            per_model = dict(db.execute("SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
+        model = self.model
+        missing = self.pending() if model is not None else None
+        return {
+            "model": model,
+            "records": eligible,
+            "vectors": per_model.get(model, 0) if model else 0,
+            "missing": missing,
+            "other_models": {m: n for m, n in per_model.items() if m != model},
+        }
+
+    # -- embedding records ---------------------------------------------------------
+
+    def catch_up(self, limit: int | None = None) -> dict[str, Any]:
+        """Embed up to ``limit`` records that lack a vector (default ``catchup_records``).
+
+        Returns ``{"embedded", "pending", "error"}``; an embedder failure is
+        reported in ``error`` (never raised): the records stay pending.
+        """
+        if self.embedder is None:
+            return {"embedded": 0, "pending": 0, "error": self.off_reason}
+        limit = self.catchup_records if limit is None else limit
+        with self._embed_lock:
+            self.index.catch_up()
+            model = self.embedder.model
+            with self.index.lock:
+                db = self._db()
+                self._adopt_dim(db, model)
+                start = self._mark(db, model)
+                rows = db.execute(
+                    f"SELECT r.seq, r.offset, r.length, r.hash {self._PENDING} ORDER BY r.seq LIMIT ?",
+                    (start, model, limit),
+                ).fetchall()
+            todo: list[tuple[int, str, str]] = []
+            for seq, offset, length, h in rows:
+                line = self.index.log.line_at(offset, length)
+                if not line.chained or line.seq != seq or line.hash != h:
+                    continue  # the log moved under the index; its catch-up rebuilds
+                todo.append((seq, h, embed_text(line.record or {})))
+            error = None
+            embedded = 0
+            texts = [t for _, _, t in todo if t]
+            try:
+                got = self.embedder.embed(texts, purpose="passage") if texts else []
+            except EmbedError as e:
+                error = e.message
+                self.last_error = error
+                got = None
+            if got is not None:
+                it = iter(got)
+                out = []
+                for seq, h, text in todo:
+                    # A record with no text gets a zero-length row: considered, never ranked.
+                    blob = vectors.pack(next(it)) if text else b""
+                    out.append((model, seq, h, len(blob) // 4, blob))
+                with self.index.lock:
+                    db = self._db()
+                    db.execute("BEGIN IMMEDIATE")
+                    try:
+                        stale = db.execute(
+                            "SELECT count(*) FROM vectors WHERE model = ? AND seq IN (%s)" % ",".join("?" * len(out)),
+                            (model, *[o[1] for o in out]),
+                        ).fetchone()[0] if out else 0
+                        if stale:
+                            self._bump_generation(db)
+                        db.executemany(
+                            "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
+                        )
+                        self._set_mark(db, model)
+                        db.execute("COMMIT")
+                    except BaseException:
+                        if db.in_transaction:
+                            db.execute("ROLLBACK")
+                        raise
+                embedded = sum(1 for o in out if o[4])
+        return {"embedded": embedded, "pending": self.pending(), "error": error}
+
+    def _adopt_dim(self, db: sqlite3.Connection, model: str) -> None:
+        """Hold the embedder to the dimension already stored for this model."""
+        if self.embedder is not None and getattr(self.embedder, "dim", None) is None:
+            row = db.execute("SELECT dim FROM vectors WHERE model = ? AND dim > 0 LIMIT 1", (model,)).fetchone()
+            if row:
+                self.embedder.dim = row[0]
+
+    def backfill(self, progress: Callable[[int, int], None] | None = None, *, batch: int = BACKFILL_BATCH) -> dict[str, Any]:
+        """Embed every record that lacks a vector; stop at the first embedder failure.
+
+        ``progress(done, total)`` is called after each batch. Returns
+        ``{"embedded", "pending", "error", "model"}``.
+        """
+        if self.embedder is None:
+            return {"embedded": 0, "pending": 0, "error": self.off_reason, "model": None}
+        total = self.pending()
+        done = 0
+        error = None
+        pending = total
+        while pending:
+            step = self.catch_up(batch)
+            done += step["embedded"]
+            if progress is not None:
+                progress(done, total)
+            if step["error"]:
+                error = step["error"]
+                pending = step["pending"]
+                break
+            if step["pending"] >= pending:  # nothing moved: do not loop forever
+                pending = step["pending"]
+                break
+            pending = step["pending"]
+        return {"embedded": done, "pending": pending, "error": error, "model": self.embedder.model}
+
+    def kick(self) -> None:
+        """Embed new records soon, on a background thread (for long-lived processes).
+
+        Returns at once; an acknowledgement never waits for this.
+        """
+        if self.embedder is None:
+            return
+        self._wake.set()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._follow, name="retained-embed", daemon=True)
+            self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._closing:
+            if not self._wake.wait(timeout=60):
+                return  # idle for a minute: let the thread end; the next kick starts another
+            self._wake.clear()
+            while not self._closing:
+                try:
+                    step = self.catch_up(BACKFILL_BATCH)
+                except (sqlite3.Error, OSError) as e:  # the index is busy or gone: the next read catches up
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    break
+                if step["error"] or step["embedded"] == 0 or not step["pending"]:
+                    break
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- search ----------------------------------------------------------------
+
+    def _load(self, db: sqlite3.Connection, model: str) -> _Matrix:
+        generation = self._generation(db)
+        cache = self._cache
+        if cache is None or cache.model != model or cache.generation != generation:
+            cache = _Matrix(model, generation)
+        fetched = db.execute(
+            "SELECT id, seq, hash, dim, v FROM vectors WHERE model = ? AND id > ? AND dim > 0 ORDER BY id",
+            (model, cache.last_id),
+        ).fetchall()
+        cache.extend(fetched)
+        self._cache = cache
+        return cache
+
+    def dense(
+        self,
+        query_vec: list[float],
+        *,
+        limit: int,
+        scope: str | None = None,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+    ) -> list[tuple[int, float]]:
+        """The cosine ranking ``[(seq, similarity)]`` over visible records, best first."""
+        assert self.embedder is not None
+        np = vectors.require_numpy()
+        with self.index.lock:
+            db = self._db()
+            cache = self._load(db, self.embedder.model)
+            if cache.rows == 0 or limit <= 0:
+                return []
+            mat = cache.mat[: cache.rows]
+            if scope is not None:
+                in_scope = [s for (s,) in db.execute("SELECT seq FROM records WHERE scope = ?", (scope,))]
+                rows = [cache.row_of[s] for s in in_scope if s in cache.row_of]
+                if not rows:
+                    return []
+                sub = np.asarray(rows, dtype=np.int64)
+                top = [(int(sub[i]), sc) for i, sc in vectors.top_n(mat[sub], query_vec, min(len(rows), 4 * limit))]
+            else:
+                top = vectors.top_n(mat, query_vec, 4 * limit)
+            seqs = [int(cache.seqs[r]) for r, _ in top]
+            where = ["redacted = 0"]
+            if not include_superseded:
+                where.append("superseded = 0")
+            if not include_retracted:
+                where.append("retracted = 0")
+            ok: dict[int, str] = {}
+            for start in range(0, len(seqs), 500):
+                chunk = seqs[start : start + 500]
+                sql = f"SELECT seq, hash FROM records WHERE seq IN ({','.join('?' * len(chunk))}) AND {' AND '.join(where)}"
+                ok.update(db.execute(sql, chunk).fetchall())
+        out = []
+        for (row, score), seq in zip(top, seqs, strict=True):
+            if ok.get(seq) == cache.hashes[row]:
+                out.append((seq, score))
+                if len(out) == limit:
+                    break
+        return out
+
+    def why_lexical(self) -> str | None:
+        """The reason search cannot be hybrid right now without asking the embedder, or None."""
+        if self.embedder is None:
+            return self.off_reason
+        missing_numpy = vectors.numpy_missing()
+        if missing_numpy is not None:
+            return missing_numpy
+        state = self.embedder.status()["breaker"]
+        if state["state"] == "open":
+            return (
+                f"the embedder at {self.embedder.status()['url']} is not being called: circuit breaker "
+                f"open until {state['open_until']} after {state['failures']} failures "
+                f"(last: {state['last_error']})"
+            )
+        return None
+
+    def search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        max_tokens: int | None = None,
+        scope: str | None = None,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+        mode: str = "auto",
+    ) -> dict[str, Any]:
+        """Search with vectors when they can be used, else lexically; the reply says which and why.
+
+        ``mode`` is "auto" (hybrid when possible), "lexical", or "dense"
+        (the cosine ranking alone, for evaluation; falls back like auto).
+        The reply is `Index.search`'s plus ``mode``, ``mode_reason`` and
+        ``vectors`` (model, missing, breaker state).
+        """
+        if mode not in ("auto", "lexical", "dense"):
+            raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
+        opts = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        reason = "lexical search was asked for" if mode == "lexical" else self.why_lexical()
+        info: dict[str, Any] = {"model": self.model}
+        query_vec = None
+        if reason is None:
+            assert self.embedder is not None
+            step = self.catch_up()
+            missing = step["pending"]
+            info["missing"] = missing
+            eligible = self._eligible()
+            if step["error"] and missing:
+                reason = f"{missing} records have no vector and the embedder failed: {step['error']}"
+            elif eligible and missing / eligible > self.missing_max:
+                reason = (
+                    f"{missing} of {eligible} records have no vector for model {self.embedder.model!r}; "
+                    "run `retained embed --backfill`"
+                )
+            else:
+                try:
+                    query_vec = self.embedder.embed([text], purpose="query")[0] if text.strip() else None
+                except EmbedError as e:
+                    reason = f"the query could not be embedded: {e.message}"
+                if query_vec is None and reason is None:
+                    reason = "the query is empty"
+        if self.embedder is not None:
+            info["breaker"] = self.embedder.status()["breaker"]["state"]
+        if reason is not None or query_vec is None:
+            reply = self.index.search(text, k=k, max_tokens=max_tokens, **opts)
+            reply.update(mode="lexical", mode_reason=reason, vectors=info)
+            return reply
+        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info, **opts)
+
+    def _eligible(self) -> int:
+        with self.index.lock:
+            db = self._db()
+            return int(db.execute(
+                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
+            ).fetchone()[0])
+
+    def _fused(
+        self,
+        text: str,
+        query_vec: list[float],
+        *,
+        k: int,
+        max_tokens: int | None,
+        dense_only: bool,
+        info: dict[str, Any],
+        scope: str | None,
+        include_superseded: bool,
+        include_retracted: bool,
+    ) -> dict[str, Any]:
+        if not isinstance(text, str):
+            raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
+        if type(k) is not int or not 0 <= k <= K_MAX:
+            raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
+        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
+            raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+        opts = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
+        counts = self.index.search(text, k=0, **opts)
+        caught = counts["index"]
+        hidden_sup = counts["left_out"]["superseded"]
+        hidden_ret = counts["left_out"]["retracted"]
+        lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
+        lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), **opts)
+        dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
+        dense_only_seqs = self._not_lexical([s for s, _ in dense], text)
+        if dense_only:
+            fused = [(s, sc) for s, sc in dense]
+        else:
+            fused = vectors.rrf([[s for s, _ in lex], [s for s, _ in dense]], [1.0, self.dense_weight])
+        # Matches: every lexical match, plus the dense candidates no lexical term matched.
+        total = counts["total_matches"] + len(dense_only_seqs)
+        visible = lexical_visible + len(dense_only_seqs)
+        lex_rank = {s: i for i, (s, _) in enumerate(lex, start=1)}
+        dense_rank = {s: i for i, (s, _) in enumerate(dense, start=1)}
+        top = fused[:k]
+        results: list[dict[str, Any]] = []
+        used = over_budget = unreadable = 0
+        with self.index.lock:
+            db = self.index.connection()
+            places = {
+                s: db.execute("SELECT offset, length, hash FROM records WHERE seq = ?", (s,)).fetchone() for s, _ in top
+            }
+        for seq, score in top:
+            if over_budget:
+                over_budget += 1
+                continue
+            place = places.get(seq)
+            line = self.index.log.line_at(place[0], place[1]) if place else None
+            if line is None or not line.chained or line.seq != seq or line.hash != place[2]:
+                unreadable += 1
+                continue
+            entry: dict[str, Any] = {"seq": seq, "offset": place[0], "length": place[1], "record": line.record}
+            cost = estimate_tokens(line.record or {})
+            if max_tokens is not None and used + cost > max_tokens:
+                over_budget += 1
+                continue
+            used += cost
+            entry["score"] = score
+            entry["tokens"] = cost
+            entry["ranks"] = {"lexical": lex_rank.get(seq), "dense": dense_rank.get(seq)}
+            if include_superseded or include_retracted:
+                entry.update(self.index.links(seq))
+            results.append(entry)
+        left_out = {
+            "beyond_k": visible - len(top),
+            "over_budget": over_budget,
+            "superseded": hidden_sup,
+            "retracted": hidden_ret,
+            "unreadable": unreadable,
+        }
+        from . import query as _query
+
+        reply = {
+            "query": _query.build(text) or "",
+            "results": results,
+            "total_matches": total,
+            "returned": len(results),
+            "left_out": left_out,
+            "tokens": used,
+            "index": caught,
+            "mode": "dense" if dense_only else "hybrid",
+            "mode_reason": None,
+            "vectors": {**info, "dense_weight": self.dense_weight, "dense_candidates": len(dense)},
+        }
+        assert reply["returned"] + sum(left_out.values()) == reply["total_matches"]
+        return reply
+
+    def _not_lexical(self, seqs: list[int], text: str) -> list[int]:
+        """The seqs among ``seqs`` that the lexical query does not match."""
+        if not seqs:
+            return []
+        from . import query as _query
+
+        expr = _query.build(text)
+        if expr is None:
+            return list(seqs)
+        with self.index.lock:
+            db = self.index.connection()
+            marks = ",".join("?" * len(seqs))
+            matched = {
+                r[0]
+                for r in db.execute(f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", [expr, *seqs])
+            }
+        return [s for s in seqs if s not in matched]
+
+
+def status_line(reply: dict[str, Any]) -> str:
+    """One line for people: ``mode: hybrid`` or ``mode: lexical (why)``."""
+    if reply.get("mode_reason"):
+        return f"mode: {reply.get('mode', 'lexical')} ({reply['mode_reason']})"
+    return f"mode: {reply.get('mode', 'lexical')}"
+
+
+__all__ = ["DENSE_WEIGHT", "Hybrid", "embed_text", "status_line"]

@@ -1,0 +1,232 @@
+"""Vectors in the index and hybrid search, against a real embedding server on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retained import Store
+from retained.embed import Breaker, Embedder
+from retained.hybrid import Hybrid, embed_text, status_line
+from retained.index import Index
+from tests.embed_server import EmbedServer
+
+DIM = 32
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbedServer]:
+    with EmbedServer(dim=DIM) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _reset(server: EmbedServer) -> Iterator[None]:
+    server.reset()
+    if server._httpd is None:
+        server.start()
+    yield
+    server.reset()
+    if server._httpd is None:
+        server.start()
+
+
+@pytest.fixture
+def parts(tmp_path: Path, server: EmbedServer) -> Iterator[tuple[Store, Index, Hybrid, FakeClock]]:
+    store = Store(tmp_path / "s")
+    index = Index(store.log)
+    clock = FakeClock()
+    emb = Embedder(server.url("ollama"), "hashed-bow", read_timeout_s=0.5,
+                   breaker=Breaker(failures_max=2, cooldown_s=30, clock=clock))
+    hybrid = Hybrid(index, emb)
+    yield store, index, hybrid, clock
+    hybrid.close()
+    index.close()
+    store.close()
+
+
+def accounted(reply: dict[str, Any]) -> bool:
+    return reply["returned"] + sum(reply["left_out"].values()) == reply["total_matches"]
+
+
+def fill(store: Store) -> None:
+    store.write("the quarterly budget spreadsheet lives in the finance folder")
+    store.write("deploy key rotated on the staging cluster", scope="ops")
+    store.write("lunch order: two pizzas and salad")
+    store.write("cluster staging deploy rolled back after the incident", scope="ops")
+
+
+def test_records_get_vectors_and_search_is_hybrid(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    reply = hybrid.search("staging cluster deploy", k=3)
+    assert reply["mode"] == "hybrid" and reply["mode_reason"] is None
+    assert accounted(reply)
+    assert {r["seq"] for r in reply["results"][:2]} == {2, 4}
+    assert reply["results"][0]["ranks"]["dense"] is not None
+    counts = hybrid.counts()
+    assert counts["vectors"] == 4 and counts["missing"] == 0
+    assert status_line(reply) == "mode: hybrid"
+
+
+def test_hybrid_finds_what_lexical_search_cannot(parts: Any) -> None:
+    """The hashed embedder matches word forms the stemmer does not fold ("pizzas" vs a typo'd query)."""
+    store, index, hybrid, _ = parts
+    fill(store)
+    lexical = index.search("pizzas salad lunchtime", k=5)
+    reply = hybrid.search("pizzas salad lunchtime", k=5)
+    assert reply["mode"] == "hybrid"
+    assert reply["results"][0]["seq"] == 3
+    # Dense candidates that match no lexical term are counted as matches too.
+    assert reply["total_matches"] >= lexical["total_matches"]
+    assert accounted(reply)
+    dense_only = hybrid.search("xylophone quantum", k=4)
+    assert dense_only["mode"] == "hybrid"
+    assert index.search("xylophone quantum", k=4)["total_matches"] == 0
+    assert dense_only["returned"] == 4 and accounted(dense_only)
+
+
+def test_embedder_stopped_writes_land_search_is_lexical_and_says_why(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, clock = parts
+    fill(store)
+    hybrid.search("budget", k=2)
+    server.stop()
+    proof = store.write("the budget moved to a new spreadsheet")
+    assert proof["seq"] == 5
+    reply = hybrid.search("budget spreadsheet", k=5)
+    assert reply["mode"] == "lexical"
+    assert "embedder" in reply["mode_reason"]
+    assert {r["seq"] for r in reply["results"]} == {1, 5}
+    assert accounted(reply)
+    # Two failures open the breaker: no more calls, and the reply says so.
+    hybrid.search("budget", k=1)
+    reply = hybrid.search("budget", k=1)
+    assert reply["mode"] == "lexical" and "circuit breaker open" in reply["mode_reason"]
+    assert reply["vectors"]["breaker"] == "open"
+    # The server comes back; after the cool-down, backfill fills the gap.
+    server.start()
+    clock.t += 31
+    assert hybrid.pending() == 1
+    done = hybrid.backfill()
+    assert done == {"embedded": 1, "pending": 0, "error": None, "model": "hashed-bow"}
+    assert hybrid.search("budget spreadsheet", k=5)["mode"] == "hybrid"
+
+
+def test_a_slow_embedder_never_delays_a_write(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, _ = parts
+    server.delay_s = 2.0
+    proof = store.write("written while the embedder sleeps")
+    hybrid.kick()  # what the server does after acknowledging: returns at once
+    assert proof["seq"] == 1
+    reply = hybrid.search("embedder sleeps", k=1)
+    assert reply["mode"] == "lexical" and "read timeout" in reply["mode_reason"]
+    assert reply["returned"] == 1
+
+
+def test_too_many_records_without_vectors_means_lexical(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, _ = parts
+    hybrid.catchup_records = 2
+    for i in range(10):
+        store.write(f"note {i} about gardening")
+    reply = hybrid.search("gardening", k=3)
+    assert reply["mode"] == "lexical"
+    assert "8 of 10 records have no vector" in reply["mode_reason"] and "--backfill" in reply["mode_reason"]
+    progress: list[tuple[int, int]] = []
+    assert hybrid.backfill(progress.append if False else lambda d, t: progress.append((d, t)))["pending"] == 0
+    assert progress[-1] == (8, 8)
+    assert hybrid.search("gardening", k=3)["mode"] == "hybrid"
+
+
+def test_a_model_change_never_mixes_vectors(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    hybrid.backfill()
+    other = Hybrid(index, Embedder(server.url("openai"), "another-model"))
+    counts = other.counts()
+    assert counts["vectors"] == 0 and counts["missing"] == 4
+    assert counts["other_models"] == {"hashed-bow": 4}
+    reply = other.search("staging", k=2, mode="auto")
+    # Catch-up embedded the first batch for the new model; nothing of the old one was ranked.
+    assert reply["vectors"]["model"] == "another-model"
+    assert other.counts()["vectors"] == 4
+    assert hybrid.counts()["vectors"] == 4
+
+
+def test_wrong_dimension_from_the_same_model_is_rejected(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    hybrid.backfill()
+    fresh = Hybrid(index, Embedder(server.url("ollama"), "hashed-bow"))
+    store.write("a fifth note")
+    server.wrong_dim = True
+    step = fresh.catch_up()
+    assert step["embedded"] == 0 and step["pending"] == 1
+    assert f"expected {DIM}" in step["error"]
+
+
+def test_retracted_and_superseded_records_stay_out_of_dense_results(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    store.write("lunch order: three pizzas", supersedes=[3])
+    store.forget([1], "wrong folder")
+    reply = hybrid.search("pizzas lunch budget spreadsheet finance", k=10)
+    seqs = [r["seq"] for r in reply["results"]]
+    assert 3 not in seqs and 1 not in seqs and 5 in seqs
+    assert reply["left_out"]["superseded"] == 1 and reply["left_out"]["retracted"] == 1
+    assert accounted(reply)
+    shown = hybrid.search("pizzas", k=10, include_superseded=True)
+    assert 3 in [r["seq"] for r in shown["results"]]
+
+
+def test_scope_filter_applies_to_the_dense_ranking(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    reply = hybrid.search("pizzas", k=10, scope="ops")
+    assert reply["mode"] == "hybrid"
+    assert {r["seq"] for r in reply["results"]} <= {2, 4}
+    assert accounted(reply)
+
+
+def test_budget_and_k_keep_the_accounting(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    for k in (0, 1, 2, 10):
+        for budget in (None, 0, 12, 1000):
+            reply = hybrid.search("staging deploy pizzas", k=k, max_tokens=budget)
+            assert reply["mode"] == "hybrid" and accounted(reply), (k, budget, reply["left_out"])
+
+
+def test_without_embedder_search_is_lexical_and_says_it_is_off(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        store.write("hello world")
+        index = Index(store.log)
+        reply = Hybrid(index, None).search("hello")
+        assert reply["mode"] == "lexical" and "RETAINED_EMBED_URL" in reply["mode_reason"]
+        assert reply["returned"] == 1
+        index.close()
+
+
+def test_vectors_survive_an_index_rebuild_and_follow_a_redaction_free_log(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    hybrid.backfill()
+    index.rebuild()
+    assert hybrid.pending() == 0
+    assert hybrid.search("staging", k=2)["mode"] == "hybrid"
+
+
+def test_embed_text_is_text_then_body() -> None:
+    assert embed_text({"text": "a", "body": "b"}) == "a\nb"
+    assert embed_text({"text": "a", "body": {"x": 1}}) == "a"
+    assert embed_text({"kind": "retract"}) == ""

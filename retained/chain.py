@@ -75,6 +75,9 @@ def walk(lines: Iterable[Line], log_name: str = "log.jsonl") -> ChainReport:
     # Predecessors the next chained line may link to: the last valid record,
     # plus any damaged lines after it that still claim a seq and hash.
     candidates: list[tuple[int, str]] = [(0, record.ZERO_HASH)]
+    # Targets named by redaction records: each must be redacted by the end,
+    # or an erasure was interrupted (running it again finishes it).
+    redaction_targets: dict[int, int] = {}
     for line in lines:
         report.bytes = line.end
         where = f"{log_name} byte {line.offset}"
@@ -131,9 +134,23 @@ def walk(lines: Iterable[Line], log_name: str = "log.jsonl") -> ChainReport:
                 }
             )
         report.records += 1
+        if line.status == record.RECORD and rec.get("kind") == "redaction" and type(rec.get("redacts")) is int:
+            redaction_targets[rec["redacts"]] = line.seq
         if line.status == record.REDACTED:
             report.redacted.append(line.seq)
         last_seq, last_hash = line.seq, line.hash
         candidates = [(last_seq, last_hash)]
     report.head_seq, report.head_hash = last_seq, last_hash
+    done = set(report.redacted)
+    for target, by in sorted(redaction_targets.items()):
+        if target not in done:
+            report.findings.append(
+                {
+                    "kind": "redaction_pending",
+                    "seq": target,
+                    "offset": None,
+                    "message": f"seq {by} records the erasure of seq {target}, but seq {target} still holds its content; "
+                    f"run `retained redact {target} --reason ...` again to finish it",
+                }
+            )
     return report

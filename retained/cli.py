@@ -153,6 +153,34 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        reply = store.search(
+            args.query, k=args.k, max_tokens=args.max_tokens, scope=args.scope,
+            include_superseded=args.include_superseded,
+        )
+
+    def text() -> str:
+        lines = [f"{r['score']:.2f} " + _record_text(r) for r in reply["results"]]
+        left = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in reply["left_out"].items() if v)
+        lines.append(f"({reply['returned']} of {reply['total_matches']} matches" + (f"; left out: {left})" if left else ")"))
+        return "\n".join(lines)
+
+    emit(args, reply, text)
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    def report(done: int, total: int) -> None:
+        if not args.json or total > 0:
+            progress(f"rebuild: {done}/{total} bytes ({100 * done // max(total, 1)}%)")
+
+    with open_store(args) as store:
+        result = store.rebuild(progress=report)
+    emit(args, result, lambda: f"rebuilt the index: {result['records']} records from {result['bytes']} bytes of log")
+    return 0
+
+
 def _verify_text(report: dict[str, Any]) -> str:
     lines = []
     if not report.get("exists", True):
@@ -188,6 +216,28 @@ def cmd_head(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         head = store.head()
     emit(args, head, lambda: f"{head['seq']} {head['hash']}")
+    return 0
+
+
+def cmd_redact(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.redact(args.seq, args.reason)
+
+    def text() -> str:
+        if result["already_redacted"]:
+            return f"seq {result['seq']} was already redacted; nothing changed"
+        proof = result["redaction_record"]
+        lines = [
+            f"seq {result['seq']} redacted: {result['line_bytes_before']} bytes of content replaced by its "
+            f"{result['line_bytes_after']}-byte redacted form; the chain still verifies",
+            f"redaction record: seq {proof['seq']} {proof['hash']}",
+            f"index: {result['index']}",
+        ]
+        if result["quarantine_scrubbed"]:
+            lines.append("scrubbed from quarantined tails: " + ", ".join(result["quarantine_scrubbed"]))
+        return "\n".join(lines)
+
+    emit(args, result, text)
     return 0
 
 
@@ -256,10 +306,24 @@ def build_parser() -> argparse.ArgumentParser:
     command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
     command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
 
+    p = command("search", "ranked records for a query, saying how many it left out and why", "retained search 'deploy target' -k 5 --scope proj-a", cmd_search)
+    p.add_argument("query", help="any text; punctuation and search syntax are taken literally")
+    p.add_argument("-k", type=int, default=10, help="most results to return (default 10)")
+    p.add_argument("--max-tokens", type=int, help="token budget for the results (estimate: utf-8 bytes / 4)")
+    p.add_argument("--scope", help="only records with this scope")
+    p.add_argument("--include-superseded", action="store_true", help="also show records a later record superseded")
+
+    command("rebuild", "drop the index and rebuild it from the log (progress on stderr)", "retained rebuild", cmd_rebuild)
+
+    p = command("redact", "erase one record's content for good (the chain still verifies)", "retained redact 12 --reason 'pasted a password'", cmd_redact)
+    p.add_argument("seq", type=int, metavar="SEQ")
+    p.add_argument("--reason", required=True, help="why the record is erased (kept in the redaction record)")
+
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
+    p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
     return parser
 
 

@@ -7,11 +7,12 @@ CLI and the MCP server hold no storage logic: they call these.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from . import chain, limits, record
-from .errors import InvalidRecord, NotFound
+from .errors import InvalidRecord, NotFound, RetainedError
 from .log import Log
 
 DEFAULT_CLIENT = {"name": "retained", "version": "0.1.0"}
@@ -36,9 +37,13 @@ class Store:
         self.directory = Path(directory)
         self.client = dict(client or DEFAULT_CLIENT)
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s)
+        self._index: Any = None  # the derived index (retained/index.py), opened on first use
 
     def close(self) -> None:
         self.log.close()
+        if self._index is not None:
+            self._index.close()
+            self._index = None
 
     def __enter__(self) -> Store:
         return self
@@ -53,6 +58,7 @@ class Store:
             # A failed write poisoned the handle; start again from the file.
             self.log.reopen()
         proof = self.log.append(content, client=client or self.client)
+        self._index_quietly()
         return proof
 
     def write(
@@ -71,6 +77,8 @@ class Store:
         """Append a note (or any caller kind) and return its proof once durable."""
         if not isinstance(text, str):
             raise InvalidRecord(f"field text: must be a string, got {type(text).__name__}; nothing was written", path="text")
+        if supersedes:
+            self._require(_seq_list(supersedes, "supersedes"), "supersedes")
         content = record.make_content(
             text=text,
             kind=kind,
@@ -145,6 +153,37 @@ class Store:
                 path=path,
             )
 
+    def redact(self, seq: int, reason: str, *, client: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Erase one record's content for good; the chain still verifies end to end.
+
+        Appends a ``redaction`` record, rewrites the target line into its
+        redacted form (temporary file, fsync, atomic rename, directory fsync),
+        scrubs quarantined tails, and rebuilds the index with SQLite's
+        secure_delete so no erased term survives in its pages.
+        """
+        from . import redaction
+
+        result = redaction.redact(self.log, seq, reason, client=client or self.client).to_dict()
+        result["index"] = self._scrub_index()
+        return result
+
+    def _scrub_index(self) -> str:
+        index_path = self.directory / "index.sqlite3"
+        if not index_path.exists():
+            return "absent"
+        from .index import Index
+
+        idx = Index(self.log)
+        try:
+            db = idx.connection()
+            db.execute("PRAGMA secure_delete=ON")
+            idx.rebuild()
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            idx.close()
+        return "rebuilt"
+
     # -- reading -----------------------------------------------------------
 
     def get(self, seqs: list[int], *, missing_ok: bool = False) -> list[dict[str, Any]]:
@@ -154,9 +193,9 @@ class Store:
             NotFound: a seq has no valid record (unless ``missing_ok``).
         """
         wanted = _seq_list(seqs, "ids")
-        found: dict[int, dict[str, Any]] = {}
-        remaining = set(wanted)
-        for line in self.log.scan():
+        found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
+        remaining = set(wanted) - found.keys()
+        for line in self.log.scan() if remaining else ():
             if line.chained and line.seq in remaining:
                 found[line.seq] = _entry(line)
                 remaining.discard(line.seq)
@@ -186,6 +225,77 @@ class Store:
                 out.append(_entry(line))
         return {"records": out, "returned": len(out), "total_matches": matched, "left_out": {"beyond_limit": matched - len(out)}}
 
+    # -- the index (retained/index.py) -------------------------------------
+
+    @property
+    def index(self) -> Any:
+        """The derived index, opened on first use; safe to delete and rebuild."""
+        if self._index is None:
+            from .index import Index
+
+            self._index = Index(self.log)
+        return self._index
+
+    def _index_quietly(self) -> None:
+        # The index is not on the durability path: the write is already
+        # acknowledged, and whatever this misses the next read catches up.
+        try:
+            self.index.catch_up()
+        except (RetainedError, sqlite3.Error, OSError):
+            pass
+
+    def _get_indexed(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
+        """Records found through the index (read from the log, hash checked), with their links."""
+        if not self.log.exists():
+            return {}
+        found = {}
+        try:
+            for s in dict.fromkeys(seqs):
+                entry = self.index.read(s)
+                if entry is not None:
+                    entry.update(self.index.links(s))
+                    found[s] = entry
+        except (sqlite3.Error, OSError):
+            return {}  # the index is unusable: the caller scans the log
+        return found
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        max_tokens: int | None = None,
+        scope: str | None = None,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+    ) -> dict[str, Any]:
+        """Ranked records with the I2 accounting (see ``Index.search``)."""
+        if not self.log.exists():
+            from .index import Index
+
+            empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
+            return empty
+        return self.index.search(
+            query, k=k, max_tokens=max_tokens, scope=scope,
+            include_superseded=include_superseded, include_retracted=include_retracted,
+        )
+
+    def rebuild(self, progress: Any = None) -> dict[str, Any]:
+        """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``."""
+        return self.index.rebuild(progress)
+
+    def _verify_index(self, report: dict[str, Any]) -> dict[str, Any]:
+        if not self.log.exists():
+            return {"checked": False, "findings": 0}
+        try:
+            findings = self.index.verify()
+        except (RetainedError, sqlite3.Error) as exc:
+            findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
+                         "observed": str(exc), "message": f"the index cannot be read ({exc}); run `retained rebuild`"}]
+        report["findings"].extend(findings)
+        report["ok"] = not report["findings"]
+        return {"checked": True, "findings": len(findings)}
+
     def head(self) -> dict[str, Any]:
         """The chain head (seq, hash): anchor it elsewhere to detect a rewritten log."""
         seq, h, end = self.log.tail()
@@ -197,6 +307,7 @@ class Store:
         report["quarantined"] = self.log.quarantined()
         report["log"] = str(self.log.path)
         report["exists"] = self.log.exists()
+        report["index"] = self._verify_index(report)
         return report
 
 

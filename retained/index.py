@@ -611,12 +611,7 @@ class Index:
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
         """
-        if not isinstance(text, str):
-            raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
-        if type(k) is not int or not 0 <= k <= K_MAX:
-            raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
-        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
-            raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+        _check_search_args(text, k, max_tokens)
         caught = self.catch_up()
         expr = query.build(text)
         total = sup_only = ret_only = both = 0
@@ -672,6 +667,20 @@ class Index:
             "left_out": left_out,
             "tokens": used,
             "index": caught,
+        }
+
+    @staticmethod
+    def empty_reply(text: str, *, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
+        """The reply for a store with no log yet: nothing matched, nothing left out."""
+        _check_search_args(text, k, max_tokens)
+        return {
+            "query": query.build(text) or "",
+            "results": [],
+            "total_matches": 0,
+            "returned": 0,
+            "left_out": {"beyond_k": 0, "over_budget": 0, "superseded": 0, "retracted": 0, "unreadable": 0},
+            "tokens": 0,
+            "index": {"state": "absent", "indexed": 0},
         }
 
     # -- verify ---------------------------------------------------------------
@@ -769,6 +778,15 @@ class Index:
             else:
                 a = next(recs, None)
                 b = next(fts, None)
+
+
+def _check_search_args(text: Any, k: Any, max_tokens: Any) -> None:
+    if not isinstance(text, str):
+        raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
+    if type(k) is not int or not 0 <= k <= K_MAX:
+        raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
+        raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
 
 
 def _finding(kind: str, seq: int | None, offset: int | None, expected: Any, observed: Any, message: str) -> dict[str, Any]:

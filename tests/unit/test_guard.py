@@ -1,0 +1,434 @@
+"""The write guard: secrets refused or redacted, private spans removed, nothing else touched.
+
+The corpus (tests/data/guard_corpus.jsonl, written by make_guard_corpus.py)
+stores every fake credential in parts, ``{"$join": [...]}``, so that no whole
+credential-shaped string sits in the repository; ``load_corpus`` joins them.
+Secrets built in this module are assembled the same way, at test time.
+"""
+
+from __future__ import annotations
+
+import copy
+import doctest
+import json
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retained import guard as guard_module
+from retained.errors import InvalidRecord, RetainedError, SecretDetected
+from retained.guard import Guard, find_secrets, remove_private
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "guard_corpus.jsonl"
+
+B62 = string.ascii_letters + string.digits
+# Fake credentials, assembled from parts (see the module docstring).
+GH_TOKEN = "gh" + "p_" + "Zq3v9XkL2mB7nT4wR8yC1dF6gH0jK5sA" + "pQ2e"
+AWS_KEY = "AK" + "IA" + "QX7TZ2K9WM4B" + "R6YD"
+STRIPE_KEY = "sk" + "_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+PEM_KEY = (
+    "-----BEGIN " + "RSA PRIVATE KEY-----\n"
+    + "MIIEowIBAAKCAQEA7f1k3Jq9xZ2m8WbT4vR6yN0pL5sH3gD1cK8aQ2eU9iO7tY4w\n"
+    + "Xr2LmZ0vTn5KfWb7YcJd4HsPa1GeUiQ8oBz3NxVk6Ej9Rt2Wm5Lq8Ys1Hd4Gf7Ka\n"
+    + "-----END " + "RSA PRIVATE KEY-----"
+)
+
+
+def _join(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"$join"}:
+            return "".join(_join(part) for part in value["$join"])
+        return {k: _join(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_join(v) for v in value]
+    return value
+
+
+def _stored_whole(value: Any) -> bool:
+    """Whether some string leaf of a stored secret row is not split into parts."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, dict):
+        if set(value) == {"$join"}:
+            return False
+        return any(_stored_whole(v) for k, v in value.items() if k not in {"type", "project_id", "client_email", "private_key_id"})
+    if isinstance(value, list):
+        return any(_stored_whole(v) for v in value if not (isinstance(v, str) and len(v) < 16))
+    return False
+
+
+def load_corpus() -> list[dict[str, Any]]:
+    rows = []
+    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        rows.append({**row, "raw": row["value"], "value": _join(row["value"])})
+    return rows
+
+
+def as_fields(value: Any) -> dict[str, Any]:
+    return {"text": value} if isinstance(value, str) else value
+
+
+def corpus_figures(policy: str = "redact") -> dict[str, Any]:
+    """Recall and false-positive rate of the guard over the corpus."""
+    g = Guard(policy=policy)
+    hit = {True: 0, False: 0}
+    total = {True: 0, False: 0}
+    kind_ok = 0
+    for row in load_corpus():
+        total[row["secret"]] += 1
+        if policy == "refuse":
+            try:
+                g.apply(as_fields(row["value"]))
+                kinds: set[str] = set()
+            except SecretDetected as exc:
+                kinds = {exc.kind}
+        else:
+            kinds = {r["kind"] for r in g.apply(as_fields(row["value"])).redactions}
+        if kinds:
+            hit[row["secret"]] += 1
+            kind_ok += row["secret"] and row["kind"] in kinds
+    return {
+        "secrets": total[True],
+        "benign": total[False],
+        "recall": hit[True] / total[True],
+        "false_positive_rate": hit[False] / total[False],
+        "kind_agreement": kind_ok / max(1, hit[True]),
+    }
+
+
+def secret_spans(value: Any) -> list[str]:
+    """The secret parts of a corpus value, as the guard delimits them."""
+    if isinstance(value, str):
+        return [value[f.start : f.end] for f in find_secrets(value)]
+    if isinstance(value, dict):
+        spans = []
+        for k, v in value.items():
+            named = isinstance(v, str) and guard_module._SECRET_KEY_NAME.search(k) and not find_secrets(v)
+            spans += [v] if named else secret_spans(v)
+        return spans
+    if isinstance(value, list):
+        return [s for v in value for s in secret_spans(v)]
+    return []
+
+
+# -- the corpus ---------------------------------------------------------------
+
+
+def test_corpus_is_big_enough_and_stores_no_secret_whole():
+    rows = load_corpus()
+    secrets = [r for r in rows if r["secret"]]
+    benign = [r for r in rows if not r["secret"]]
+    assert len(secrets) >= 60
+    assert len(benign) >= 220
+    assert not [r["note"] for r in secrets if _stored_whole(r["raw"])]
+
+
+def test_corpus_recall_is_at_least_95_percent_and_false_positives_at_most_2_percent():
+    figures = corpus_figures("redact")
+    assert figures["recall"] >= 0.95, figures
+    assert figures["false_positive_rate"] <= 0.02, figures
+
+
+def test_refuse_and_redact_agree_on_the_corpus():
+    assert corpus_figures("refuse")["recall"] == corpus_figures("redact")["recall"]
+    assert corpus_figures("refuse")["false_positive_rate"] == corpus_figures("redact")["false_positive_rate"]
+
+
+def test_corpus_kinds_mostly_name_the_provider():
+    assert corpus_figures("redact")["kind_agreement"] >= 0.9
+
+
+# -- refuse ---------------------------------------------------------------------
+
+
+def test_refuse_raises_secret_detected_with_path_and_kind():
+    with pytest.raises(SecretDetected) as info:
+        Guard().apply({"text": f"my token is {GH_TOKEN}", "scope": "proj-a"})
+    exc = info.value
+    assert isinstance(exc, RetainedError)
+    assert exc.code == "secret_detected"
+    assert exc.path == "text"
+    assert exc.kind == "github_token"
+    assert exc.to_dict()["code"] == "secret_detected"
+    assert "text" in str(exc) and "github_token" in str(exc)
+
+
+def test_refuse_names_a_nested_field_path():
+    fields = {"text": "deploy notes", "x-origin": {"meta": [1, {"token": f"see {AWS_KEY}"}]}}
+    with pytest.raises(SecretDetected) as info:
+        Guard("refuse").apply(fields)
+    assert info.value.path == "fields.x-origin.meta[1].token"
+    assert info.value.kind == "aws_access_key"
+
+
+def test_refuse_names_body_and_counts_every_finding():
+    with pytest.raises(SecretDetected) as info:
+        Guard("refuse").apply({"text": "ok", "body": f"{AWS_KEY} and {STRIPE_KEY}"})
+    assert info.value.path == "body"
+    assert [f["kind"] for f in info.value.findings] == ["aws_access_key", "stripe_key"]
+    assert "1 more" in str(info.value)
+
+
+def _windows(secret: str, n: int = 8) -> set[str]:
+    return {secret[i : i + n] for i in range(len(secret) - n + 1)}
+
+
+def test_refusal_never_contains_the_secret_or_any_8_char_piece_of_it():
+    g = Guard("refuse")
+    checked = 0
+    for row in load_corpus():
+        if not row["secret"]:
+            continue
+        with pytest.raises(SecretDetected) as info:
+            g.apply(as_fields(row["value"]))
+        exc = info.value
+        shown = " ".join([str(exc), repr(exc), json.dumps(exc.to_dict()), json.dumps(exc.findings), exc.path])
+        for secret in secret_spans(row["value"]):
+            leaked = [w for w in _windows(secret) if w in shown]
+            assert not leaked, (row["note"], exc.path)
+        checked += 1
+    assert checked >= 60
+
+
+def test_a_secret_used_as_a_dict_key_is_not_shown_in_the_path():
+    fields = {"x-origin": {GH_TOKEN: {"note": f"again {STRIPE_KEY}"}}}
+    with pytest.raises(SecretDetected) as info:
+        Guard("refuse").apply(fields)
+    shown = str(info.value) + json.dumps(info.value.findings)
+    assert not [w for w in _windows(GH_TOKEN) | _windows(STRIPE_KEY) if w in shown]
+    assert info.value.path == "fields.x-origin (a key)"
+    assert info.value.findings[1] == {"path": "fields.x-origin.[secret:github_token].note", "kind": "stripe_key"}
+
+
+def test_refuse_leaves_the_input_untouched():
+    fields = {"text": f"key {AWS_KEY}", "tags": ["a", {"b": STRIPE_KEY}]}
+    before = copy.deepcopy(fields)
+    with pytest.raises(SecretDetected):
+        Guard("refuse").apply(fields)
+    assert fields == before
+
+
+# -- redact ------------------------------------------------------------------------
+
+
+def test_redact_replaces_each_secret_and_reports_path_and_kind():
+    fields = {
+        "text": f"aws {AWS_KEY} and github {GH_TOKEN}.",
+        "body": "nothing here",
+        "x-origin": {"pem": PEM_KEY, "list": ["fine", f"pay {STRIPE_KEY}"]},
+    }
+    res = Guard("redact").apply(fields)
+    assert res.fields["text"] == "aws [secret:aws_access_key] and github [secret:github_token]."
+    assert res.fields["body"] == "nothing here"
+    assert res.fields["x-origin"]["pem"] == "[secret:private_key]"
+    assert res.fields["x-origin"]["list"] == ["fine", "pay [secret:stripe_key]"]
+    assert res.redactions == [
+        {"path": "text", "kind": "aws_access_key"},
+        {"path": "text", "kind": "github_token"},
+        {"path": "fields.x-origin.pem", "kind": "private_key"},
+        {"path": "fields.x-origin.list[1]", "kind": "stripe_key"},
+    ]
+    assert res.private_spans_removed == 0
+
+
+def test_redacted_output_holds_no_piece_of_any_corpus_secret_and_passes_the_guard_again():
+    g = Guard("redact")
+    for row in load_corpus():
+        if not row["secret"]:
+            continue
+        res = g.apply(as_fields(row["value"]))
+        stored = json.dumps(res.fields)
+        for secret in secret_spans(row["value"]):
+            assert secret not in stored, row["note"]
+        assert Guard("refuse").apply(res.fields).fields == res.fields, row["note"]
+
+
+def test_redact_replaces_a_secret_dict_key():
+    res = Guard("redact").apply({"x-origin": {GH_TOKEN: 1, "plain": 2}})
+    assert res.fields == {"x-origin": {"[secret:github_token]": 1, "plain": 2}}
+    assert res.redactions == [{"path": "fields.x-origin (a key)", "kind": "github_token"}]
+
+
+def test_redacted_keys_that_collide_are_kept_apart():
+    other = "gh" + "p_" + "Ab3v9XkL2mB7nT4wR8yC1dF6gH0jK5sAqQ2e"
+    res = Guard("redact").apply({"m": {GH_TOKEN: 1, other: 2}})
+    assert res.fields["m"] == {"[secret:github_token]": 1, "[secret:github_token]#2": 2}
+
+
+def test_redact_leaves_benign_corpus_strings_unchanged():
+    g = Guard("redact")
+    changed = [r["value"] for r in load_corpus() if not r["secret"] and g.apply(as_fields(r["value"])).fields != as_fields(r["value"])]
+    # A benign row with a private span is changed on purpose; any other change is a false positive.
+    assert all("<private>" in json.dumps(v) for v in changed), changed
+
+
+# -- off -------------------------------------------------------------------------------
+
+
+def test_off_passes_secrets_through_but_still_removes_private_spans():
+    fields = {"text": f"{AWS_KEY} <private>pin 1234</private>", "n": 3}
+    res = Guard("off").apply(fields)
+    assert res.fields == {"text": f"{AWS_KEY} ", "n": 3}
+    assert res.private_spans_removed == 1
+    assert res.redactions == []
+
+
+def test_unknown_policy_is_an_error_naming_the_choices():
+    with pytest.raises(InvalidRecord) as info:
+        Guard("warn")
+    assert "refuse, redact, off" in str(info.value)
+
+
+# -- allow-list ---------------------------------------------------------------------
+
+
+def test_allow_list_keeps_a_listed_literal_and_still_catches_others():
+    g = Guard("refuse", allow=frozenset({AWS_KEY}))
+    assert g.apply({"text": f"the sample key {AWS_KEY} from the docs"}).fields["text"].endswith("docs")
+    with pytest.raises(SecretDetected):
+        g.apply({"text": f"the sample key {AWS_KEY} and {GH_TOKEN}"})
+
+
+def test_allow_list_matches_a_whole_string_value():
+    value = f"postgres://app:{'S3cure' + '77Pw'}@db/app"
+    assert Guard("refuse", allow={value}).apply({"text": value}).fields == {"text": value}
+    with pytest.raises(SecretDetected):
+        Guard("refuse").apply({"text": value})
+
+
+def test_allow_list_applies_to_the_secret_part_of_a_match():
+    password = "S3cure" + "77Pw"
+    g = Guard("redact", allow={password})
+    assert g.apply({"text": f"postgres://app:{password}@db/app"}).redactions == []
+
+
+# -- private spans --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "kept", "spans"),
+    [
+        ("a<private>b</private>c", "ac", 1),
+        ("<private>x</private> and <private>y</private>!", " and !", 2),
+        ("<PRIVATE>x</Private>keep<Private >y</ PRIVATE >", "keep", 2),
+        ("a<private>b<private>c</private>d</private>e", "ae", 1),
+        ("before <private>never closed\nsecond line", "before ", 1),
+        ("line1\n<private>\nmulti\nline\n</private>\nline3", "line1\n\nline3", 1),
+        ('x<private reason="pin">1234</private>y', "xy", 1),
+        ("a stray </private> closer is kept", "a stray </private> closer is kept", 0),
+        ("no tags at all", "no tags at all", 0),
+        ("<privateer>ship</privateer>", "<privateer>ship</privateer>", 0),
+        ("a<private></private>b", "ab", 1),
+    ],
+)
+def test_private_spans_are_removed_whatever_the_case_nesting_or_closing(text, kept, spans):
+    assert remove_private(text) == (kept, spans)
+
+
+def test_private_spans_are_removed_from_every_string_in_nested_fields_and_counted():
+    fields = {
+        "text": "t<private>1</private>",
+        "body": "<private>2</private>b",
+        "scope": "proj-a",
+        "x-origin": {"notes": ["n<private>3</private>", {"deep": "<private>4"}], "n": 5},
+    }
+    for policy in ("refuse", "redact", "off"):
+        res = Guard(policy).apply(fields)
+        assert res.fields == {"text": "t", "body": "b", "scope": "proj-a", "x-origin": {"notes": ["n", {"deep": ""}], "n": 5}}
+        assert res.private_spans_removed == 4
+
+
+def test_a_secret_inside_a_private_span_is_removed_not_refused():
+    res = Guard("refuse").apply({"text": f"deploy with <private>{GH_TOKEN}</private> today"})
+    assert res.fields["text"] == "deploy with  today"
+    assert res.private_spans_removed == 1
+
+
+def test_an_unclosed_private_span_cannot_leak_what_follows():
+    res = Guard("refuse").apply({"text": f"note <Private>{GH_TOKEN}\nand more"})
+    assert res.fields["text"] == "note "
+
+
+# -- what the guard leaves alone ------------------------------------------------------
+
+
+def test_non_string_values_are_untouched_and_the_input_is_not_mutated():
+    big = 2**63
+    nested = {"ints": [1, big, -3], "f": 1.5, "b": True, "none": None, "s": "plain <private>x</private>"}
+    fields = {"text": "hello", "x": nested, "t": (1, "two")}
+    before = copy.deepcopy(fields)
+    res = Guard("redact").apply(fields)
+    assert fields == before
+    assert res.fields is not fields
+    assert res.fields["x"]["ints"] == [1, big, -3]
+    assert res.fields["x"]["f"] == 1.5 and res.fields["x"]["b"] is True and res.fields["x"]["none"] is None
+    assert res.fields["x"]["s"] == "plain "
+    assert res.fields["t"] == (1, "two")
+
+
+def test_nesting_beyond_the_limit_is_refused_with_the_path():
+    value: Any = "leaf"
+    for _ in range(guard_module.limits.DEPTH_MAX + 2):
+        value = [value]
+    with pytest.raises(InvalidRecord) as info:
+        Guard("refuse").apply({"deep": value})
+    assert info.value.code == "invalid_argument"
+    assert info.value.path.startswith("fields.deep[0]")
+
+
+def test_retained_hashes_records_and_uuids_are_not_secrets():
+    line = Path(__file__).resolve().parents[1] / "data" / "guard_corpus.jsonl"
+    assert line.exists()
+    h = "168c85b9359ad105b365ef2916c5370ad868a2a103eeaa79343ab073cb1131ba"
+    fields = {"text": f"head {h}", "prev": h, "ids": ["0b1f6471-1bf0-4dda-aec3-111122223333"]}
+    assert Guard("refuse").apply(fields).fields == fields
+
+
+def test_the_module_examples_run():
+    result = doctest.testmod(guard_module)
+    assert result.failed == 0 and result.attempted >= 4
+
+
+# -- properties ---------------------------------------------------------------------------
+
+WORDS = (
+    "the a log record index search memory agent store note deploy staging production fix bug test "
+    "key token password secret value write read verify chain hash seq scope brief session client "
+    "server python sqlite fsync lock append retry error message user team meeting friday monday "
+    "is was be will can should not and or but if then with for from into over under about after"
+).split()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(WORDS),
+            st.integers(0, 9999).map(str),
+            st.sampled_from([",", ".", ":", ";", "-", "(", ")", "'", '"', "!", "?", "\n"]),
+        ),
+        max_size=80,
+    )
+)
+def test_prose_from_ordinary_words_is_never_flagged(tokens):
+    text = " ".join(tokens)
+    assert find_secrets(text) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.lists(st.sampled_from(WORDS), max_size=20).map(" ".join),
+    after=st.lists(st.sampled_from(WORDS), max_size=20).map(" ".join),
+    body=st.text(alphabet=B62, min_size=36, max_size=36),
+    sep=st.sampled_from([" ", "\n", " (", ": ", ' "', "='"]),
+)
+def test_a_token_embedded_anywhere_in_prose_is_found(before, after, body, sep):
+    token = "gh" + "p_" + body
+    text = f"{before}{sep}{token} {after}"
+    found = find_secrets(text)
+    assert [(text[f.start : f.end], f.kind) for f in found] == [(token, "github_token")]

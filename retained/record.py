@@ -69,7 +69,8 @@ def is_hash(value: Any) -> bool:
 
 def utc_now() -> str:
     """RFC 3339 UTC with microseconds and ``Z``, as every ``ts`` is written."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat is several times cheaper than strftime on the write path.
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # -- validation -------------------------------------------------------------

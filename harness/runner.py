@@ -87,11 +87,16 @@ async def run_all(
     jobs: int = 2,
     keep: Path | None = None,
     timeout: float = PROBE_TIMEOUT_S,
+    env: dict[str, str] | None = None,
 ) -> RunReport:
-    """Run the named probes, ``jobs`` at a time, each in its own temp root."""
+    """Run the named probes, ``jobs`` at a time, each in its own temp root.
+
+    Servers get ``env`` (default: this process's environment) without any
+    store variable, and then their adapter's store variable.
+    """
     describe = getattr(adapter, "describe", None)
     report = RunReport(adapter.name, command, describe() if describe else " ".join(command))
-    base_env = {key: value for key, value in os.environ.items() if key not in _STORE_ENV_VARS}
+    base_env = {key: value for key, value in (os.environ if env is None else env).items() if key not in _STORE_ENV_VARS}
     root = Path(tempfile.mkdtemp(prefix="retained-harness-", dir=keep))
     os.chmod(root, 0o700)
     results: dict[str, Outcome] = {}

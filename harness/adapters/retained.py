@@ -16,6 +16,9 @@ from harness.mcpio import Reply, Server
 RECORD_BYTES_MAX = 16 * 1024 * 1024
 """retained's stated default record limit (DESIGN, "bad input"); one byte over it must be refused."""
 
+GET_LIMIT = 500
+"""Records one memory_get may return (retained's stated maximum); probes write fewer."""
+
 _SERVER_FIELDS = {"v", "seq", "ts", "prev", "hash", "client", "cd", "redacted"}
 _API_FIELDS = {"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"}
 _NOT_FOREIGN = _SERVER_FIELDS | _API_FIELDS | {"retracted_by", "superseded_by", "offset", "length", "retracts", "reason"}
@@ -103,7 +106,7 @@ class RetainedAdapter(Adapter):
         return Item(str(record.get("text", "")), record.get("kind"), fields, record.get("seq"))
 
     async def read_all(self, server) -> list[Item]:
-        reply = await server.call("memory_get", {"limit": 1000})
+        reply = await server.call("memory_get", {"limit": GET_LIMIT})
         if not reply.ok:
             raise RuntimeError(f"memory_get failed: {reply.brief()}")
         return [self._item(record) for record in _records(reply.data)]
@@ -132,7 +135,7 @@ class RetainedAdapter(Adapter):
             raise RuntimeError(f"memory_search failed: {reply.brief()}")
         data = reply.data if isinstance(reply.data, dict) else {}
         returned = len(_records(data))
-        matched = _count(data.get("matched", data.get("total")))
+        matched = next((_count(data[key]) for key in ("total_matches", "matched", "total") if key in data), None)
         left_out = None
         for key in ("left_out", "omitted", "dropped"):
             if key in data:

@@ -1,0 +1,107 @@
+"""The harness's own tests: every probe FAILs against a server that cheats in its one way,
+and every probe PASSes against the honest stand-in and against retained itself.
+
+Real subprocesses over real stdio, real files; the probes run two at a time so
+the suite stays short on two cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # harness/ is a top-level folder, not part of the installed package
+
+from harness.adapters.retained import RetainedAdapter
+from harness.probes import FAIL, PASS, PROBES, Context, Outcome
+from harness.runner import run_all, run_probe
+
+FIXTURES = ROOT / "tests" / "harness_fixtures"
+JOBS = 2
+
+# Each probe and the server built to cheat on exactly what it checks.
+BROKEN = {
+    "ack_readback": "ack_before_write.py",
+    "restart": "loses_on_restart.py",
+    "foreign_field": "drops_foreign_fields.py",
+    "foreign_record": "rewrites_foreign.py",
+    "concurrent": "drops_concurrent.py",
+    "large_record": "truncates_large.py",
+    "idempotent_retry": "ignores_op_id.py",
+    "torn_tail": "glues_torn_tail.py",
+    "tamper_detect": "blind_verify.py",
+    "search_accounting": "bad_accounting.py",
+    "bad_input": "writes_bad_input.py",
+}
+
+HAVE_RETAINED_SERVER = importlib.util.find_spec("retained") is not None and (ROOT / "retained" / "server.py").exists()
+
+
+def _env() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in ("RETAINED_DIR", "MEMORY_FILE_PATH")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+async def _run_pairs(pairs: list[tuple[str, list[str]]], root: Path) -> dict[str, Outcome]:
+    results: dict[str, Outcome] = {}
+    limiter = anyio.CapacityLimiter(JOBS)
+
+    async def one(name: str, command: list[str]) -> None:
+        async with limiter:
+            probe_root = root / name
+            probe_root.mkdir()
+            results[name] = await run_probe(name, Context(RetainedAdapter(), command, probe_root, _env()))
+
+    async with anyio.create_task_group() as group:
+        for name, command in pairs:
+            group.start_soon(one, name, command)
+    return results
+
+
+@pytest.fixture(scope="module")
+def broken_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    pairs = [(name, [sys.executable, str(FIXTURES / script)]) for name, script in BROKEN.items()]
+    return anyio.run(_run_pairs, pairs, tmp_path_factory.mktemp("broken"))
+
+
+def test_every_probe_has_a_broken_server() -> None:
+    assert sorted(BROKEN) == sorted(PROBES)
+    for script in BROKEN.values():
+        assert (FIXTURES / script).is_file()
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_probe_fails_against_the_server_that_cheats_on_it(name: str, broken_outcomes: dict[str, Outcome]) -> None:
+    """A probe never shown failing proves nothing: each one catches its cheat."""
+    outcome = broken_outcomes[name]
+    assert outcome.status == FAIL, f"{name} against {BROKEN[name]}: {outcome.status} {outcome.evidence}"
+    assert outcome.evidence and "harness error" not in outcome.evidence
+
+
+def _run_all(command: list[str], tmp: Path):
+    return anyio.run(lambda: run_all(RetainedAdapter(), command, list(PROBES), jobs=JOBS, keep=tmp, env=_env()))
+
+
+@pytest.mark.skipif(
+    HAVE_RETAINED_SERVER and not os.environ.get("HARNESS_STAND_IN"),
+    reason="retained itself is the honest server here; HARNESS_STAND_IN=1 runs the stand-in too",
+)
+def test_every_probe_passes_against_the_honest_stand_in(tmp_path: Path) -> None:
+    """The stand-in differs from each broken server only by its cheat, so the probes are fair."""
+    report = _run_all([sys.executable, str(FIXTURES / "fake_retained.py")], tmp_path)
+    bad = [f"{o.name}: {o.status} {o.evidence}" for o in report.outcomes if o.status != PASS]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.skipif(not HAVE_RETAINED_SERVER, reason="retained.server is not importable yet")
+def test_every_probe_passes_against_retained(tmp_path: Path) -> None:
+    report = _run_all([sys.executable, "-m", "retained"], tmp_path)
+    bad = [f"{o.name}: {o.status} {o.evidence}" for o in report.outcomes if o.status != PASS]
+    assert not bad, "\n".join(bad)

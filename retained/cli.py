@@ -241,6 +241,19 @@ def cmd_redact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from . import selftest
+
+    def show(result: dict[str, Any]) -> None:
+        if not args.json:
+            sys.stdout.write(selftest.format_line(result) + "\n")
+            sys.stdout.flush()
+
+    summary = selftest.run(args.check, base=args.tmp, on_result=show)
+    emit(args, summary, lambda: selftest.format_summary(summary))
+    return 0 if summary["ok"] else 1
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import server
 
@@ -305,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
     command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
+
+    p = command("selftest", "check retained's claims in temporary stores; exit 1 if any check fails", "retained selftest --check torn_tail", cmd_selftest)
+    p.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
+    p.add_argument("--tmp", metavar="DIR", help="make the temporary stores in DIR, e.g. on the filesystem of your store")
 
     p = command("search", "ranked records for a query, saying how many it left out and why", "retained search 'deploy target' -k 5 --scope proj-a", cmd_search)
     p.add_argument("query", help="any text; punctuation and search syntax are taken literally")

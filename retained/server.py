@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from retained import limits
+
 log = logging.getLogger("retained.server")
 
 SERVER_NAME = "retained"
@@ -29,6 +31,7 @@ SEARCH_K_DEFAULT = 10
 SEARCH_K_MAX = 200
 IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
+HTTP_BODY_SLACK_BYTES = 1024 * 1024  # an HTTP request may exceed the record limit by the JSON-RPC envelope
 
 # Kinds the store writes through its own tools; memory_write refuses them.
 OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)"}
@@ -60,6 +63,25 @@ class Proof(TypedDict):
     ts: str
     duplicate: bool
     notices: NotRequired[list[str]]
+
+
+class Found(TypedDict):
+    """What memory_search returns: ranked records and what was left out, and why.
+
+    returned + sum(left_out.values()) == total_matches.
+    """
+
+    results: list[dict[str, Any]]
+    total_matches: int
+    returned: int
+    left_out: dict[str, int]
+
+
+class Report(TypedDict):
+    """What memory_verify returns: ok, every finding, and the counts behind them."""
+
+    ok: bool
+    findings: list[dict[str, Any]]
 
 
 class Records(TypedDict):
@@ -161,6 +183,30 @@ def client_stamp(client_params: Any) -> dict[str, str]:
     return {"name": str(name)[:CLIENT_FIELD_CHARS_MAX], "version": str(version)[:CLIENT_FIELD_CHARS_MAX]}
 
 
+def store_options() -> dict[str, Any]:
+    """Store limits from the environment: RETAINED_RECORD_BYTES_MAX, RETAINED_LOCK_WAIT_S.
+
+    Raises:
+        ValueError: a variable is set but is not a positive number.
+    """
+    options: dict[str, Any] = {}
+    for env, key, kind in (
+        ("RETAINED_RECORD_BYTES_MAX", "record_bytes_max", int),
+        ("RETAINED_LOCK_WAIT_S", "lock_wait_s", float),
+    ):
+        raw = os.environ.get(env)
+        if raw is None or raw == "":
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ValueError(f"{env} must be a positive {'whole ' if kind is int else ''}number, found {raw!r}")
+        options[key] = value
+    return options
+
+
 def default_directory() -> Path:
     """The store directory: RETAINED_DIR, else ~/.retained."""
     env = os.environ.get("RETAINED_DIR")
@@ -175,8 +221,9 @@ class _Memory:
     into the store; other processes are serialised by the store's file lock.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, options: dict[str, Any] | None = None) -> None:
         self.directory = directory
+        self.options = dict(options or {})
         self._store: Any = None
         self._lock = threading.Lock()
 
@@ -186,7 +233,7 @@ class _Memory:
             if self._store is None:
                 from retained.store import Store
 
-                self._store = Store(self.directory)
+                self._store = Store(self.directory, **self.options)
             return fn(self._store)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -242,13 +289,14 @@ def _as_tool_error(tool: str, exc: BaseException) -> Exception:
     )
 
 
-def _invalid(tool: str, message: str) -> Exception:
+def _invalid(message: str) -> Exception:
+    """An invalid_argument ToolError raised from a tool body (the SDK adds the tool's name)."""
     from mcp.server.mcpserver.exceptions import ToolError
 
-    return ToolError(f"Error executing tool {tool}: invalid_argument: {message}")
+    return ToolError(f"invalid_argument: {message}")
 
 
-def _describe_validation(tool: str, exc: Any) -> str:
+def _describe_validation(exc: Any) -> str:
     """A sentence naming each bad argument and what was expected, never its value."""
     parts = []
     for err in exc.errors()[:5]:
@@ -263,40 +311,20 @@ def _describe_validation(tool: str, exc: Any) -> str:
     return f"{'; '.join(parts)}; nothing was written; see the tool's input schema"
 
 
-def build_server(directory: Path | str | None = None) -> Any:
+def build_server(directory: Path | str | None = None, options: dict[str, Any] | None = None) -> Any:
     """Build the MCPServer with the six memory tools (and the brief, if present).
 
     Args:
         directory: the store directory; default RETAINED_DIR or ~/.retained.
+        options: keyword arguments for ``Store`` (record_bytes_max, lock_wait_s).
     """
     from typing import Annotated
 
-    from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver import Context
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
-    from pydantic import Field, ValidationError
+    from pydantic import Field
 
-    memory = _Memory(Path(directory).expanduser() if directory else default_directory())
-
-    class MemoryTool(Tool):
-        """A tool whose argument errors carry the invalid_argument code."""
-
-        async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
-            known = set(self.parameters.get("properties", {}))
-            unknown = sorted(str(k) for k in arguments if k not in known)
-            if unknown:
-                raise _invalid(
-                    self.name,
-                    f"unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}; "
-                    "client and ts are stamped by the server and cannot be set; nothing was written",
-                )
-            try:
-                return await super().run(arguments, context, convert_result=convert_result)
-            except ToolError as exc:
-                if isinstance(exc.__cause__, ValidationError):
-                    raise _invalid(self.name, _describe_validation(self.name, exc.__cause__)) from exc.__cause__
-                raise
+    memory = _Memory(Path(directory).expanduser() if directory else default_directory(), options)
 
     def result(structured: dict[str, Any], text: str) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
@@ -321,7 +349,8 @@ def build_server(directory: Path | str | None = None) -> Any:
             keep["notices"] = notices
         return result(keep, render_proof(keep))
 
-    Seq = Annotated[int, Field(ge=1, description="a record's seq (its id, from a proof or a result)")]
+    # Strict: a seq is a whole number as sent, never true/false or "3".
+    Seq = Annotated[int, Field(ge=1, strict=True, description="a record's seq (its id, from a proof or a result)")]
     Scope = Annotated[
         str | None,
         Field(
@@ -392,7 +421,7 @@ def build_server(directory: Path | str | None = None) -> Any:
         server and cannot be set by arguments.
         """
         if kind in OWN_KINDS:
-            raise _invalid("memory_write", f"kind '{kind}' is written by {OWN_KINDS[kind]}, not memory_write")
+            raise _invalid(f"kind '{kind}' is written by {OWN_KINDS[kind]}, not memory_write; nothing was written")
         client = client_stamp(ctx.session.client_params)
         proof = call(
             "memory_write",
@@ -439,7 +468,8 @@ def build_server(directory: Path | str | None = None) -> Any:
         kind: Annotated[str | None, Field(min_length=1, description="only records of this kind, e.g. checkpoint")] = None,
         scope: Scope = None,
         around: Annotated[
-            int | None, Field(ge=1, description="a seq: return the records just before and after it (a timeline)")
+            int | None,
+            Field(ge=1, strict=True, description="a seq: return the records just before and after it (a timeline)"),
         ] = None,
         window: Annotated[
             int, Field(ge=0, le=WINDOW_MAX, description="with around: how many records on each side")
@@ -459,7 +489,7 @@ def build_server(directory: Path | str | None = None) -> Any:
         (more; more_before / more_after for around).
         """
         if ids is not None and around is not None:
-            raise _invalid("memory_get", "give ids or around, not both")
+            raise _invalid("give ids or around, not both; nothing was read")
         if around is not None:
             got = run("memory_get", lambda store: _timeline(store, around, window))
         elif ids is not None:
@@ -478,9 +508,10 @@ def build_server(directory: Path | str | None = None) -> Any:
             int | None, Field(ge=1, description="a budget for the results' text, in estimated tokens")
         ] = None,
         include_superseded: Annotated[
-            bool, Field(description="also return records that were superseded or retracted")
+            bool,
+            Field(description="also return records that later records superseded (retracted ones stay hidden)"),
         ] = False,
-    ) -> Annotated[CallToolResult, dict[str, Any]]:
+    ) -> Annotated[CallToolResult, Found]:
         """Find memories by meaning and words, best first.
 
         Use it before answering from memory or before writing something that may
@@ -504,7 +535,7 @@ def build_server(directory: Path | str | None = None) -> Any:
         )
         return result(found, render_search(found))
 
-    def memory_verify() -> Annotated[CallToolResult, dict[str, Any]]:
+    def memory_verify() -> Annotated[CallToolResult, Report]:
         """Check the store's integrity and return the report.
 
         Recomputes the hash chain over the whole log (each record's hash and its
@@ -544,22 +575,70 @@ def build_server(directory: Path | str | None = None) -> Any:
         (memory_verify, "Verify the store", reads),
         (memory_forget, "Retract records", writes),
     ]
-    tools = []
-    for fn, title, hints in specs:
-        hints = hints.model_copy(update={"title": title})
-        tools.append(MemoryTool.from_function(fn, title=title, annotations=hints))
-
     import retained
 
-    server = MCPServer(
+    server = _server_class()(
+        specs,
         SERVER_NAME,
         version=str(getattr(retained, "__version__", "0")),
         instructions=INSTRUCTIONS,
-        tools=tools,
         log_level=_log_level(),
     )
     _add_brief(server, memory)
     return server
+
+
+def _server_class() -> Any:
+    """MCPServer with lazily registered tools and coded argument errors."""
+    import inspect
+
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
+
+    class RetainedServer(MCPServer):
+        """Registers its tools on the first tools/list or tools/call.
+
+        Building the tools' argument models and schemas costs more than the
+        rest of start-up together; the initialize reply does not need them.
+        """
+
+        def __init__(self, specs: list[tuple[Any, str, Any]], *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._specs = specs
+            self._params: dict[str, set[str]] = {}
+
+        def _register_tools(self) -> None:
+            if self._params:
+                return
+            for fn, title, hints in self._specs:
+                self.add_tool(fn, title=title, annotations=hints.model_copy(update={"title": title}))
+                params = inspect.signature(fn).parameters
+                self._params[fn.__name__] = {name for name in params if name != "ctx"}
+
+        async def list_tools(self) -> Any:
+            self._register_tools()
+            return await super().list_tools()
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            self._register_tools()
+            known = self._params.get(name)
+            unknown = sorted(str(k)[:40] for k in arguments if known is not None and k not in known)
+            if unknown:
+                raise ToolError(
+                    f"Error executing tool {name}: invalid_argument: unknown argument(s) "
+                    f"{', '.join(unknown[:5])}; accepted: {', '.join(sorted(known or ()))}; client and ts are "
+                    "stamped by the server and cannot be set; nothing was written"
+                )
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    message = _describe_validation(exc.__cause__)
+                    raise ToolError(f"Error executing tool {name}: invalid_argument: {message}") from exc.__cause__
+                raise
+
+    return RetainedServer
 
 
 INSTRUCTIONS = (
@@ -679,16 +758,22 @@ def main(
             file=sys.stderr,
         )
         return 2
-    server = build_server(directory)
+    try:
+        options = store_options()
+    except ValueError as exc:
+        print(f"retained: {exc}", file=sys.stderr)
+        return 2
+    server = build_server(directory, options)
     if not http:
         import anyio
 
         anyio.run(server.run_stdio_async)
         return 0
-    return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts)
+    body_max = options.get("record_bytes_max", limits.RECORD_BYTES_MAX) + HTTP_BODY_SLACK_BYTES
+    return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts, body_max=body_max)
 
 
-def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_hosts: Any) -> int:
+def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_hosts: Any, body_max: int) -> int:
     import socket
 
     import anyio
@@ -707,7 +792,9 @@ def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_h
         allowed_hosts=[*authorities, *(f"{a}:*" for a in authorities)],
         allowed_origins=[f"{s}://{a}{p}" for s in ("http", "https") for a in authorities for p in ("", ":*")],
     )
-    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=security, host=host)
+    app = server.streamable_http_app(
+        streamable_http_path=HTTP_PATH, transport_security=security, host=host, max_request_body_size=body_max
+    )
     guarded = _HttpGuard(app, token=token, hosts=hosts)
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -727,3 +814,14 @@ def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_h
     config = uvicorn.Config(guarded, log_config=None, access_log=False, lifespan="on", log_level=_log_level().lower())
     anyio.run(uvicorn.Server(config).serve, [sock])
     return 0
+
+
+def serve(args: Any) -> int:
+    """Entry from ``retained serve`` (and bare ``retained``): options from the CLI's parser."""
+    return main(
+        directory=getattr(args, "dir", None),
+        http=bool(getattr(args, "http", False)),
+        host=getattr(args, "host", None) or "127.0.0.1",
+        port=HTTP_PORT_DEFAULT if getattr(args, "port", None) is None else args.port,
+        allow_hosts=getattr(args, "allow_host", None) or (),
+    )

@@ -35,12 +35,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from . import query, record
 from .errors import InvalidRecord, RetainedError
 from .log import Line, Log
 
 INDEX_NAME = "index.sqlite3"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 # Column weights for bm25 (text, body, fields). Measured on LoCoMo with
 # harness/eval_locomo.py: weights between 0.3 and 3 move recall@5 by under
@@ -51,7 +53,13 @@ WEIGHTS = (1.0, 1.0, 1.0)
 _NOT_WORDS = record.RESERVED_FIELDS | {"kind", "scope", "supersedes", "retracts", "redacts", "client_op_id"}
 FIELDS_CHARS_MAX = 4096  # caller-field text indexed per record; bounds one record's index cost
 K_MAX = 1000  # results one search may return; more is a listing, not a search
-BATCH_ROWS = 2000  # rows per executemany during rebuild and catch-up
+BATCH_ROWS = 2000
+# bm25 costs ~8 us per matching row in FTS5, so ranking every row that shares
+# one common word with a question is slow at 100k records (a name or "new" in
+# thousands of rows). Terms are ranked rarest first while the rows they match
+# add up to this; a commoner term still counts in total_matches but does not
+# widen the ranking (its bm25 weight is the smallest in the query anyway).
+RANK_ROWS_MAX = 2000  # rows per executemany during rebuild and catch-up
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -70,6 +78,7 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
 CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
+CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
 CREATE TABLE IF NOT EXISTS links (
     target INTEGER NOT NULL,
     source INTEGER NOT NULL,
@@ -211,6 +220,10 @@ class Index:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            # bm25 reads each matching row's size from FTS5's docsize table:
+            # a page cache big enough for the whole index at 100k records
+            # (~30 MB) keeps those reads off the OS. Allocated only as used.
+            db.execute("PRAGMA cache_size=-65536")
             version = None
             try:
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
@@ -330,6 +343,12 @@ class Index:
         last: Line | None = None
         end = start
         count = 0
+        # A seq above the index's highest, seen once in this run, cannot
+        # collide: those rows take the bulk path. Anything else (a seq seen
+        # twice in a tampered log) goes row by row with OR IGNORE.
+        top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+        seen = bytearray()
+        dupes: list[tuple[Any, ...]] = []
         for line in self.log.scan(start=start, stop=stop):
             if line.status == record.TORN:
                 break  # an append in progress, or a tail the next writer sets aside
@@ -340,7 +359,15 @@ class Index:
             last = line
             rec = line.record
             redacted = 1 if line.status == record.REDACTED else 0
-            rows.append((
+            seq = line.seq
+            fresh = seq > top
+            if fresh:
+                i = seq - top
+                if i >> 3 >= len(seen):
+                    seen.extend(bytes((i >> 3) + 1024 - len(seen)))
+                fresh = not seen[i >> 3] & (1 << (i & 7))
+                seen[i >> 3] |= 1 << (i & 7)
+            (rows if fresh else dupes).append((
                 line.seq, line.offset, line.length, line.hash,
                 rec.get("kind") if isinstance(rec.get("kind"), str) else None,
                 rec.get("scope") if isinstance(rec.get("scope"), str) else None,
@@ -349,17 +376,17 @@ class Index:
                 redacted,
             ))
             if not redacted:
-                docs.append((line.seq, line.offset, *documents(rec)))
+                docs.append((line.seq, line.offset, fresh, *documents(rec)))
                 for rel in ("supersedes", "retracts", "redacts"):
                     for target in _seqs(rec.get(rel)):
                         if target < line.seq:
                             links.append((target, line.seq, rel))
             count += 1
-            if len(rows) >= BATCH_ROWS:
-                self._flush(db, rows, docs, links)
+            if len(rows) + len(dupes) >= BATCH_ROWS:
+                self._flush(db, rows, docs, links, dupes)
                 if progress is not None:
                     progress(end, stop)
-        self._flush(db, rows, docs, links)
+        self._flush(db, rows, docs, links, dupes)
         updates: list[tuple[str, Any]] = [("hwm_offset", end)]
         if last is not None:
             updates += [("hwm_seq", last.seq), ("hwm_hash", last.hash),
@@ -370,27 +397,25 @@ class Index:
         return count
 
     def _flush(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], docs: list[tuple[Any, ...]],
-               links: list[tuple[int, int, str]]) -> None:
-        if rows:
-            fresh: set[tuple[int, int]] = set()
-            cur = db.cursor()
-            for row in rows:
-                # OR IGNORE: a seq seen twice (a tampered log) keeps its first
-                # line, and its words are indexed once; verify reports it.
-                cur.execute(
-                    "INSERT OR IGNORE INTO records (seq, offset, length, hash, kind, scope, ts, client_op_id, redacted)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
-                if cur.rowcount == 1:
-                    fresh.add((row[0], row[1]))
-            if len(fresh) != len(rows):
-                docs[:] = [d for d in docs if (d[0], d[1]) in fresh]
-                seqs = {s for s, _ in fresh}
-                links[:] = [x for x in links if x[1] in seqs]
-            db.executemany(
-                "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)", [(d[0], *d[2:]) for d in docs]
-            )
+               links: list[tuple[int, int, str]], dupes: list[tuple[Any, ...]]) -> None:
+        insert = (
+            "INSERT OR IGNORE INTO records (seq, offset, length, hash, kind, scope, ts, client_op_id, redacted)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        db.executemany(insert, rows)
+        kept = set()
+        for row in dupes:
+            # A seq the index may already hold: keep the first line that
+            # claimed it and index its words once; verify reports the rest.
+            if db.execute(insert, row).rowcount == 1:
+                kept.add((row[0], row[1]))
+        if dupes:
+            seqs = {r[0] for r in dupes} - {s for s, _ in kept}
+            links[:] = [x for x in links if x[1] not in seqs]
+        db.executemany(
+            "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)",
+            [(d[0], *d[3:]) for d in docs if d[2] or (d[0], d[1]) in kept],
+        )
         if links:
             db.executemany("INSERT OR IGNORE INTO links (target, source, rel) VALUES (?, ?, ?)", links)
             for rel, column in _REL_COLUMN.items():
@@ -401,6 +426,7 @@ class Index:
         rows.clear()
         docs.clear()
         links.clear()
+        dupes.clear()
 
     def _drop_redacted_words(self, db: sqlite3.Connection, targets: list[int]) -> None:
         """Remove a redacted record's words from FTS5 while its line still holds them.
@@ -535,8 +561,32 @@ class Index:
     def _ranked_rows(
         self, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
     ) -> list[tuple[int, float, int, int, str]]:
-        cond, args = self._filters(scope, include_superseded, include_retracted)
         w = ", ".join(str(x) for x in WEIGHTS)
+        db = self.connection()
+        if scope is None:
+            # Rank in FTS5 alone and drop hidden rows afterwards: asking for
+            # as many extra rows as there are flagged matches guarantees
+            # `limit` visible ones, and flagged records are few.
+            extra = db.execute(
+                "SELECT count(*) FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
+                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
+                (expr,),
+            ).fetchone()[0]
+            out = []
+            for seq, score in db.execute(
+                f"SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ? ORDER BY score, rowid DESC LIMIT ?",
+                (expr, limit + extra),
+            ).fetchall():
+                m = db.execute(
+                    "SELECT offset, length, hash, superseded, retracted, redacted FROM records WHERE seq = ?", (seq,)
+                ).fetchone()
+                if m is None or m[5] or (m[3] and not include_superseded) or (m[4] and not include_retracted):
+                    continue
+                out.append((seq, score, m[0], m[1], m[2]))
+                if len(out) == limit:
+                    break
+            return out
+        cond, args = self._filters(scope, include_superseded, include_retracted)
         # The subquery with CROSS JOIN keeps SQLite from driving the join from
         # `records` and scanning the whole FTS5 table per row (DESIGN: a plain
         # JOIN took ~400 ms at 100k rows, this form ~0.2 ms).
@@ -545,7 +595,7 @@ class Index:
             f" (SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ?) AS f"
             f" CROSS JOIN records AS m ON m.seq = f.rowid WHERE {cond} ORDER BY f.score, f.rowid DESC LIMIT ?"
         )
-        return self.connection().execute(sql, [expr, *args, limit]).fetchall()
+        return db.execute(sql, [expr, *args, limit]).fetchall()
 
     def ranked(
         self,
@@ -561,12 +611,43 @@ class Index:
         The hook for hybrid search, to fuse with a vector ranking. Does not
         catch up; call `catch_up` first.
         """
-        expr = query.build(text)
-        if expr is None or limit <= 0:
+        if query.build(text) is None or limit <= 0:
             return []
         with self._mutex:
+            expr = self._rank_expr(text)
+            if expr is None:
+                return []
             rows = self._ranked_rows(expr, limit, scope, include_superseded, include_retracted)
         return [(r[0], -r[1]) for r in rows]
+
+    def _rank_expr(self, text: str) -> str | None:
+        """The OR of the query's rarest terms whose matches add up to `RANK_ROWS_MAX`.
+
+        Each term's match count is taken with a LIMIT, so a common term costs
+        at most `RANK_ROWS_MAX` rows to recognise. The rarest term is always kept.
+        """
+        found = query.terms(text)
+        if len(found) <= 1:
+            return found[0] if found else None
+        db = self.connection()
+        sized = []
+        for term in found:
+            n = db.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)", (term, RANK_ROWS_MAX + 1)
+            ).fetchone()[0]
+            if n:
+                sized.append((n, term))
+        if not sized:
+            return None
+        sized.sort()
+        kept = [sized[0][1]]
+        rows = sized[0][0]
+        for n, term in sized[1:]:
+            if rows + n > RANK_ROWS_MAX:
+                break
+            kept.append(term)
+            rows += n
+        return " OR ".join(kept)
 
     def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
         """(matches, superseded only, retracted only, both) among unredacted records.
@@ -574,6 +655,21 @@ class Index:
         Redacted records are not matches: their words are gone from the log.
         Counting joins only the flags, never ranks: 6-50x cheaper than bm25.
         """
+        db = self.connection()
+        if scope is None:
+            # Count in FTS5 alone (~0.3 us a row) and look only at the few
+            # flagged records, instead of joining every match to `records`.
+            total = db.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (expr,)).fetchone()[0]
+            red, sup, ret, both = db.execute(
+                "SELECT coalesce(sum(m.redacted), 0),"
+                " coalesce(sum(NOT m.redacted AND m.superseded AND NOT m.retracted), 0),"
+                " coalesce(sum(NOT m.redacted AND m.retracted AND NOT m.superseded), 0),"
+                " coalesce(sum(NOT m.redacted AND m.superseded AND m.retracted), 0)"
+                " FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
+                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
+                (expr,),
+            ).fetchone()
+            return int(total) - int(red), int(sup), int(ret), int(both)
         cond, args = self._filters(scope, True, True)
         sql = (
             "SELECT count(*), coalesce(sum(m.superseded AND NOT m.retracted), 0),"
@@ -581,7 +677,7 @@ class Index:
             " FROM (SELECT rowid FROM fts WHERE fts MATCH ?) AS f CROSS JOIN records AS m ON m.seq = f.rowid"
             f" WHERE {cond}"
         )
-        row = self.connection().execute(sql, [expr, *args]).fetchone()
+        row = db.execute(sql, [expr, *args]).fetchone()
         return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
     def search(
@@ -626,7 +722,9 @@ class Index:
                     hidden_ret = 0 if include_retracted else ret_only + both
                     visible = total - hidden_sup - hidden_ret
                     if visible > 0 and k > 0:
-                        top = self._ranked_rows(expr, min(k, visible), scope, include_superseded, include_retracted)
+                        rank_expr = self._rank_expr(text) or expr
+                        top = self._ranked_rows(rank_expr, min(k, visible), scope, include_superseded,
+                                                include_retracted)
                 finally:
                     db.execute("COMMIT")
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
@@ -713,37 +811,14 @@ class Index:
                 ))
             hwm = int(mark["hwm_offset"])
             seen = bytearray((int(mark["hwm_seq"]) >> 3) + 1)
-            get = db.execute
-            for line in self.log.scan(stop=min(hwm, size)):
-                if not line.chained:
-                    continue
-                seq = line.seq
-                assert seq is not None
-                row = get("SELECT offset, length, hash FROM records WHERE seq = ?", (seq,)).fetchone()
-                if seq >> 3 >= len(seen):
-                    seen.extend(bytes((seq >> 3) + 1 - len(seen)))
-                if row is None:
-                    findings.append(_finding(
-                        "index_missing", seq, line.offset, "indexed", "absent",
-                        f"seq {seq} (log byte {line.offset}) is in the log but not in the index; run `retained rebuild`",
-                    ))
-                    continue
-                if seen[seq >> 3] & (1 << (seq & 7)):
-                    continue  # a second line claiming this seq: the chain walk reports it
-                seen[seq >> 3] |= 1 << (seq & 7)
-                if row[2] != line.hash:
-                    findings.append(_finding(
-                        "index_hash_mismatch", seq, line.offset, line.hash, row[2],
-                        f"seq {seq}: the index has hash {row[2][:12]}..., the log line at byte {line.offset} has "
-                        f"{line.hash[:12]}...; run `retained rebuild`",
-                    ))
-                elif row[0] != line.offset or row[1] != line.length:
-                    findings.append(_finding(
-                        "index_offset_mismatch", seq, line.offset, f"{line.offset}+{line.length}", f"{row[0]}+{row[1]}",
-                        f"seq {seq}: the index places it at byte {row[0]} ({row[1]} bytes), the log has it at byte "
-                        f"{line.offset} ({line.length} bytes); run `retained rebuild`",
-                    ))
-            for seq, offset, h in get("SELECT seq, offset, hash FROM records ORDER BY seq"):
+            batch: list[tuple[int, bytes]] = []
+            for offset, raw in self._raw_lines(min(hwm, size)):
+                batch.append((offset, raw))
+                if len(batch) >= BATCH_ROWS:
+                    findings.extend(self._verify_batch(db, batch, seen))
+                    batch.clear()
+            findings.extend(self._verify_batch(db, batch, seen))
+            for seq, offset, h in db.execute("SELECT seq, offset, hash FROM records ORDER BY seq"):
                 if seq >> 3 < len(seen) and seen[seq >> 3] & (1 << (seq & 7)):
                     continue
                 findings.append(_finding(
@@ -758,6 +833,93 @@ class Index:
                 findings.append(_finding("index_integrity", None, None, "ok", str(exc),
                                          f"FTS5 integrity check failed: {exc}; run `retained rebuild`"))
         return findings
+
+    def _raw_lines(self, stop: int) -> Iterator[tuple[int, bytes]]:
+        """``(offset, bytes)`` of each complete line before ``stop``, memory flat.
+
+        Verify compares places and hashes, which needs no full record check
+        per line (the chain walk does that); a line is classified only when
+        it disagrees with the index.
+        """
+        try:
+            f = open(self.log.path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return
+        with f:
+            base = 0
+            data = b""
+            remaining = stop
+            while remaining > 0:
+                chunk = f.read(min(1 << 20, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                data = data + chunk if data else chunk
+                i = 0
+                while True:
+                    nl = data.find(b"\n", i)
+                    if nl == -1:
+                        break
+                    yield base + i, data[i : nl + 1]
+                    i = nl + 1
+                base += i
+                data = data[i:]
+
+    def _verify_batch(
+        self, db: sqlite3.Connection, batch: list[tuple[int, bytes]], seen: bytearray
+    ) -> list[dict[str, Any]]:
+        claims = []
+        for offset, raw in batch:
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue  # damaged: the chain walk reports it
+            if isinstance(obj, dict) and type(obj.get("seq")) is int and isinstance(obj.get("hash"), str):
+                claims.append((obj["seq"], obj["hash"], offset, raw))
+        if not claims:
+            return []
+        rows = {}
+        for i in range(0, len(claims), 500):
+            part = claims[i : i + 500]
+            rows.update((r[0], r[1:]) for r in db.execute(
+                f"SELECT seq, offset, length, hash FROM records WHERE seq IN ({','.join('?' * len(part))})",
+                [c[0] for c in part],
+            ))
+        out = []
+        for seq, h, offset, raw in claims:
+            row = rows.get(seq)
+            if row is not None and row == (offset, len(raw), h):
+                if seq >> 3 >= len(seen):
+                    seen.extend(bytes((seq >> 3) + 1 - len(seen)))
+                seen[seq >> 3] |= 1 << (seq & 7)
+                continue
+            line = self.log.line_at(offset, len(raw))
+            if not line.chained:
+                continue  # foreign or damaged: the chain walk reports it
+            if seq >> 3 >= len(seen):
+                seen.extend(bytes((seq >> 3) + 1 - len(seen)))
+            if row is None:
+                out.append(_finding(
+                    "index_missing", seq, offset, "indexed", "absent",
+                    f"seq {seq} (log byte {offset}) is in the log but not in the index; run `retained rebuild`",
+                ))
+                continue
+            if seen[seq >> 3] & (1 << (seq & 7)):
+                continue  # a second line claiming this seq: the chain walk reports it
+            seen[seq >> 3] |= 1 << (seq & 7)
+            if row[2] != h:
+                out.append(_finding(
+                    "index_hash_mismatch", seq, offset, h, row[2],
+                    f"seq {seq}: the index has hash {row[2][:12]}..., the log line at byte {offset} has "
+                    f"{h[:12]}...; run `retained rebuild`",
+                ))
+            else:
+                out.append(_finding(
+                    "index_offset_mismatch", seq, offset, f"{offset}+{len(raw)}", f"{row[0]}+{row[1]}",
+                    f"seq {seq}: the index places it at byte {row[0]} ({row[1]} bytes), the log has it at byte "
+                    f"{offset} ({len(raw)} bytes); run `retained rebuild`",
+                ))
+        return out
 
     def _verify_words(self, db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
         """Records with no FTS5 row and FTS5 rows with no record (merge of two sorted lists)."""

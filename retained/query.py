@@ -132,7 +132,7 @@ def segment(text: str) -> str:
     >>> segment("meet at 東京駅 at 9")
     'meet at  東京 京駅 駅  at 9'
     """
-    if not _CJK_RUN.search(text):
+    if text.isascii() or not _CJK_RUN.search(text):
         return text
     return _CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
 

@@ -84,13 +84,28 @@ def _modules(prefix: str) -> list[str]:
 
 
 def run_eval(argv: list[str]) -> int:
-    """Run the built-in 12-question set, then the larger retrieval eval when it is present."""
+    """``eval``: the built-in 12-question set, then the larger retrieval eval when present.
+
+    ``eval NAME [ARGS...]`` runs only harness/eval_NAME.py with ARGS.
+    """
+    present = {name.removeprefix("eval_"): name for name in _modules("eval_")}
+    if argv[:1] in (["-h"], ["--help"]):
+        print("usage: python -m harness eval [--json] | python -m harness eval NAME [ARGS...]\n"
+              f"NAME is one of: {', '.join(present) or 'none'}; without NAME runs small, then locomo")
+        return 0
+    if argv and not argv[0].startswith("-"):
+        name = argv[0].removeprefix("eval_")
+        if name not in present:
+            print(f"harness eval: no eval {name!r}; have: {', '.join(present) or 'none'}", file=sys.stderr)
+            return USAGE_ERROR
+        module = importlib.import_module(f"harness.{present[name]}")
+        return int(module.main(argv[1:]) or 0)
     status = 0
-    for name in ("eval_small", "eval_locomo"):
-        if name not in _modules("eval_"):
-            print(f"harness eval: {name} is not present; skipped", file=sys.stderr)
+    for name in ("small", "locomo"):
+        if name not in present:
+            print(f"harness eval: eval_{name} is not present; skipped", file=sys.stderr)
             continue
-        module = importlib.import_module(f"harness.{name}")
+        module = importlib.import_module(f"harness.{present[name]}")
         status = max(status, int(module.main(list(argv)) or 0))
     return status
 
@@ -99,7 +114,11 @@ def run_bench(argv: list[str]) -> int:
     """Run every harness/bench_*.py module that has main(argv), or the ones named."""
     found = {}
     for name in _modules("bench_"):
-        module = importlib.import_module(f"harness.{name}")
+        try:
+            module = importlib.import_module(f"harness.{name}")
+        except ImportError as exc:
+            print(f"harness bench: {name} cannot be imported ({exc}); skipped", file=sys.stderr)
+            continue
         if callable(getattr(module, "main", None)):
             found[name.removeprefix("bench_")] = module
     if argv[:1] in (["--list"], ["-l"]):

@@ -359,7 +359,7 @@ async def tamper_detect(ctx: Context) -> tuple[str, str]:
         named = ctx.adapter.verify_names(reply, target, offset)
     if not named:
         raise fail(f"one byte flipped in record {target.key} (byte {at}); verify did not name it: {reply.brief()}")
-    return PASS, f"one byte flipped at byte {at} of the file; verify named record {target.key} (line at byte {offset})"
+    return PASS, f"one byte flipped at byte {at} of the file; verify named record {target.key}: {named!r}"
 
 
 SEARCH_TERM = "zephyrquartz"

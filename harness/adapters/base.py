@@ -96,7 +96,7 @@ class Adapter:
     async def verify(self, server: Server) -> Reply:
         raise NotApplicable("the server has no verify tool")
 
-    def verify_names(self, reply: Reply, item: Item, offset: int) -> bool:
+    def verify_names(self, reply: Reply, item: Item, offset: int) -> str | None:
         raise NotApplicable("the server has no verify tool")
 
     async def search(self, server: Server, query: str, k: int) -> SearchCount:

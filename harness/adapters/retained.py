@@ -126,8 +126,27 @@ class RetainedAdapter(Adapter):
     async def verify(self, server) -> Reply:
         return await server.call("memory_verify", {})
 
-    def verify_names(self, reply: Reply, item: Item, offset: int) -> bool:
-        return any(_mentions(value, item.key, offset) for value in (reply.data, reply.text, reply.error))
+    def verify_names(self, reply: Reply, item: Item, offset: int) -> str | None:
+        """The finding that names this record, if verify reported one.
+
+        Only a report that is not "ok" counts, and only its findings (when it
+        has a findings list) are searched, so a head or a count that happens to
+        equal the seq does not pass for a finding.
+        """
+        data = reply.data
+        if isinstance(data, dict):
+            if data.get("ok") is True:
+                return None
+            scope: Any = data.get("findings", data)
+            for finding in scope if isinstance(scope, list) else [scope]:
+                if _mentions(finding, item.key, offset):
+                    text = finding.get("message") or finding.get("problem") or finding.get("kind") if isinstance(finding, dict) else finding
+                    return " ".join(str(text).split())[:120]
+            return None
+        for text in (reply.text, reply.error):
+            if _mentions(text, item.key, offset):
+                return " ".join(text.split())[:120]
+        return None
 
     async def search(self, server, query, k) -> SearchCount:
         reply = await server.call("memory_search", {"query": query, "k": k})

@@ -241,6 +241,122 @@ def cmd_redact(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- data in and out (retained/transfer.py, retained/stats.py) ----------------
+
+
+def _every_second(label: str, unit: str) -> Callable[[int, int], None]:
+    """A progress callback that prints at most one line a second on stderr."""
+    import time
+
+    last = [time.monotonic()]
+
+    def report(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            pct = f" ({100 * done // total}%)" if total else ""
+            progress(f"{label}: {done}/{total} {unit}{pct}")
+
+    return report
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    import time
+
+    from . import transfer
+
+    t0 = time.monotonic()
+    plan = transfer.plan_import(
+        args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse"
+    )
+    progress(f"import: {args.file} is {plan.format}; {plan.records} records from {plan.lines} lines validated")
+    if args.dry_run:
+        result = {"ok": True, "dry_run": True, "path": plan.path, "format": plan.format, "lines": plan.lines,
+                  "records": plan.records, "written": 0, "skipped": plan.skipped, "source": plan.source_head}
+        emit(args, result, f"dry run: {plan.records} records would be imported ({plan.format}); nothing was written")
+        return 0
+    with open_store(args) as store:
+        result = transfer.run_import(store, plan, batch=args.batch, progress=_every_second("import", "records"))
+    elapsed = time.monotonic() - t0
+    result["seconds"] = round(elapsed, 3)
+    rate = result["written"] / elapsed if elapsed > 0 else 0.0
+    progress(f"import: {result['written']} records written in {elapsed:.2f} s ({rate:,.0f}/s)")
+
+    def text() -> str:
+        span = f" as seq {result['first_seq']}..{result['last_seq']}" if result["written"] else ""
+        lines = [f"imported {result['written']} of {result['records']} records from {result['path']} ({result['format']}){span}"]
+        if result["duplicates"]:
+            lines.append(f"{result['duplicates']} already in the store (same client_op_id): not appended again")
+        if result["skipped"].get("redacted"):
+            lines.append(f"{result['skipped']['redacted']} redacted records skipped (their content was erased at the source)")
+        if plan.format == "retained" and result["source"]:
+            src = result["source"]
+            lines.append(f"source chain verified: head seq {src['seq']} {src['hash']}")
+        return "\n".join(lines)
+
+    emit(args, result, text)
+    return 0
+
+
+def _export_summary(result: dict[str, Any]) -> str:
+    head = result["head"]
+    line = f"exported {result['records']} records ({result['redacted']} redacted) as {result['format']}, head seq {head['seq']} {head['hash']}"
+    if result["foreign_left_out"]:
+        line += f"; {result['foreign_left_out']} foreign lines left out"
+    if result["forced"]:
+        line += f"; WARNING: {len(result['findings'])} verify findings, {result['damaged_left_out']} damaged lines left out (--force)"
+    return line
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from . import transfer
+
+    with open_store(args) as store:
+        if args.output:
+            result = transfer.export_to_file(store.log, args.output, format=args.format, force=args.force)
+        else:
+            result = transfer.export(store.log, sys.stdout.buffer, format=args.format, force=args.force)
+    if result["forced"]:
+        progress(f"export: WARNING: the log has {len(result['findings'])} verify findings; exported the valid records only")
+    if args.output:
+        emit(args, result, lambda: _export_summary(result) + f"\nwritten to {result['path']}")
+    else:
+        progress("export: " + _export_summary(result))
+    return 1 if result["forced"] else 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from . import transfer
+
+    with open_store(args) as store:
+        progress(f"backup: copying {store.log.path} under the store lock")
+        result = transfer.backup(store.log, args.dest, force=args.force)
+
+    def text() -> str:
+        head = result["head"]
+        lines = [
+            f"backup of {result['records']} records ({result['log_bytes']} bytes) in {result['path']}",
+            f"  head seq {head['seq']} {head['hash']}",
+            f"  log blake3 {result['log_blake3']}",
+        ]
+        if result["quarantined"]:
+            lines.append(f"  with {len(result['quarantined'])} quarantined tails")
+        lines.append("  verified: ok" if result["ok"] else f"  copied byte-exact, but the log has {len(result['findings'])} verify findings")
+        return "\n".join(lines)
+
+    emit(args, result, text)
+    return 0 if result["ok"] else 1
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from . import stats
+
+    with open_store(args) as store:
+        result = stats.stats(store.log, progress=_every_second("stats", "bytes"))
+    emit(args, result, lambda: stats.stats_text(result))
+    return 1 if result["findings"] else 0
+
+
 def cmd_selftest(args: argparse.Namespace) -> int:
     from . import selftest
 
@@ -322,6 +438,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("selftest", "check retained's claims in temporary stores; exit 1 if any check fails", "retained selftest --check torn_tail", cmd_selftest)
     p.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
     p.add_argument("--tmp", metavar="DIR", help="make the temporary stores in DIR, e.g. on the filesystem of your store")
+
+    p = command("import", "append the records of a file: a retained export, JSONL with a text field, or server-memory's memory.jsonl",
+                "retained import memory.jsonl --scope old-graph", cmd_import)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", choices=("auto", "retained", "jsonl", "memory"), default="auto",
+                   help="the file's format (default: detected from its first line)")
+    p.add_argument("--scope", help="scope for records that have none (jsonl, memory)")
+    p.add_argument("--nest-reserved", action="store_true",
+                   help="keep keys the store reserves (ts, seq, hash, ...) under 'original' instead of refusing the file")
+    p.add_argument("--batch", type=int, default=2000, help="records per batch: one lock and one fsync each (default 2000)")
+    p.add_argument("--dry-run", action="store_true", help="validate the whole file and write nothing")
+
+    p = command("export", "write the log's records as JSONL (verified first) or Markdown", "retained export -o backup.jsonl", cmd_export)
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) and print a summary; default: the export on stdout")
+    p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl")
+    p.add_argument("--force", action="store_true", help="export the valid records even when verify has findings (exit 1)")
+
+    p = command("backup", "copy the log under the store lock to DEST, then verify the copy", "retained backup ~/retained-backups/2026-11-29", cmd_backup)
+    p.add_argument("dest", metavar="DEST", help="a new directory outside the store")
+    p.add_argument("--force", action="store_true", help="replace an existing backup in DEST")
+
+    command("stats", "counts by kind and scope, sizes, head, index lag, damage, vectors", "retained stats --json", cmd_stats)
 
     p = command("search", "ranked records for a query, saying how many it left out and why", "retained search 'deploy target' -k 5 --scope proj-a", cmd_search)
     p.add_argument("query", help="any text; punctuation and search syntax are taken literally")

@@ -1,0 +1,164 @@
+"""What a store holds: counts by kind and scope, sizes, the chain head, index lag, damage.
+
+One forward scan of the log (memory flat in its size, apart from one counter
+per distinct kind and scope and the sets of superseded and retracted seqs),
+plus read-only looks at the index when it exists: its own ``status()`` for
+the lag, and a read-only SQLite connection for the vector counts. Nothing
+here writes or creates a file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import chain, record
+from .log import Line, Log
+
+INDEX_NAME = "index.sqlite3"
+
+
+def _index_files(log: Log) -> dict[str, int]:
+    out = {}
+    for suffix in ("", "-wal", "-shm"):
+        p = log.directory / (INDEX_NAME + suffix)
+        if p.exists():
+            out[p.name] = p.stat().st_size
+    return out
+
+
+def _index_status(log: Log, head_seq: int) -> dict[str, Any] | None:
+    """The index's own view of its high-water mark, and how far it trails the log."""
+    if not (log.directory / INDEX_NAME).exists():
+        return None
+    from .index import Index
+
+    idx = Index(log)
+    try:
+        status = idx.status()
+    except Exception as exc:  # noqa: BLE001 - stats reports a broken index, it does not fail on it
+        return {"state": "unreadable", "error": str(exc)}
+    finally:
+        idx.close()
+    status["lag_records"] = max(0, head_seq - int(status.get("seq") or 0))
+    status["lag_bytes"] = max(0, int(status["log_bytes"]) - int(status["indexed_to"]))
+    return status
+
+
+def _vectors(log: Log) -> dict[str, int] | None:
+    """Vectors per model, read through a read-only connection; None when there is no vectors table."""
+    path = log.directory / INDEX_NAME
+    if not path.exists():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return None
+    try:
+        has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='vectors'").fetchone()
+        if not has:
+            return None
+        return {str(m): int(n) for m, n in db.execute("SELECT model, count(*) AS n FROM vectors WHERE dim > 0 GROUP BY model ORDER BY n DESC, model")}
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+
+
+def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Counts, sizes, head, damage and index lag of one store (reads only)."""
+    size = log.size()
+    kinds: Counter[str] = Counter()
+    scopes: Counter[str] = Counter()
+    superseded: set[int] = set()
+    retracted: set[int] = set()
+    line_bytes = {"max": 0, "total": 0}
+    lines_seen = [0]
+
+    def tally(lines: Iterator[Line]) -> Iterator[Line]:
+        for line in lines:
+            lines_seen[0] += 1
+            if line.status == record.RECORD:
+                rec = line.record
+                kinds[str(rec.get("kind", "note"))] += 1
+                scopes[rec["scope"] if isinstance(rec.get("scope"), str) else "(none)"] += 1
+                for s in rec.get("supersedes") or ():
+                    superseded.add(s)
+                if rec.get("kind") == "retract":
+                    for s in rec.get("retracts") or ():
+                        retracted.add(s)
+                line_bytes["total"] += line.length
+                line_bytes["max"] = max(line_bytes["max"], line.length)
+            if progress is not None and lines_seen[0] % 50000 == 0:
+                progress(line.end, size)
+            yield line
+
+    report = chain.walk(tally(log.scan(stop=size)), log.path.name)
+    live = report.records - len(report.redacted)
+    quarantined = log.quarantined()
+    index_files = _index_files(log)
+    return {
+        "log": str(log.path),
+        "exists": log.exists(),
+        "records": report.records,
+        "by_kind": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "by_scope": dict(sorted(scopes.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "superseded": len(superseded),
+        "retracted": len(retracted),
+        "redacted": len(report.redacted),
+        "foreign_lines": len(report.foreign),
+        "damaged_lines": report.damaged,
+        "findings": len(report.findings),
+        "torn_tail": report.torn_tail,
+        "quarantined": quarantined,
+        "head": {"seq": report.head_seq, "hash": report.head_hash},
+        "sizes": {
+            "log_bytes": size,
+            "record_bytes_mean": round(line_bytes["total"] / live) if live else 0,
+            "record_bytes_max": line_bytes["max"],
+            "quarantined_bytes": sum(q["bytes"] for q in quarantined),
+            "index_bytes": sum(index_files.values()),
+            "index_files": index_files,
+        },
+        "index": _index_status(log, report.head_seq),
+        "vectors": _vectors(log),
+    }
+
+
+def stats_text(s: dict[str, Any], scopes_shown: int = 10) -> str:
+    """The human form of ``stats``."""
+    head = s["head"]
+    sizes = s["sizes"]
+    out = [
+        f"{s['records']} records, head seq {head['seq']} {head['hash']}",
+        f"log {sizes['log_bytes']} bytes (record mean {sizes['record_bytes_mean']}, max {sizes['record_bytes_max']}); "
+        f"index {sizes['index_bytes']} bytes",
+        "by kind: " + (", ".join(f"{k} {n}" for k, n in s["by_kind"].items()) or "none"),
+    ]
+    scopes = list(s["by_scope"].items())
+    line = "by scope: " + (", ".join(f"{k} {n}" for k, n in scopes[:scopes_shown]) or "none")
+    if len(scopes) > scopes_shown:
+        line += f" (and {len(scopes) - scopes_shown} more scopes)"
+    out.append(line)
+    out.append(f"superseded {s['superseded']}, retracted {s['retracted']}, redacted {s['redacted']}")
+    out.append(
+        f"foreign lines {s['foreign_lines']}, damaged lines {s['damaged_lines']}, "
+        f"quarantined tails {len(s['quarantined'])} ({sizes['quarantined_bytes']} bytes)"
+        + (", unterminated tail present" if s["torn_tail"] else "")
+    )
+    idx = s["index"]
+    if idx is None:
+        out.append("index: none (built on the first search, or by `retained rebuild`)")
+    elif idx.get("state") == "unreadable":
+        out.append(f"index: unreadable ({idx['error']})")
+    else:
+        out.append(
+            f"index: {idx['state']}, indexed to seq {idx['seq']}; lag {idx['lag_records']} records ({idx['lag_bytes']} bytes)"
+        )
+    vec = s["vectors"]
+    out.append("vectors: " + (", ".join(f"{m} {n}" for m, n in vec.items()) or "none") if vec is not None else "vectors: none")
+    if s["findings"]:
+        out.append(f"verify findings: {s['findings']} (run `retained verify`)")
+    return "\n".join(out)

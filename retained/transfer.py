@@ -1,0 +1,802 @@
+"""Data in and out of a store: import (three formats), export (JSONL, Markdown), backup.
+
+Import validates the whole file before it writes anything (one bad line
+refuses the file, with its line number), then appends in batches through
+``Log.append_batch``: one lock, one write, one fsync and one byte-exact
+read-back per batch, every record chained (L2, L3, L4).
+
+Sources (``detect_format`` picks one from the first non-blank line):
+
+- ``retained``: our own export, the log's chained lines byte for byte. Its
+  chain is walked with ``chain.walk`` first; any finding refuses the file.
+  Each record is appended again as a *new* record of this store: ``seq``,
+  ``prev``, ``hash``, ``ts`` and ``client`` are this store's (they are
+  reserved: no caller, import included, can set them), and the originals are
+  kept under the caller field ``imported`` = ``{seq, hash, ts, client}``. A
+  record that already had an ``imported`` field keeps it nested inside the
+  new one (``imported.imported``), so provenance survives several hops.
+  References (``supersedes``, ``retracts``) are renumbered to the new seqs;
+  the original numbers are kept in ``imported.refs`` when they differ.
+  Redacted lines cannot be imported (their content was erased): they are
+  skipped and counted, references to them are dropped (kept in
+  ``imported.refs``), and a redaction record loses its ``redacts`` link the
+  same way, since its target does not exist in this store.
+- ``jsonl``: one object per line with a string ``text``. ``kind``, ``scope``,
+  ``source``, ``body`` and ``client_op_id`` are used as such; every other key
+  is kept as a caller field. A key the store reserves (``v``, ``seq``,
+  ``ts``, ``prev``, ``hash``, ``client``, ``cd``, ``redacted``) refuses the
+  file with its line number, or with ``on_reserved="nest"`` is kept under
+  ``original`` instead. ``supersedes`` refuses the file: its numbers name
+  records of some other store.
+- ``memory``: the ``memory.jsonl`` of ``@modelcontextprotocol/server-memory``.
+  An entity becomes a record of kind ``entity`` (text: its name), each of its
+  observations a record of kind ``observation`` (text: the observation), a
+  relation a record of kind ``relation`` (text: ``from relationType to``);
+  names and types are kept as the fields ``entity``, ``entity_type``,
+  ``from``, ``to``, ``relation_type``.
+
+Memory: import holds the validated file in memory (about three times the
+file's size) so that nothing is written unless every line is good.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from . import chain, record
+from .errors import InvalidRecord, RetainedError
+from .lock import StoreLock
+from .log import LOG_NAME, Log, fsync_dir, make_line
+
+FORMATS = ("retained", "jsonl", "memory")
+BATCH_RECORDS = 2000  # records per append_batch: one lock, one fsync each
+BAD_LINES_LISTED = 20  # line numbers named in one refusal
+_COPY_CHUNK = 1024 * 1024
+_LINK_FIELDS = ("supersedes", "retracts")
+_PLAIN_API = ("kind", "scope", "source", "body", "client_op_id")
+BACKUP_MANIFEST = "backup.json"
+
+Progress = Callable[[int, int], None]
+
+
+class ImportRefused(InvalidRecord):
+    """The import file has bad lines; nothing was written. ``line`` is the first bad line."""
+
+    code = "invalid_argument"
+
+
+class SourceChainBroken(RetainedError):
+    """An export's chain does not verify (tampered or damaged); nothing was written."""
+
+    code = "chain_broken"
+
+
+class ExportRefused(RetainedError):
+    """The log has verify findings; nothing was exported (``force`` exports the valid records anyway)."""
+
+    code = "verify_failed"
+
+
+class BackupRefused(RetainedError):
+    """The backup destination is unsafe or already holds a backup; nothing was copied."""
+
+    code = "invalid_argument"
+
+
+class BackupFailed(RetainedError):
+    """The copy did not verify against the source head; the copy is left for inspection."""
+
+    code = "backup_failed"
+
+
+# -- reading an import file -------------------------------------------------
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number from 1, byte offset, line bytes with b"\\n")``; a missing final newline is supplied."""
+    offset = 0
+    number = 0
+    size = len(data)
+    while offset < size:
+        nl = data.find(b"\n", offset)
+        end = size if nl == -1 else nl + 1
+        raw = data[offset:end]
+        number += 1
+        yield number, offset, raw if raw.endswith(b"\n") else raw + b"\n"
+        offset = end
+
+
+def detect_format(data: bytes) -> str:
+    """``retained``, ``memory`` or ``jsonl``, from the first non-blank line."""
+    for _, _, raw in _lines(data):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return "jsonl"  # its own validation names the line
+        if isinstance(obj, dict):
+            if record.CHAIN_FIELDS <= obj.keys():
+                return "retained"
+            if obj.get("type") in ("entity", "relation"):
+                return "memory"
+        return "jsonl"
+    return "jsonl"
+
+
+@dataclass
+class _Item:
+    line: int
+    content: record.Content
+    # For our own export: the original seq, and links still to renumber.
+    old_seq: int | None = None
+    links: dict[str, list[int]] | None = None
+
+
+@dataclass
+class ImportPlan:
+    """A validated import: every record built, nothing written yet."""
+
+    path: str
+    format: str
+    items: list[_Item]
+    lines: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    source_head: dict[str, Any] | None = None
+
+    @property
+    def records(self) -> int:
+        return len(self.items)
+
+
+class _Problems:
+    """Bad lines collected during validation; raised together at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lines: list[tuple[int, str]] = []
+
+    def add(self, line: int, message: str) -> None:
+        self.lines.append((line, message))
+
+    def raise_if_any(self) -> None:
+        if not self.lines:
+            return
+        first_line, first = self.lines[0]
+        more = ""
+        if len(self.lines) > 1:
+            listed = ", ".join(str(n) for n, _ in self.lines[:BAD_LINES_LISTED])
+            extra = " ..." if len(self.lines) > BAD_LINES_LISTED else ""
+            more = f" ({len(self.lines)} bad lines in all, at line {listed}{extra})"
+        raise ImportRefused(
+            f"{self.path} line {first_line}: {first}{more}; nothing was written",
+            path=self.path,
+            line=first_line,
+            bad_lines=len(self.lines),
+        )
+
+
+def _content_error(exc: InvalidRecord) -> str:
+    return exc.message.removesuffix("; nothing was written")
+
+
+def _parse_object(raw: bytes, number: int, problems: _Problems) -> dict[str, Any] | None:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        problems.add(number, "not JSON (expected one JSON object per line)")
+        return None
+    if not isinstance(obj, dict):
+        problems.add(number, f"a JSON {type(obj).__name__}, expected an object")
+        return None
+    return obj
+
+
+def _plan_plain(data: bytes, path: str, scope: str | None, on_reserved: str) -> ImportPlan:
+    problems = _Problems(path)
+    items: list[_Item] = []
+    lines = 0
+    for number, _, raw in _lines(data):
+        lines = number
+        if not raw.strip():
+            continue
+        obj = _parse_object(raw, number, problems)
+        if obj is None:
+            continue
+        text = obj.get("text")
+        if not isinstance(text, str):
+            problems.add(number, "needs a string field text" if text is None else f"field text is a {type(text).__name__}, expected a string")
+            continue
+        if "supersedes" in obj:
+            problems.add(number, "field supersedes names seqs of another store; remove it (or import a retained export with --format retained)")
+            continue
+        reserved = sorted(record.RESERVED_FIELDS & obj.keys())
+        extra: dict[str, Any] = {}
+        if reserved:
+            if on_reserved != "nest":
+                problems.add(
+                    number,
+                    f"field {reserved[0]!r} is set by the store and cannot be imported as is; "
+                    "rename it, or pass --nest-reserved to keep such fields under 'original'",
+                )
+                continue
+            if "original" in obj:
+                problems.add(number, f"field {reserved[0]!r} would be nested under 'original', which the line already has; rename one")
+                continue
+            extra["original"] = {k: obj[k] for k in reserved}
+        args = {k: obj[k] for k in _PLAIN_API if k in obj}
+        fields = {k: v for k, v in obj.items() if k != "text" and k not in args and k not in record.RESERVED_FIELDS}
+        fields.update(extra)
+        if scope is not None and "scope" not in args:
+            args["scope"] = scope
+        try:
+            content = record.make_content(text=text, fields=fields or None, **args)
+        except InvalidRecord as exc:
+            problems.add(number, _content_error(exc))
+            continue
+        items.append(_Item(number, content))
+    problems.raise_if_any()
+    return ImportPlan(path, "jsonl", items, lines)
+
+
+_ENTITY_KEYS = {"type", "name", "entityType", "observations"}
+_RELATION_KEYS = {"type", "from", "to", "relationType"}
+_MEMORY_FIELDS = {"entity", "entity_type", "from", "to", "relation_type"}
+
+
+def _plan_memory(data: bytes, path: str, scope: str | None) -> ImportPlan:
+    problems = _Problems(path)
+    items: list[_Item] = []
+    lines = 0
+    source = f"server-memory:{Path(path).name}"
+    entities = relations = 0
+    for number, _, raw in _lines(data):
+        lines = number
+        if not raw.strip():
+            continue
+        obj = _parse_object(raw, number, problems)
+        if obj is None:
+            continue
+        kind = obj.get("type")
+        known = _ENTITY_KEYS if kind == "entity" else _RELATION_KEYS
+        extra = {k: v for k, v in obj.items() if k not in known}
+        clash = sorted((record.RESERVED_FIELDS | record.API_FIELDS | _MEMORY_FIELDS) & extra.keys())
+        if clash:
+            problems.add(number, f"extra field {clash[0]!r} collides with a field the import sets; rename it")
+            continue
+        built: list[tuple[str, str, dict[str, Any]]] = []
+        if kind == "entity":
+            name, etype, observations = obj.get("name"), obj.get("entityType"), obj.get("observations", [])
+            if not isinstance(name, str) or not name:
+                problems.add(number, "entity needs a non-empty string name")
+                continue
+            if not isinstance(etype, str):
+                problems.add(number, f"entity {name!r} needs a string entityType")
+                continue
+            if not isinstance(observations, list) or not all(isinstance(o, str) for o in observations):
+                problems.add(number, f"entity {name!r}: observations must be a list of strings")
+                continue
+            names = {"entity": name, "entity_type": etype}
+            built.append(("entity", name, {**names, **extra}))
+            built.extend(("observation", o, names) for o in observations)
+            entities += 1
+        elif kind == "relation":
+            src, dst, rtype = obj.get("from"), obj.get("to"), obj.get("relationType")
+            if not all(isinstance(v, str) and v for v in (src, dst, rtype)):
+                problems.add(number, "relation needs non-empty strings from, to and relationType")
+                continue
+            built.append(("relation", f"{src} {rtype} {dst}", {"from": src, "to": dst, "relation_type": rtype, **extra}))
+            relations += 1
+        else:
+            problems.add(number, f"type is {kind!r}, expected \"entity\" or \"relation\" (a server-memory memory.jsonl line)")
+            continue
+        for rkind, text, fields in built:
+            try:
+                content = record.make_content(text=text, kind=rkind, scope=scope, source=source, fields=fields)
+            except InvalidRecord as exc:
+                problems.add(number, _content_error(exc))
+                break
+            items.append(_Item(number, content))
+    problems.raise_if_any()
+    return ImportPlan(path, "memory", items, lines, source_head={"entities": entities, "relations": relations})
+
+
+def _plan_retained(data: bytes, path: str) -> ImportPlan:
+    problems = _Problems(path)
+    parsed = []
+    number_at: dict[int, int] = {}
+    lines = 0
+    for number, offset, raw in _lines(data):
+        lines = number
+        if not raw.strip():
+            problems.add(number, "blank line inside a retained export (an export has one record per line)")
+            continue
+        line = make_line(offset, raw)
+        number_at[offset] = number
+        if line.status == record.FOREIGN:
+            problems.add(number, "not a chained record (no seq, prev, hash); an export holds only the log's records")
+            continue
+        parsed.append(line)
+    problems.raise_if_any()
+    report = chain.walk(parsed, Path(path).name)
+    if report.findings:
+        first = report.findings[0]
+        where = f"line {number_at[first['offset']]}: " if first.get("offset") in number_at else ""
+        raise SourceChainBroken(
+            f"{path} does not verify, {where}{first['message']} ({len(report.findings)} findings in all); "
+            "the export was changed or damaged after it was made; nothing was written",
+            path=path,
+            line=number_at.get(first.get("offset")),
+            findings=len(report.findings),
+        )
+    items: list[_Item] = []
+    redacted = 0
+    for line in parsed:
+        if line.status == record.REDACTED:
+            redacted += 1
+            continue
+        rec = line.record
+        number = number_at[line.offset]
+        provenance: dict[str, Any] = {"seq": rec["seq"], "hash": rec["hash"], "ts": rec.get("ts"), "client": rec.get("client")}
+        fields = {k: v for k, v in rec.items() if k not in record.RESERVED_FIELDS and k not in record.API_FIELDS}
+        if "imported" in fields:
+            provenance["imported"] = fields["imported"]
+        fields["imported"] = provenance
+        links: dict[str, list[int]] = {}
+        for name in _LINK_FIELDS:
+            value = rec.get(name)
+            if isinstance(value, list) and value and all(type(s) is int for s in value):
+                links[name] = value
+                fields.pop(name, None)
+        if rec.get("kind") == "redaction" and "redacts" in fields:
+            # Its target was erased in the source and is not imported.
+            provenance["refs"] = {"redacts": fields.pop("redacts")}
+        supersedes = links.pop("supersedes", None)
+        try:
+            content = record.make_content(
+                text=rec.get("text"),
+                kind=rec.get("kind", "note"),
+                body=rec.get("body"),
+                scope=rec.get("scope"),
+                source=rec.get("source"),
+                supersedes=supersedes,
+                client_op_id=rec.get("client_op_id"),
+                fields=fields,
+                store_kind=True,
+            )
+        except InvalidRecord as exc:
+            problems.add(number, _content_error(exc))
+            continue
+        if supersedes:
+            links["supersedes"] = supersedes
+        items.append(_Item(number, content, old_seq=rec["seq"], links=links or None))
+    problems.raise_if_any()
+    head = {"seq": report.head_seq, "hash": report.head_hash, "records": report.records}
+    return ImportPlan(path, "retained", items, lines, skipped={"redacted": redacted} if redacted else {}, source_head=head)
+
+
+def plan_import(
+    path: str | os.PathLike[str],
+    *,
+    format: str = "auto",
+    scope: str | None = None,
+    on_reserved: str = "refuse",
+) -> ImportPlan:
+    """Read and validate a whole import file; nothing is written.
+
+    Raises:
+        ImportRefused: a bad line (its number is in the message and ``line``).
+        SourceChainBroken: a retained export whose chain does not verify.
+        InvalidRecord: an unknown format or option.
+    """
+    if format not in ("auto", *FORMATS):
+        raise InvalidRecord(f"format {format!r} is not one of auto, {', '.join(FORMATS)}", path="format")
+    if on_reserved not in ("refuse", "nest"):
+        raise InvalidRecord(f"on_reserved {on_reserved!r} is not refuse or nest", path="on_reserved")
+    name = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InvalidRecord(f"{name}: no such file; nothing was written", path=name) from None
+    except IsADirectoryError:
+        raise InvalidRecord(f"{name}: is a directory, expected a JSONL file; nothing was written", path=name) from None
+    fmt = detect_format(data) if format == "auto" else format
+    if fmt == "retained":
+        if scope is not None:
+            raise InvalidRecord("--scope does not apply to a retained export: its records keep their own scopes", path="scope")
+        plan = _plan_retained(data, name)
+    elif fmt == "memory":
+        plan = _plan_memory(data, name, scope)
+    else:
+        plan = _plan_plain(data, name, scope, on_reserved)
+    return plan
+
+
+def _batches(items: list[_Item], size: int) -> Iterator[list[_Item]]:
+    """Batches of ``size``, cut before a record that links to one in the same batch.
+
+    A link can only be renumbered once its target's new seq is known, that is
+    once the target's batch was acknowledged.
+    """
+    batch: list[_Item] = []
+    olds: set[int] = set()
+    for item in items:
+        linked = item.links and any(s in olds for ss in item.links.values() for s in ss)
+        if batch and (len(batch) >= size or linked):
+            yield batch
+            batch, olds = [], set()
+        batch.append(item)
+        if item.old_seq is not None:
+            olds.add(item.old_seq)
+    if batch:
+        yield batch
+
+
+def _relink(item: _Item, new_seq: dict[int, int]) -> record.Content:
+    if not item.links:
+        return item.content
+    fields = dict(item.content.fields)
+    provenance = dict(fields["imported"])
+    refs = dict(provenance.get("refs", {}))
+    for name, olds in item.links.items():
+        mapped = sorted({new_seq[s] for s in olds if s in new_seq})
+        if mapped != sorted(set(olds)):
+            refs[name] = olds
+        if mapped:
+            fields[name] = mapped
+        else:
+            fields.pop(name, None)
+    if refs:
+        provenance["refs"] = refs
+    fields["imported"] = provenance
+    return record.Content(fields)
+
+
+def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, progress: Progress | None = None) -> dict[str, Any]:
+    """Append a validated plan in batches; returns counts and the seq range written.
+
+    Raises what ``Log.append_batch`` raises. If a batch fails, the batches
+    before it stay written (each was acknowledged); the error says how many.
+    """
+    assert batch >= 1
+    log: Log = store.log
+    new_seq: dict[int, int] = {}
+    written = duplicates = 0
+    first_seq = last_seq = None
+    total = plan.records
+    done = 0
+    for chunk in _batches(plan.items, batch):
+        contents = [_relink(item, new_seq) for item in chunk]
+        if log.unusable:
+            log.reopen()
+        try:
+            proofs = log.append_batch(contents, client=store.client)
+        except RetainedError as exc:
+            if done:
+                exc.message = (
+                    f"{exc.message} (import stopped after {done} of {total} records; "
+                    f"seq {first_seq}..{last_seq} were written and acknowledged)"
+                )
+                exc.args = (exc.message,)
+            raise
+        for item, proof in zip(chunk, proofs, strict=True):
+            if item.old_seq is not None:
+                new_seq[item.old_seq] = proof["seq"]
+            if proof["duplicate"]:
+                duplicates += 1
+                continue
+            written += 1
+            first_seq = proof["seq"] if first_seq is None else first_seq
+            last_seq = proof["seq"]
+        done += len(chunk)
+        if progress is not None:
+            progress(done, total)
+    return {
+        "ok": True,
+        "path": plan.path,
+        "format": plan.format,
+        "lines": plan.lines,
+        "records": total,
+        "written": written,
+        "duplicates": duplicates,
+        "first_seq": first_seq,
+        "last_seq": last_seq,
+        "skipped": plan.skipped,
+        "source": plan.source_head,
+    }
+
+
+def import_file(
+    store: Any,
+    path: str | os.PathLike[str],
+    *,
+    format: str = "auto",
+    scope: str | None = None,
+    on_reserved: str = "refuse",
+    batch: int = BATCH_RECORDS,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Validate the whole file, then append it in batches (``plan_import`` + ``run_import``)."""
+    plan = plan_import(path, format=format, scope=scope, on_reserved=on_reserved)
+    return run_import(store, plan, batch=batch, progress=progress)
+
+
+# -- export -----------------------------------------------------------------
+
+
+def _md_text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def markdown_entry(line: Any) -> str:
+    """One record as Markdown, for reading (not for import)."""
+    rec = line.record
+    if line.status == record.REDACTED:
+        return f"### #{line.seq} · redacted\n\n*content erased; the chain still verifies*\n"
+    kind = rec.get("kind", "note")
+    head = f"### #{line.seq} · {kind}"
+    if rec.get("scope"):
+        head += f" · {rec['scope']}"
+    meta = [f"`{rec.get('ts', '')}`"]
+    for name in ("supersedes", "retracts"):
+        if rec.get(name):
+            meta.append(f"{name} " + ", ".join(f"#{s}" for s in rec[name]))
+    if rec.get("source"):
+        meta.append(f"source: {rec['source']}")
+    parts = [head, "", " · ".join(meta), ""]
+    if rec.get("text") is not None:
+        parts += [_md_text(rec["text"]), ""]
+    if rec.get("body") is not None:
+        parts += ["> " + _md_text(rec["body"]).replace("\n", "\n> "), ""]
+    extra = {k: v for k, v in rec.items() if k not in record.RESERVED_FIELDS and k not in record.API_FIELDS}
+    origin = extra.pop("imported", None)
+    if isinstance(origin, dict) and "seq" in origin:
+        parts += [f"*imported: was seq {origin.get('seq')} ({origin.get('ts')}), hash {str(origin.get('hash'))[:16]}...*", ""]
+    elif origin is not None:
+        extra["imported"] = origin
+    if extra:
+        parts += ["```json", orjson.dumps(extra, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode(), "```", ""]
+    return "\n".join(parts)
+
+
+def export(
+    log: Log,
+    out: BinaryIO,
+    *,
+    format: str = "jsonl",
+    force: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write the log's chained records to ``out`` after verifying them, in one pass.
+
+    ``jsonl`` writes each chained line byte for byte (records and redacted
+    lines), so the export verifies on its own and imports with its chain
+    checked. Foreign lines are left out and counted. The export is spooled to
+    a temporary file while the chain is walked; only when the walk has no
+    finding (or ``force``) is it copied to ``out``.
+
+    Raises:
+        ExportRefused: verify found problems and ``force`` is false; nothing was written to ``out``.
+    """
+    if format not in ("jsonl", "markdown"):
+        raise InvalidRecord(f"format {format!r} is not jsonl or markdown", path="format")
+    size = log.size()
+    counted = {"records": 0, "redacted": 0, "foreign": 0, "damaged": 0}
+
+    with tempfile.TemporaryFile() as spool:
+        if format == "markdown":
+            spool.write(f"# retained export of {log.path}\n\n".encode())
+
+        def tee() -> Iterator[Any]:
+            for line in log.scan(stop=size):
+                yield line
+                if line.chained:
+                    counted["redacted" if line.status == record.REDACTED else "records"] += 1
+                    spool.write(line.raw if format == "jsonl" else markdown_entry(line).encode("utf-8") + b"\n")
+                    if progress is not None and line.seq % 10000 == 0:
+                        progress(line.end, size)
+                elif line.status == record.FOREIGN:
+                    counted["foreign"] += 1
+                elif line.status == record.DAMAGED:
+                    counted["damaged"] += 1
+
+        report = chain.walk(tee(), log.path.name)
+        result = {
+            "ok": report.ok,
+            "format": format,
+            "records": counted["records"],
+            "redacted": counted["redacted"],
+            "foreign_left_out": counted["foreign"],
+            "damaged_left_out": counted["damaged"],
+            "head": {"seq": report.head_seq, "hash": report.head_hash},
+            "log_bytes": size,
+            "findings": report.findings,
+            "forced": bool(report.findings) and force,
+        }
+        if report.findings and not force:
+            first = report.findings[0]
+            raise ExportRefused(
+                f"verify found {len(report.findings)} problems in {log.path}, first: {first['message']}; "
+                "nothing was exported; run `retained verify` for all of them, or export with --force "
+                "to write the valid records only (that export will not verify on import)",
+                findings=len(report.findings),
+            )
+        spool.seek(0)
+        written = 0
+        while chunk := spool.read(_COPY_CHUNK):
+            out.write(chunk)
+            written += len(chunk)
+        out.flush()
+        result["bytes"] = written
+    return result
+
+
+def export_to_file(log: Log, dest: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
+    """``export`` into a new file (0600), written beside it and renamed into place when complete."""
+    dest = Path(dest)
+    tmp = dest.with_name(dest.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            result = export(log, f, **kwargs)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(dest.parent)
+    result["path"] = str(dest)
+    return result
+
+
+# -- backup -----------------------------------------------------------------
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def _is_backup_dir(path: Path) -> bool:
+    names = os.listdir(path)
+    return all(n == LOG_NAME or n == BACKUP_MANIFEST or n.startswith(LOG_NAME + ".torn-") for n in names)
+
+
+def _copy_file(src: BinaryIO, dest: Path, length: int) -> None:
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+    try:
+        remaining = length
+        while remaining > 0:
+            chunk = src.read(min(_COPY_CHUNK, remaining))
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+            remaining -= len(chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if remaining:
+        raise BackupFailed(f"{dest}: the source ended {remaining} bytes early while it was copied under the lock", path=str(dest))
+
+
+def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
+    """Copy the log (and its quarantined tails) to ``dest`` under the store lock, then verify the copy.
+
+    The lock is the appenders' own (``log.lock``), so no record can be added,
+    and no line redacted, while the bytes are copied: the copy is the log as
+    of one moment. The index is not copied (it is derived: ``retained
+    rebuild`` recreates it). The copy is written into a new directory beside
+    ``dest`` and renamed into place; files are 0600, directories 0700. A
+    ``backup.json`` manifest records the head and the log's blake3.
+
+    Raises:
+        BackupRefused: ``dest`` is the store, inside it, holds it, or already
+            holds a backup (pass ``force`` to replace a backup; a directory
+            holding anything else is never replaced).
+        BackupFailed: the copy does not verify or its head differs.
+    """
+    src_dir = log.directory.resolve()
+    dest = Path(dest).expanduser()
+    target = dest.resolve()
+    if _inside(target, src_dir):
+        raise BackupRefused(f"backup destination {dest} is inside the store {src_dir}; choose a directory outside it", path=str(dest))
+    if _inside(src_dir, target):
+        raise BackupRefused(f"backup destination {dest} contains the store {src_dir}; choose a directory of its own", path=str(dest))
+    if not log.exists():
+        raise BackupRefused(f"no log at {log.path}: nothing to back up", path=str(log.path))
+    replacing = False
+    if target.exists():
+        if not target.is_dir():
+            raise BackupRefused(f"backup destination {dest} exists and is not a directory; choose a new path", path=str(dest))
+        if os.listdir(target):
+            if not _is_backup_dir(target):
+                raise BackupRefused(
+                    f"backup destination {dest} holds files that are not a retained backup; nothing was copied; choose a new path",
+                    path=str(dest),
+                )
+            if not force:
+                raise BackupRefused(
+                    f"backup destination {dest} already holds a backup; nothing was copied; pass --force to replace it",
+                    path=str(dest),
+                )
+            replacing = True
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    os.chmod(staging, 0o700)
+    try:
+        with StoreLock(log.lock_path, log.lock_wait_s):
+            with open(log.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                seq, head_hash, _ = log.tail(stop=size)
+                _copy_file(f, staging / LOG_NAME, size)
+            quarantined = log.quarantined()
+            for q in quarantined:
+                with open(log.directory / q["file"], "rb") as f:
+                    _copy_file(f, staging / q["file"], q["bytes"])
+        copy = Log(staging)
+        report = chain.walk(copy.scan(), LOG_NAME)
+        if (report.head_seq, report.head_hash) != (seq, head_hash) or copy.size() != size:
+            raise BackupFailed(
+                f"the copy in {staging} does not match the source: head seq {report.head_seq} vs {seq}, "
+                f"{copy.size()} bytes vs {size}; the copy is left there for inspection",
+                path=str(staging),
+            )
+        import blake3
+
+        hasher = blake3.blake3()
+        with open(staging / LOG_NAME, "rb") as f:
+            while chunk := f.read(_COPY_CHUNK):
+                hasher.update(chunk)
+        manifest = {
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "source": str(src_dir),
+            "head": {"seq": seq, "hash": head_hash},
+            "log_bytes": size,
+            "log_blake3": hasher.hexdigest(),
+            "quarantined": [q["file"] for q in quarantined],
+            "verify": {"ok": report.ok, "records": report.records, "findings": len(report.findings)},
+        }
+        fd = os.open(staging / BACKUP_MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as mf:
+            mf.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+            mf.flush()
+            os.fsync(mf.fileno())
+        fsync_dir(staging)
+        if replacing:
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(staging, target)
+            shutil.rmtree(old)
+        elif target.exists():
+            os.rmdir(target)  # empty: checked above
+            os.replace(staging, target)
+        else:
+            os.replace(staging, target)
+        fsync_dir(target.parent)
+    except BackupFailed:
+        raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {
+        "ok": report.ok,
+        "path": str(target),
+        "head": {"seq": seq, "hash": head_hash},
+        "records": report.records,
+        "log_bytes": size,
+        "log_blake3": manifest["log_blake3"],
+        "quarantined": manifest["quarantined"],
+        "findings": report.findings,
+        "replaced": replacing,
+    }

@@ -91,18 +91,19 @@ _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 
 
 def _words(text: str) -> list[str]:
-    """Runs of letters, digits, marks and private-use characters.
+    """Runs of letters, digits, marks, private-use and unassigned characters.
 
     These are the characters unicode61 keeps in tokens; everything else
     (punctuation, symbols, emoji, spaces, "_") separates words, as it does in
-    the index. A quoted word is tokenized again by FTS5 itself, so any small
+    the index. Unassigned code points (in Python's Unicode version) count as
+    letters because SQLite's tables may know them as such. A quoted word is tokenized again by FTS5 itself, so any small
     disagreement with the tokenizer only turns a word into a phrase.
     """
     out: list[str] = []
     cur: list[str] = []
     for ch in text:
         cat = unicodedata.category(ch)
-        if cat[0] in "LNM" or cat == "Co":
+        if cat[0] in "LNM" or cat in ("Co", "Cn"):
             cur.append(ch)
         elif cur:
             out.append("".join(cur))
@@ -132,7 +133,12 @@ def segment(text: str) -> str:
     >>> segment("meet at 東京駅 at 9")
     'meet at  東京 京駅 駅  at 9'
     """
-    if text.isascii() or not _CJK_RUN.search(text):
+    if text.isascii():
+        return text
+    # The same NFKC folding as queries get (full-width letters, ligatures),
+    # so both sides reach the tokenizer in one form.
+    text = unicodedata.normalize("NFKC", text)
+    if not _CJK_RUN.search(text):
         return text
     return _CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
 
@@ -142,7 +148,9 @@ def _normalise(text: str) -> str:
     # what the tokenizer sees in ordinary text; control and format characters
     # become spaces so they separate words instead of gluing them.
     text = unicodedata.normalize("NFKC", text)
-    return "".join(" " if unicodedata.category(c)[0] == "C" else c for c in text).casefold()
+    # lower(), not casefold(): unicode61 folds case one character at a time
+    # ("ß" stays "ß"), and the query must name the tokens the index holds.
+    return "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Cs") else c for c in text).lower()
 
 
 def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:

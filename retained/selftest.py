@@ -433,7 +433,18 @@ while not os.path.exists(go):
         sys.exit("no start signal within 30 s")
     time.sleep(0.001)
 started = time.time()
-proofs = [s.write(f"{tag} write {i}", fields={"writer": tag, "i": i}) for i in range(n)]
+proofs = [s.write(f"{tag} write 0", fields={"writer": tag, "i": 0})]
+# Go on only once the other writer's first record is in the log: both are
+# then writing at once by construction, however fast the disk (tmpfs) is,
+# and each must find a tail it did not write itself.
+other = b'"writer":"' + (b"B" if tag == "A" else b"A") + b'"'
+with open(os.path.join(directory, "log.jsonl"), "rb") as log:
+    while other not in log.read():
+        if time.monotonic() > deadline:
+            sys.exit("the other writer wrote nothing within 30 s")
+        time.sleep(0.001)
+        log.seek(0)
+proofs += [s.write(f"{tag} write {i}", fields={"writer": tag, "i": i}) for i in range(1, n)]
 sys.stdout.buffer.write(orjson.dumps({"proofs": proofs, "started": started, "ended": time.time()}) + b"\\n")
 """
 
@@ -457,14 +468,15 @@ def check_concurrent_writers(ctx: Context) -> str:
                 p.communicate()
     replies = {tag: orjson.loads(out) for tag, out in zip(("A", "B"), outs, strict=True)}
     acked = {tag: reply["proofs"] for tag, reply in replies.items()}
-    # Both were writing at once: each began before the other had finished.
+    # Evidence only (wall clocks may step): how long both were writing.
     overlap_ms = (min(r["ended"] for r in replies.values()) - max(r["started"] for r in replies.values())) * 1000
-    expect(overlap_ms > 0, f"the writers did not overlap in time ({-overlap_ms:.0f} ms apart); the machine is too busy, rerun")
     ctx.fault("after_writers")
     records = chained(ctx.log_path)
     by_seq = {rec["seq"]: (offset, rec) for offset, rec in records}
     expect(len(records) == 2 * n, f"{len(records)} valid records in the log, {2 * n} were acknowledged")
     expect(sorted(by_seq) == list(range(1, 2 * n + 1)), f"seqs are not 1..{2 * n}: {len(by_seq)} distinct")
+    first = sorted((proofs[0]["seq"], tag) for tag, proofs in acked.items())
+    expect([q for q, _ in first] == [1, 2], f"the writers' first records are seq {first}, expected 1 and 2 (each waits for the other's)")
     for tag, proofs in acked.items():
         expect(len(proofs) == n, f"writer {tag} acknowledged {len(proofs)} of {n}")
         for i, p in enumerate(proofs):
@@ -480,7 +492,7 @@ def check_concurrent_writers(ctx: Context) -> str:
     switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
     report = ctx.store().verify()
     expect(report["ok"], f"verify after concurrent writes: {len(report['findings'])} findings")
-    return f"pids {procs[0].pid} + {procs[1].pid}: {n} + {n} acked, {len(records)}/{2 * n} in the log, chain whole; {overlap_ms:.0f} ms of overlap, writers alternate {switches} times; verify ok"
+    return f"pids {procs[0].pid} + {procs[1].pid}: {n} + {n} acked, {len(records)}/{2 * n} in the log, chain whole; both writing for {overlap_ms:.0f} ms, writers alternate {switches} times; verify ok"
 
 
 def check_torn_tail(ctx: Context) -> str:
@@ -906,6 +918,47 @@ def check_redaction(ctx: Context) -> str:
         expect(hits["total_matches"] == 0, f"search still matches the erased word {hits['total_matches']} times")
     record_seq = (result.get("redaction_record") or {}).get("seq")
     return f"seq {target['seq']} erased (redaction record seq {record_seq}); word gone from every file, {len(lines)} records, chain verifies"
+
+
+def check_secret_guard(ctx: Context) -> str:
+    """A credential is refused before anything is written; a private span never reaches the log."""
+    s = ctx.store()
+    s.write("the only record before the guard is tried")
+    before = _log_state(ctx.log_path)
+    # Fake credentials in real formats, assembled so no scanner takes this file for a leak.
+    aws = "AKIA" + "ABCDEFGHIJ234567"
+    github = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"[::-1]
+    cases = [
+        ("text", lambda: s.write(f"deploy with key {aws} tomorrow")),
+        ("a nested field", lambda: s.write("ci settings", fields={"ci": {"steps": ["checkout", f"token {github}"]}})),
+        ("body", lambda: s.write("rotation", body=f"old key was {aws}")),
+    ]
+    refused = []
+    for where, call in cases:
+        try:
+            proof = call()
+        except RetainedError as exc:
+            expect(exc.code == "secret_detected", f"a key in {where}: refused with code {exc.code}, expected secret_detected")
+            expect(aws not in exc.message and github not in exc.message, f"a key in {where}: the error message repeats the secret")
+            refused.append(getattr(exc, "kind", None) or exc.to_dict().get("kind") or "?")
+        else:
+            stored = ctx.log_path.read_bytes()
+            if aws.encode() in stored or github.encode() in stored:
+                if not refused:
+                    raise NotAvailable(f"Store.write does not apply the write guard (a key in {where} was stored as seq {proof['seq']})")
+                raise CheckFailed(f"a key in {where} was stored as seq {proof['seq']}")
+            raise CheckFailed(f"a key in {where} was accepted (seq {proof['seq']}), though not stored as sent")
+        now = _log_state(ctx.log_path)
+        expect(now == before, f"a key in {where}: the log changed ({before[0]} → {now[0]} bytes) although the write was refused")
+    private = s.write("the release is friday <private>door code 4711</private>, ask ops")
+    ctx.fault("after_write")
+    rec = check_proof(ctx.log_path, private)
+    expect(b"4711" not in ctx.log_path.read_bytes(), "the text of a <private> span reached the log")
+    expect("<private>" not in rec.get("text", ""), f"the stored text still has the private tags: {rec.get('text')!r}")
+    return (
+        f"{len(refused)} writes with fake keys refused as secret_detected ({', '.join(map(str, refused))}), "
+        f"no secret in the messages, log unchanged at {before[0]} bytes; a <private> span removed before seq {private['seq']}"
+    )
 
 
 def check_file_modes(ctx: Context) -> str:

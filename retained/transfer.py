@@ -63,6 +63,7 @@ BAD_LINES_LISTED = 20  # line numbers named in one refusal
 _COPY_CHUNK = 1024 * 1024
 _LINK_FIELDS = ("supersedes", "retracts")
 _PLAIN_API = ("kind", "scope", "source", "body", "client_op_id")
+_NOT_PLAIN_FIELDS = record.RESERVED_FIELDS | {"text", *_PLAIN_API}
 BACKUP_MANIFEST = "backup.json"
 
 Progress = Callable[[int, int], None]
@@ -103,16 +104,13 @@ class BackupFailed(RetainedError):
 
 def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
     """``(line number from 1, byte offset, line bytes with b"\\n")``; a missing final newline is supplied."""
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()  # the file ended with a newline
     offset = 0
-    number = 0
-    size = len(data)
-    while offset < size:
-        nl = data.find(b"\n", offset)
-        end = size if nl == -1 else nl + 1
-        raw = data[offset:end]
-        number += 1
-        yield number, offset, raw if raw.endswith(b"\n") else raw + b"\n"
-        offset = end
+    for number, part in enumerate(parts, 1):
+        yield number, offset, part + b"\n"
+        offset += len(part) + 1
 
 
 def detect_format(data: bytes) -> str:
@@ -219,9 +217,9 @@ def _plan_plain(data: bytes, path: str, scope: str | None, on_reserved: str) -> 
         if "supersedes" in obj:
             problems.add(number, "field supersedes names seqs of another store; remove it (or import a retained export with --format retained)")
             continue
-        reserved = sorted(record.RESERVED_FIELDS & obj.keys())
         extra: dict[str, Any] = {}
-        if reserved:
+        if not record.RESERVED_FIELDS.isdisjoint(obj):
+            reserved = sorted(record.RESERVED_FIELDS & obj.keys())
             if on_reserved != "nest":
                 problems.add(
                     number,
@@ -234,7 +232,7 @@ def _plan_plain(data: bytes, path: str, scope: str | None, on_reserved: str) -> 
                 continue
             extra["original"] = {k: obj[k] for k in reserved}
         args = {k: obj[k] for k in _PLAIN_API if k in obj}
-        fields = {k: v for k, v in obj.items() if k != "text" and k not in args and k not in record.RESERVED_FIELDS}
+        fields = {k: v for k, v in obj.items() if k not in _NOT_PLAIN_FIELDS}
         fields.update(extra)
         if scope is not None and "scope" not in args:
             args["scope"] = scope

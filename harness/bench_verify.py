@@ -1,0 +1,197 @@
+"""Verify and rebuild at 10k and 100k records: seconds and peak memory, to show memory flat in log size.
+
+For each size a valid chained log is written in one pass (lines sealed with
+``record.seal`` exactly as an append would, without the per-record fsync).
+Each measurement runs in a fresh child process so its peak RSS is its own:
+
+- ``rebuild``: ``Store.rebuild()`` (the index engineer's ``Index.rebuild``
+  through the store), from no index;
+- ``verify``: ``Store.verify()``, what ``retained verify`` runs: the chain
+  walk plus the two-way index check;
+- ``chain``: the chain walk alone (``chain.walk(Log.scan())``);
+- baselines in the same run: ``parse`` reads the log and ``orjson.loads``
+  every line (the floor for anything that looks at each record), and
+  ``import`` is a child that only imports retained (the RSS floor).
+
+Imports happen before the clock starts, as in a long-running process.
+
+Seconds and RSS come from a run without tracing; the Python heap peak from a
+second run under ``tracemalloc`` (slower, so its time is not reported).
+Targets (DESIGN): verify <= 1.5 s, rebuild <= 6 s at 100k; memory flat.
+
+    python -m harness bench verify [--records 100000] [--json]
+    python harness/bench_verify.py --records 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from retained import record  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET_S = {"verify": 1.5, "rebuild": 6.0}
+CLIENT = {"name": "bench", "version": "0"}
+WORDS = ("deploy target staging production release note user prefers dark mode editor keybindings meeting moved "
+         "thursday budget approved migration index rebuild latency search alice bob carol dave").split()
+
+CHILD = r"""
+import json, resource, sys, time, tracemalloc
+op, directory, trace = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+import orjson
+from retained import Store, chain
+from retained.log import Log
+from retained.index import Index  # noqa: F401 - imported before the clock, as a running server has it
+if trace:
+    tracemalloc.start()
+t0 = time.perf_counter()
+out = {}
+if op == "import":
+    pass
+elif op == "parse":
+    n = 0
+    with open(directory + "/log.jsonl", "rb") as f:
+        for line in f:
+            orjson.loads(line)
+            n += 1
+    out["lines"] = n
+elif op == "chain":
+    r = chain.walk(Log(directory).scan())
+    out["records"], out["findings"] = r.records, len(r.findings)
+elif op == "verify":
+    r = Store(directory).verify()
+    out["records"], out["findings"] = r["records"], len(r["findings"])
+elif op == "rebuild":
+    r = Store(directory).rebuild()
+    out["rebuild"] = {k: v for k, v in r.items() if isinstance(v, (int, float, str))}
+out["seconds"] = time.perf_counter() - t0
+out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+if trace:
+    out["tracemalloc_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+print(json.dumps(out))
+"""
+
+
+def build_log(directory: Path, n: int) -> int:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prev = record.ZERO_HASH
+    with open(directory / "log.jsonl", "wb") as f:
+        for seq in range(1, n + 1):
+            words = " ".join(WORDS[(seq * 7 + j * 3) % len(WORDS)] for j in range(40))
+            content = record.make_content(
+                text=f"{words} #{seq}", scope=f"proj-{seq % 23}", fields={"author": WORDS[seq % len(WORDS)], "n": seq}
+            )
+            sealed = record.seal(content, seq=seq, prev=prev, ts="2026-11-29T12:00:00.000000Z", client=CLIENT)
+            f.write(sealed.line)
+            prev = sealed.hash
+    return (directory / "log.jsonl").stat().st_size
+
+
+def _child(op: str, directory: Path, trace: bool) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, op, str(directory), "1" if trace else "0"],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{op} child failed: {done.stderr.strip()[-400:]}")
+    return json.loads(done.stdout)
+
+
+def measure(op: str, directory: Path) -> dict[str, Any]:
+    plain = _child(op, directory, False)
+    traced = _child(op, directory, True)
+    out = {"seconds": round(plain["seconds"], 3), "max_rss_mb": round(plain["max_rss_mb"], 1),
+           "tracemalloc_peak_mb": round(traced["tracemalloc_peak_mb"], 2)}
+    for key in ("records", "findings", "lines"):
+        if key in plain:
+            out[key] = plain[key]
+    return out
+
+
+def bench(sizes: list[int], workdir: Path | None = None) -> dict[str, Any]:
+    runs = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        floor = _child("import", Path(tmp), False)
+        for n in sizes:
+            d = Path(tmp) / f"s{n}"
+            t0 = time.perf_counter()
+            log_bytes = build_log(d, n)
+            generate_s = time.perf_counter() - t0
+            row: dict[str, Any] = {"records": n, "log_bytes": log_bytes, "generate_s": round(generate_s, 2)}
+            row["parse_baseline"] = measure("parse", d)
+            row["chain"] = measure("chain", d)
+            try:
+                row["rebuild"] = measure("rebuild", d)
+            except RuntimeError as exc:  # no index code in this tree: report verify only
+                row["rebuild"] = {"error": str(exc)}
+            for p in d.glob("index.sqlite3*"):
+                row.setdefault("index_bytes", 0)
+                row["index_bytes"] += p.stat().st_size
+            row["verify"] = measure("verify", d)
+            runs.append(row)
+    big = runs[-1]
+    verdict = {
+        "verify_s": big["verify"]["seconds"], "verify_target_s": TARGET_S["verify"],
+        "rebuild_s": big["rebuild"].get("seconds"), "rebuild_target_s": TARGET_S["rebuild"],
+    }
+    if len(runs) > 1:
+        small = runs[0]
+        for op in ("chain", "verify", "rebuild"):
+            if "tracemalloc_peak_mb" in small[op] and "tracemalloc_peak_mb" in big[op]:
+                verdict[f"{op}_heap_peak_growth"] = round(big[op]["tracemalloc_peak_mb"] / max(small[op]["tracemalloc_peak_mb"], 1e-6), 2)
+                verdict[f"{op}_rss_growth"] = round(big[op]["max_rss_mb"] / small[op]["max_rss_mb"], 2)
+        verdict["records_growth"] = round(big["records"] / small["records"], 1)
+    return {
+        "bench": "verify",
+        "runs": runs,
+        "baseline_import_retained": {"seconds": round(floor["seconds"], 3), "max_rss_mb": round(floor["max_rss_mb"], 1)},
+        "summary": verdict,
+        "method": "each operation in a fresh child process; time and RSS untraced, heap peak from a tracemalloc run",
+        "cpus": os.cpu_count(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m harness bench verify",
+        description="verify and rebuild: seconds and peak memory at a tenth of N and at N records",
+        epilog="example: python -m harness bench verify --records 100000 --json",
+    )
+    p.add_argument("--records", type=int, default=100_000, help="the large size; the small one is a tenth (default 100000)")
+    p.add_argument("--dir", type=Path, help="make the temporary stores under DIR")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args, _ = p.parse_known_args(argv)
+    sizes = [max(1, args.records // 10), args.records]
+    r = bench(sizes, args.dir)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        for row in r["runs"]:
+            parts = [f"{row['records']:>7} records ({row['log_bytes'] / 1e6:.1f} MB):"]
+            for op in ("parse_baseline", "chain", "verify", "rebuild"):
+                m = row[op]
+                if "seconds" in m:
+                    parts.append(f"{op} {m['seconds']:.2f} s rss {m['max_rss_mb']:.0f} MB heap {m['tracemalloc_peak_mb']:.1f} MB;")
+                else:
+                    parts.append(f"{op} unavailable;")
+            print(" ".join(parts))
+        s = r["summary"]
+        print(f"targets at {r['runs'][-1]['records']}: verify {s['verify_s']} s (<= {s['verify_target_s']}), "
+              f"rebuild {s['rebuild_s']} s (<= {s['rebuild_target_s']}); load average {r['loadavg']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -334,18 +334,22 @@ def _url_password(value: str, before: str = "") -> bool:
 _IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
 
 
-_ENV_NAME = re.compile(r"[A-Z0-9_]+=\Z")
+_ENV_NAME = re.compile(r"[A-Z0-9_]+=[\"']?\Z")
 
 
-def _assigned_value(value: str, before: str = "") -> bool:
-    """Whether a value assigned to a secret-looking name is itself a secret."""
+def _assigned_value(value: str, before: str = "", *, literal: bool = False) -> bool:
+    """Whether a value assigned to a secret-looking name is itself a secret.
+
+    ``literal``: the value cannot be code (a JSON value under a key named like
+    a secret); an env-file line (``DB_PASSWORD=...``) counts as literal too.
+    """
     value = value.rstrip(".,:;!?")
     if len(value) < 8 or not _not_placeholder(value):
         return False
     if any(ch in value for ch in "()[]{}<>"):
         return False  # a call or an expression, not a literal
-    if _ENV_NAME.match(before):
-        return True  # DB_PASSWORD=...: an env file holds literals, not code
+    if literal or _ENV_NAME.match(before):
+        return True
     if _looks_like_path(value):
         return False
     if len(value) >= 16 and _HEX_ONLY.fullmatch(value) and not value.isdigit():
@@ -376,7 +380,7 @@ _W = r"A-Za-z0-9_"  # an ASCII word character, for boundaries
 _RULES: tuple[_Rule, ...] = (
     _rule(
         "private_key",
-        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[^-]{0,400}?)[A-Za-z0-9+/=]{32}"
+        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----.{0,400}?[A-Za-z0-9+/=]{32}"
         r".*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
         hints=("PRIVATE KEY",),
         flags=re.DOTALL,
@@ -792,7 +796,8 @@ class _Walk:
         found = find_secrets(text, self.guard.allow)
         if name is not None and not found and _SECRET_KEY_NAME.search(name) and text not in self.guard.allow:
             # A value stored under a secret-looking key: {"password": "..."}.
-            if _assigned_value(text) and (len(text) < 16 or _random_body(text) or not text.isalpha()):
+            # A JSON value is a literal, never code; prose (with spaces) is not a secret.
+            if not any(ch.isspace() for ch in text) and _assigned_value(text, literal=True):
                 found = [Finding(0, len(text), "assigned_secret")]
         if not found:
             return text, text

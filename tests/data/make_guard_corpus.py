@@ -139,6 +139,10 @@ secret(
 for label, n in [("RSA PRIVATE KEY", 600), ("EC PRIVATE KEY", 120), ("OPENSSH PRIVATE KEY", 400), ("PRIVATE KEY", 400), ("ENCRYPTED PRIVATE KEY", 500)]:
     secret(pem_parts("here is the key:\n" + pem(label, n)), "private_key", f"PEM {label}")
 secret(pem_parts(pem("RSA PRIVATE KEY", 300)[:300]), "private_key", "PEM block cut short (no END line)")
+legacy = pem("RSA PRIVATE KEY", 600).replace(
+    "-----\n", f"-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,{rand(HEX, 32).upper()}\n\n", 1
+)
+secret(pem_parts(legacy), "private_key", "PEM legacy encrypted key with headers")
 
 for _ in range(2):
     acct = "st" + rand(string.ascii_lowercase + string.digits, 10)
@@ -517,6 +521,7 @@ misc = [
     {"x-origin": {"session": str(uuid.UUID(int=rng.getrandbits(128), version=4)), "commit": rand(HEX, 40)}},
     {"token_count": 512, "password_min_length": 12, "token": "none"},
     {"secret_rotation": {"days": 90, "owner": "platform-team"}},
+    {"password": "see the team vault entry", "token": "expired"},
     {"links": ["https://example.com/a", "https://example.com/b?page=2"], "digest": sha256(b"z").hexdigest()},
 ]
 for m in misc:

@@ -305,6 +305,33 @@ def test_redaction_fails_when_the_erased_word_survives_somewhere():
     assert "still in ['stray-copy']" in _fail("redaction", faults={"redaction.after_redact": leave_copy})
 
 
+_GUARD_WIRED = "secret_guard" in selftest.CHECKS
+needs_guard = pytest.mark.skipif(not _GUARD_WIRED, reason="the secret_guard check waits for the write guard in Store.write")
+
+
+@needs_guard
+def test_secret_guard_fails_when_the_error_repeats_the_secret():
+    from retained.errors import SecretDetected
+
+    class Leaky(Store):
+        def write(self, text, **kw):
+            try:
+                return super().write(text, **kw)
+            except SecretDetected as exc:
+                raise SecretDetected(f"{exc.message}: found {text}", **exc.fields) from None
+
+    assert "the error message repeats the secret" in _fail("secret_guard", store_factory=Leaky)
+
+
+@needs_guard
+def test_secret_guard_fails_when_a_private_span_reaches_the_log():
+    def leak(ctx: selftest.Context) -> None:
+        with open(ctx.log_path, "ab") as f:
+            f.write(b'{"copied":"door code 4711"}\n')
+
+    assert "private" in _fail("secret_guard", faults={"secret_guard.after_write": leak})
+
+
 @pytest.mark.skipif(os.name == "nt", reason="POSIX modes")
 def test_file_modes_fails_on_a_world_readable_log():
     def loosen(ctx: selftest.Context) -> None:

@@ -124,14 +124,21 @@ def _render_record(entry: dict[str, Any]) -> str:
 
 
 def render_proof(proof: dict[str, Any]) -> str:
-    """One line a person can read for a write's proof."""
+    """One line a person can read for a write's proof, then what the guard changed."""
     if proof.get("duplicate"):
-        line = f"already recorded as seq {proof['seq']} (same client_op_id); nothing new was written"
+        lines = [f"already recorded as seq {proof['seq']} (same client_op_id); nothing new was written"]
     else:
-        line = f"recorded seq {proof['seq']} at {proof['ts']}, hash {proof['hash'][:12]}…, durable and read back"
+        lines = [f"recorded seq {proof['seq']} at {proof['ts']}, hash {proof['hash'][:12]}…, durable and read back"]
+    spans = proof.get("private_spans_removed")
+    if isinstance(spans, int) and spans:
+        lines.append(f"note: {spans} <private> span(s) removed before storing")
+    redactions = proof.get("redactions")
+    if isinstance(redactions, list) and redactions:
+        kinds = ", ".join(sorted({str(r.get("kind")) for r in redactions if isinstance(r, dict)}))
+        lines.append(f"note: {len(redactions)} secret(s) replaced by [secret:<kind>] before storing ({kinds})")
     for notice in proof.get("notices") or ():
-        line += f"\nnote: {notice}"
-    return line
+        lines.append(f"note: {notice}")
+    return "\n".join(lines)
 
 
 def render_records(result: dict[str, Any]) -> str:
@@ -342,12 +349,8 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
             raise _as_tool_error(tool, exc) from None
 
     def proof_result(proof: dict[str, Any]) -> CallToolResult:
-        keep = {k: proof[k] for k in ("seq", "hash", "prev", "offset", "length", "ts", "duplicate") if k in proof}
-        keep.setdefault("duplicate", False)
-        notices = list(proof.get("notices") or ())
-        if notices:
-            keep["notices"] = notices
-        return result(keep, render_proof(keep))
+        structured = {"duplicate": False, **proof}
+        return result(structured, render_proof(structured))
 
     # Strict: a seq is a whole number as sent, never true/false or "3".
     Seq = Annotated[int, Field(ge=1, strict=True, description="a record's seq (its id, from a proof or a result)")]
@@ -650,16 +653,51 @@ INSTRUCTIONS = (
 )
 
 
+BRIEF_URI = "retained://brief"
+BRIEF_BUDGET_MAX = 100_000
+
+
 def _add_brief(server: Any, memory: _Memory) -> None:
-    """Expose the session-start brief as a prompt and a resource, when brief.py exists."""
-    try:
-        from retained import brief as brief_module
-    except ImportError:
+    """Expose the session-start brief as the prompt "brief" and the resource retained://brief.
+
+    The brief is read-only and takes no lock; retained.brief is imported on
+    first use, so start-up does not pay for it.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("retained.brief") is None:
         return
-    brief_fn = getattr(brief_module, "brief", None)
-    if brief_fn is None:
-        return
-    del server, memory
+
+    def render(budget: int | None, scope: str | None) -> str:
+        from retained import brief
+
+        result = brief.build_brief(memory.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope or None)
+        return brief.render_text(result)
+
+    @server.prompt(name="brief", title="Session brief")
+    def brief_prompt(budget: str = "", scope: str = "") -> str:
+        """What this memory holds, for the start of a session.
+
+        Checkpoints first, then other records, newest first, within a token
+        budget (default 1500); it always says how many records it left out
+        and why. Optional: budget (tokens), scope (one project or topic).
+        """
+        value = budget.strip()
+        if value and (not value.isdigit() or int(value) > BRIEF_BUDGET_MAX):
+            from mcp.shared.exceptions import MCPError
+            from mcp_types import INVALID_PARAMS
+
+            raise MCPError(
+                INVALID_PARAMS,
+                f"invalid_argument: budget must be a whole number of tokens from 0 to {BRIEF_BUDGET_MAX}",
+                {"code": "invalid_argument", "argument": "budget"},
+            )
+        return render(int(value) if value else None, scope.strip() or None)
+
+    @server.resource(BRIEF_URI, name="brief", title="Session brief", mime_type="text/plain")
+    def brief_resource() -> str:
+        """The session-start brief with the default budget: checkpoints first, newest first, what was left out."""
+        return render(None, None)
 
 
 def _log_level() -> str:

@@ -1,0 +1,148 @@
+"""The MCP server over streamable HTTP: a `retained serve --http` subprocess on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+
+import anyio
+import httpx2
+import pytest
+
+from . import mcp_checks
+from .conftest import REPO, WAIT_S, check_chain_from_file, client_info, server_env
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+TOKEN = "t0k3n-for-tests-only-0123456789abcdef"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+@contextlib.asynccontextmanager
+async def _client(url: str, name: str = "http-agent", version: str = "3.2.1", token: str | None = None):
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    if token is None:
+        async with Client(url, client_info=client_info(name, version)) as client:
+            yield client
+        return
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=WAIT_S) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, client_info=client_info(name, version)) as client:
+            yield client
+
+
+def _run(check, url: str, **kwargs) -> None:
+    async def go() -> None:
+        with anyio.fail_after(WAIT_S * 2):
+            async with _client(url, **kwargs) as client:
+                await check(client)
+
+    anyio.run(go)
+
+
+def _post(url: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+    return httpx2.post(url, content=json.dumps(INITIALIZE), headers={**MCP_HEADERS, **(headers or {})}, timeout=WAIT_S)
+
+
+def test_lists_exactly_the_six_tools_with_their_schemas(http_server):
+    _run(mcp_checks.check_tool_list, http_server().url)
+
+
+def test_every_tool_works_and_records_carry_the_client(http_server, tmp_path):
+    server = http_server()
+    _run(lambda c: mcp_checks.check_happy_paths(c, tmp_path / "store", "http-agent", "3.2.1"), server.url)
+
+
+def test_every_error_code_writes_nothing(http_server, tmp_path):
+    server = http_server()
+    _run(lambda c: mcp_checks.check_error_codes(c, tmp_path / "store"), server.url)
+
+
+def test_bad_argument_types_are_refused_and_the_server_keeps_serving(http_server, tmp_path):
+    server = http_server()
+    _run(lambda c: mcp_checks.check_bad_argument_types(c, tmp_path / "store"), server.url)
+
+
+def test_one_process_serves_many_clients_each_stamped_with_its_own_name(http_server, tmp_path):
+    server = http_server()
+
+    async def agent(name: str) -> None:
+        async with _client(server.url, name=name) as client:
+            for i in range(10):
+                result = await client.call_tool("memory_write", {"text": f"{name} {i}"})
+                assert not result.is_error, result.content[0].text
+
+    async def go() -> None:
+        with anyio.fail_after(WAIT_S * 2):
+            async with anyio.create_task_group() as tg:
+                for name in ("agent-1", "agent-2", "agent-3"):
+                    tg.start_soon(agent, name)
+
+    anyio.run(go)
+    records = check_chain_from_file(tmp_path / "store" / "log.jsonl")
+    assert len(records) == 30
+    for name in ("agent-1", "agent-2", "agent-3"):
+        assert [r["text"] for r in records if r["client"]["name"] == name] == [f"{name} {i}" for i in range(10)]
+
+
+def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
+    for host in ("0.0.0.0", "192.0.2.10"):
+        out = subprocess.run(
+            [sys.executable, "-m", "retained", "serve", "--http", "--host", host, "--port", "0"],
+            capture_output=True,
+            text=True,
+            env=server_env(tmp_path / "store"),
+            cwd=REPO,
+            timeout=WAIT_S,
+        )
+        assert out.returncode == 2, out.stderr
+        assert out.stdout == ""
+        assert "RETAINED_TOKEN" in out.stderr and host in out.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_non_loopback_bind_with_a_token_serves_only_with_the_token(http_server):
+    server = http_server("--host", "0.0.0.0", RETAINED_TOKEN=TOKEN)
+    url = f"http://127.0.0.1:{server.port}/mcp"
+    assert _post(url).status_code == 401
+    assert _post(url, {"authorization": f"Bearer {TOKEN}"}).status_code == 200
+    errors = b"".join(server.err.seen)
+    assert TOKEN.encode() not in errors
+
+
+def test_with_a_token_a_missing_or_wrong_one_gets_401_and_the_right_one_works(http_server, tmp_path):
+    server = http_server(RETAINED_TOKEN=TOKEN)
+    missing = _post(server.url)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"].lower().startswith("bearer")
+    for wrong in (f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", "Bearer", "bearer  x", f"Basic {TOKEN}", TOKEN):
+        assert _post(server.url, {"authorization": wrong}).status_code == 401, wrong
+    assert _post(server.url, {"authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+    async def write(client) -> None:
+        result = await client.call_tool("memory_write", {"text": "through the token"})
+        assert not result.is_error, result.content[0].text
+
+    _run(write, server.url, token=TOKEN)
+    assert check_chain_from_file(tmp_path / "store" / "log.jsonl")[0]["text"] == "through the token"
+    assert not [line for line in server.err.seen if TOKEN.encode() in line], "the token reached the log"
+
+
+def test_a_foreign_origin_or_host_is_rejected(http_server, tmp_path):
+    server = http_server()
+    assert _post(server.url, {"origin": "https://evil.example"}).status_code == 403
+    assert _post(server.url, {"origin": "http://attacker.test:8080"}).status_code == 403
+    assert _post(server.url, {"origin": "null"}).status_code == 403
+    assert _post(server.url, {"host": f"evil.example:{server.port}"}).status_code == 421
+    assert _post(server.url, {"origin": f"http://localhost:{server.port}"}).status_code == 200
+    assert _post(server.url, {"host": f"localhost:{server.port}"}).status_code == 200
+    assert not (tmp_path / "store").exists(), "a rejected request reached the store"

@@ -711,6 +711,33 @@ def check_index_rebuild(ctx: Context) -> str:
     )
 
 
+def check_index_damaged(ctx: Context) -> str:
+    """A damaged index file is no single point of failure: writes land, search and verify answer."""
+    s = ctx.store()
+    need(s, "search", "the derived index")
+    s.write_batch([{"text": f"gamma record {i}"} for i in range(10)])
+    expect(s.search("gamma", k=20)["total_matches"] == 10, "search does not find the 10 records before the damage")
+    s.close()
+    for p in _index_files(ctx.directory):
+        p.unlink()
+    garbage = b"this is not an SQLite database " * 64
+    (ctx.directory / "index.sqlite3").write_bytes(garbage)
+    ctx.fault("after_damage")
+    s2 = ctx.store()
+    proof = s2.write("gamma record written after the damage")
+    check_proof(ctx.log_path, proof)
+    found = s2.search("gamma", k=20)
+    expect(found["total_matches"] == 11 and found["returned"] == 11,
+           f"search with a damaged index: {found['returned']} returned of {found['total_matches']} matched, the log has 11")
+    report = s2.verify()
+    expect(report["ok"], f"verify after the index was replaced: {len(report['findings'])} findings")
+    kept = [p.name for p in ctx.directory.iterdir() if p.is_file() and p.read_bytes() == garbage]
+    return (
+        f"{len(garbage)} bytes of garbage as index.sqlite3: seq {proof['seq']} still acked and read back, "
+        f"search finds 11/11, verify ok; damaged file kept as {', '.join(kept) or 'nothing'}"
+    )
+
+
 def _brief_function() -> Callable[..., Any]:
     try:
         from . import brief as brief_module
@@ -991,6 +1018,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "supersede": check_supersede,
     "search_accounting": check_search_accounting,
     "index_rebuild": check_index_rebuild,
+    "index_damaged": check_index_damaged,
     "brief_accounting": check_brief_accounting,
     "bad_input": check_bad_input,
     "large_record": check_large_record,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,21 @@ def test_index_rebuild_fails_when_verify_ignores_the_index():
     assert "verify says ok with a record missing from the index" in _fail("index_rebuild", store_factory=BlindVerify)
 
 
+def test_index_damaged_fails_when_a_bad_index_file_stops_search():
+    from retained.errors import RetainedError
+
+    class Fragile(Store):
+        def search(self, query, **kw):
+            index = self.directory / "index.sqlite3"
+            if index.exists() and not index.read_bytes().startswith(b"SQLite format 3"):
+                err = RetainedError("index cannot be opened")
+                err.code = "index_unavailable"
+                raise err
+            return super().search(query, **kw)
+
+    assert _fail("index_damaged", store_factory=Fragile).startswith("index_unavailable: index cannot be opened")
+
+
 def test_supersede_fails_when_search_shows_the_superseded_record():
     class ShowsAll(Store):
         def search(self, query, **kw):
@@ -367,3 +383,10 @@ def test_run_reports_failures_in_its_summary():
     assert seen == ["torn_tail", "ack_proof"]
     assert summary["ok"] is False and summary["passed"] == 1 and summary["failed"] == 1
     assert selftest.format_summary(summary) == "retained selftest: 1 ok, 1 failed"
+
+
+def test_every_check_is_shown_failing_in_this_file():
+    """A check never shown failing proves nothing: each name has a test above that makes it FAIL."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    for name in selftest.CHECKS:
+        assert re.search(rf'_fail\(\s*"{name}"', source), f"no test shows the {name} check failing"

@@ -55,6 +55,9 @@ POLICIES = ("refuse", "redact", "off")
 # Caller fields set through named API arguments; every other key is reported
 # as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
 _API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
+# Passed through as they are: an idempotency key is random by design, and
+# scanning it would refuse writes from clients that make good ones.
+_UNSCANNED = frozenset({"client_op_id"})
 
 # A random-looking token shorter than this is not flagged by shape alone:
 # Stripe object ids, ULIDs, YouTube ids and short hashes live below it, and
@@ -539,6 +542,13 @@ def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int)
         if begin == url.start():
             continue
         in_url.append((begin, url.end()))
+        if "hook" in url.group().lower():
+            # A webhook URL's path is its credential (Discord, Teams, ...).
+            at = url.start()
+            for part in re.split(r"([/?#&=])", url.group()):
+                if len(part) >= 20 and _random_body(part):
+                    yield Finding(at, at + len(part), "webhook_token")
+                at += len(part)
         for q in _URL_QUERY_SECRET.finditer(url.group()):
             value = q.group(1)
             if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
@@ -552,11 +562,11 @@ def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int)
             continue
         if any(a <= start < b for a, b in in_url):
             continue  # ids in URL paths; secrets in URLs are checked above
+        if _HEX_ONLY.fullmatch(token) or _overlaps(start, end, taken):
+            continue  # digests and ids; or already found by a specific rule
         if _PUBLIC_TOKEN.match(token) or _PUBLIC_BEFORE.search(text, max(0, start - 16), start):
             continue
         if _in_blob(text, start, end):
-            continue
-        if _overlaps(start, end, taken):
             continue
         if _path_like(token):
             # A path: each part is judged on its own (a key can still sit in one).
@@ -590,18 +600,27 @@ def _path_like(token: str) -> bool:
 
 
 def _in_blob(text: str, start: int, end: int) -> bool:
-    """Whether the token is one line of a multi-line base64 block (data, or a PEM body)."""
+    """Whether the token is one line of a wrapped base64 block (data, or a PEM body).
+
+    Wrapped base64 has lines of one width (64, 76) and a shorter last line:
+    the token must be alone on its line, and the line above must be as long
+    (or longer, for a last line), or the line below exactly as long.
+    """
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
     line_end = len(text) if line_end == -1 else line_end
     if text[line_start:start].strip() or text[end:line_end].strip():
         return False
-    for neighbour in (text.rfind("\n", 0, max(0, line_start - 1)) + 1, line_end + 1):
-        if neighbour >= len(text) or neighbour == line_start:
-            continue
-        stop = text.find("\n", neighbour)
-        line = text[neighbour : len(text) if stop == -1 else stop].strip()
-        if len(line) >= 48 and _TOKEN.fullmatch(line):
+    width = end - start
+    if line_start > 0:
+        above_start = text.rfind("\n", 0, line_start - 1) + 1
+        above = text[above_start : line_start - 1].strip()
+        if len(above) >= max(48, width) and _TOKEN.fullmatch(above):
+            return True
+    if line_end < len(text):
+        stop = text.find("\n", line_end + 1)
+        below = text[line_end + 1 : len(text) if stop == -1 else stop].strip()
+        if len(below) == width and width >= 48 and _TOKEN.fullmatch(below):
             return True
     return False
 
@@ -611,6 +630,9 @@ _KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|maste
 
 
 _LONG_TEXT_CHARS = 4096
+# Every rule needs a ":" or "=" (a name and its value, a URL) or a run of 16
+# or more token characters; a short text with neither is done at once.
+_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
 _HINTS = frozenset(h for rule in _RULES if not rule.fold for h in rule.hints)
 _GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
 _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
@@ -626,7 +648,7 @@ def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[
         # Lower-casing changed the length (a few non-ASCII letters): search.
         assert rule.pattern_ci is not None
         for m in rule.pattern_ci.finditer(text):
-            if not m.group().lower().startswith("key") or _KEY_PREFIX.search(folded[: m.start()][-14:]):
+            if not m.group().lower().startswith("key") or _KEY_PREFIX.search(text[max(0, m.start() - 14) : m.start()].lower()):
                 yield m
         return
     for hint in rule.hints:
@@ -651,8 +673,8 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     """
     if len(text) < 8 or text in allow:
         return []
-    if len(text) < 20 and ":" not in text and "=" not in text:
-        return []  # too short for any token; no room for "name: value" or a URL
+    if len(text) < _LONG_TEXT_CHARS and ":" not in text and "=" not in text and not _LONG_RUN.search(text):
+        return []  # no ":" or "=" (names, URLs) and no run long enough for a token
     found: list[Finding] = []
     folded = text.lower()
     # Which hints occur, found once for all rules. On a short text every rule
@@ -758,9 +780,14 @@ class Guard:
         walk = _Walk(self)
         out: dict[str, Any] = {}
         for key, value in fields.items():
-            if isinstance(key, str):
+            if key in _UNSCANNED:
+                out[key] = value
+                continue
+            if key in _API_FIELDS:
+                new_key, path = key, key
+            elif isinstance(key, str):
                 new_key, shown = walk.key(key, "fields")
-                path = key if key in _API_FIELDS else f"fields.{shown}"
+                path = f"fields.{shown}"
             else:
                 new_key, path = key, f"fields.{key}"
             out[_unique(out, new_key)] = walk.value(value, path, 0)

@@ -239,6 +239,8 @@ secret({"x-origin": {"token": split(rand(B62, 24))}}, "assigned_secret", "token 
 secret({"config": {"db": {"password": split("Pa55" + rand(B62, 8))}}}, "assigned_secret", "password under a secret-named key (nested)")
 secret(embed("Authorization: Bearer {}", rand(URLSAFE, 40)), "bearer_token", "opaque bearer token")
 secret(split("npm_" + rand(B62, 36)), "npm_token", "npm token")
+discord = f"https://discord.com/api/webhooks/{rand(string.digits, 19)}/{rand(URLSAFE, 68)}"
+secret(embed("notify via {}", discord), "webhook_token", "Discord webhook URL")
 secret(embed("Authorization: Basic {}", base64.b64encode(f"deploy:{rand(B62, 14)}".encode()).decode()), "basic_auth", "HTTP basic credentials")
 k8s_pw = base64.b64encode(("sk_live_" + rand(B62, 24)).encode()).decode()
 secret(embed("apiVersion: v1\nkind: Secret\ndata:\n  stripe: {}\n", k8s_pw), "base64_stripe_key", "Kubernetes Secret data (base64 of a key)")

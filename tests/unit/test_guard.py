@@ -371,6 +371,14 @@ def test_non_string_values_are_untouched_and_the_input_is_not_mutated():
     assert res.fields["t"] == (1, "two")
 
 
+def test_a_random_client_op_id_is_not_taken_for_a_secret():
+    op_id = "q8Xr2LmZ0vTn5KfWb7YcJd4HsPa1GeUi"
+    res = Guard("refuse").apply({"text": "note", "client_op_id": op_id})
+    assert res.fields == {"text": "note", "client_op_id": op_id}
+    with pytest.raises(SecretDetected):
+        Guard("refuse").apply({"text": f"note {op_id}"})
+
+
 def test_nesting_beyond_the_limit_is_refused_with_the_path():
     value: Any = "leaf"
     for _ in range(guard_module.limits.DEPTH_MAX + 2):

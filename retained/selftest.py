@@ -821,6 +821,10 @@ def check_bad_input(ctx: Context) -> str:
     """Bad input is refused with a stable code and a clear message, and nothing is written."""
     s = ctx.store()
     s.write("the only good record")
+    # The size limit is configurable; a small one keeps the check fast (the
+    # default, limits.RECORD_BYTES_MAX, is enforced by the same code).
+    small_limit = 64 * 1024
+    small = ctx.store(record_bytes_max=small_limit)
     cases: list[tuple[str, str, Callable[[], Any]]] = [
         ("reserved field seq", "reserved_field", lambda: s.write("x", fields={"seq": 7})),
         ("reserved field client", "reserved_field", lambda: s.write("x", fields={"client": {"name": "forged"}})),
@@ -832,7 +836,7 @@ def check_bad_input(ctx: Context) -> str:
         ("lone surrogate", "invalid_argument", lambda: s.write("bad \ud800 text")),
         ("lone surrogate in a key", "invalid_argument", lambda: s.write("x", fields={"k\udfff": 1})),
         (f"nested {limits.DEPTH_MAX + 36} deep", "invalid_argument", lambda: s.write("x", body=_deep(limits.DEPTH_MAX + 36))),
-        ("record over the size limit", "too_large", lambda: s.write("x" * (limits.RECORD_BYTES_MAX + 1))),
+        (f"record over a limit of {small_limit} bytes", "too_large", lambda: small.write("x" * small_limit)),
         ("store-owned kind", "invalid_argument", lambda: s.write("x", kind="retract")),
         ("text not a string", "invalid_argument", lambda: s.write(12345)),  # type: ignore[arg-type]
         ("supersedes a seq that does not exist", "not_found", lambda: s.write("x", supersedes=[99])),
@@ -848,6 +852,8 @@ def check_bad_input(ctx: Context) -> str:
             msg = exc.message
             expect(bool(msg) and msg[0].islower() and not msg.endswith("."), f"{label}: message is not in the house style: {msg[:80]!r}")
             expect(len(msg) < 1000, f"{label}: message of {len(msg)} characters echoes the input")
+            if code == "too_large":
+                expect(str(small_limit) in msg, f"{label}: the message does not state the limit: {msg[:120]!r}")
             codes[code] = codes.get(code, 0) + 1
         else:
             raise CheckFailed(f"{label}: accepted, expected a {code} error")
@@ -982,9 +988,11 @@ def check_secret_guard(ctx: Context) -> str:
     rec = check_proof(ctx.log_path, private)
     expect(b"4711" not in ctx.log_path.read_bytes(), "the text of a <private> span reached the log")
     expect("<private>" not in rec.get("text", ""), f"the stored text still has the private tags: {rec.get('text')!r}")
+    removed = private.get("private_spans_removed")
+    expect(removed == 1, f"the proof says private_spans_removed={removed}, expected 1")
     return (
         f"{len(refused)} writes with fake keys refused as secret_detected ({', '.join(map(str, refused))}), "
-        f"no secret in the messages, log unchanged at {before[0]} bytes; a <private> span removed before seq {private['seq']}"
+        f"no secret in the messages, log unchanged at {before[0]} bytes; 1 <private> span removed from seq {private['seq']} (the proof says so)"
     )
 
 
@@ -1024,6 +1032,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "large_record": check_large_record,
     "idempotent_retry": check_idempotent_retry,
     "redaction": check_redaction,
+    "secret_guard": check_secret_guard,
     "file_modes": check_file_modes,
     "restart": check_restart,
     "concurrent_writers": check_concurrent_writers,

@@ -321,11 +321,6 @@ def test_redaction_fails_when_the_erased_word_survives_somewhere():
     assert "still in ['stray-copy']" in _fail("redaction", faults={"redaction.after_redact": leave_copy})
 
 
-_GUARD_WIRED = "secret_guard" in selftest.CHECKS
-needs_guard = pytest.mark.skipif(not _GUARD_WIRED, reason="the secret_guard check waits for the write guard in Store.write")
-
-
-@needs_guard
 def test_secret_guard_fails_when_the_error_repeats_the_secret():
     from retained.errors import SecretDetected
 
@@ -339,13 +334,22 @@ def test_secret_guard_fails_when_the_error_repeats_the_secret():
     assert "the error message repeats the secret" in _fail("secret_guard", store_factory=Leaky)
 
 
-@needs_guard
+def test_secret_guard_fails_when_a_key_is_stored():
+    from retained.guard import Guard
+
+    class Unguarded(Store):
+        def __init__(self, directory, **kw):
+            super().__init__(directory, guard=Guard("off"), **kw)
+
+    assert "a key in text was stored as seq 2" in _fail("secret_guard", store_factory=Unguarded)
+
+
 def test_secret_guard_fails_when_a_private_span_reaches_the_log():
     def leak(ctx: selftest.Context) -> None:
         with open(ctx.log_path, "ab") as f:
             f.write(b'{"copied":"door code 4711"}\n')
 
-    assert "private" in _fail("secret_guard", faults={"secret_guard.after_write": leak})
+    assert "the text of a <private> span reached the log" in _fail("secret_guard", faults={"secret_guard.after_write": leak})
 
 
 @pytest.mark.skipif(os.name == "nt", reason="POSIX modes")

@@ -376,6 +376,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return server.serve(args) or 0
 
 
+def cmd_brief(args: argparse.Namespace) -> int:
+    from . import brief
+
+    budget = brief.DEFAULT_BUDGET if args.budget is None else args.budget
+    try:
+        result = brief.build_brief(store_dir(args), budget, args.scope)
+    except RetainedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
+        result = brief.unavailable(store_dir(args), f"{type(exc).__name__}: {exc}", budget=budget, scope=args.scope)
+    if args.json or args.format == "json":
+        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+    elif args.format == "claude":
+        sys.stdout.buffer.write(orjson.dumps(brief.hook_output(brief.render_text(result))) + b"\n")
+    else:
+        sys.stdout.write(brief.render_text(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
 # -- parser ----------------------------------------------------------------
 
 
@@ -474,6 +494,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("seq", type=int, metavar="SEQ")
     p.add_argument("--reason", required=True, help="why the record is erased (kept in the redaction record)")
 
+    p = command("brief", "print the session-start brief: checkpoints, then the newest records, within a token budget",
+                "retained brief --budget 800 --scope proj-a --format claude", cmd_brief)
+    p.add_argument("--budget", type=int, metavar="TOKENS", help="token budget, estimated as UTF-8 bytes / 4 (default 1500)")
+    p.add_argument("--scope", help="only records with this scope")
+    p.add_argument("--format", choices=("text", "claude", "json"), default="text",
+                   help="text, claude (the JSON a Claude Code SessionStart hook prints), or json (same as --json)")
+
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1")
@@ -487,7 +514,7 @@ def _legacy_flags(argv: list[str]) -> list[str]:
     if argv and argv[0] in ("--brief", "--selftest"):
         return [argv[0][2:], *argv[1:]]
     if argv and argv[0].startswith("--brief="):
-        return ["brief", argv[0][len("--brief") :], *argv[1:]]
+        return ["brief", "--budget" + argv[0][len("--brief") :], *argv[1:]]
     return argv
 
 

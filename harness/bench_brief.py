@@ -1,0 +1,234 @@
+"""The session-start brief, whole process, at 100,000 records: `python -m retained --brief`.
+
+Builds a store (Store.write_batch, ~500-byte lines, a checkpoint every 10,000
+records, a few corrections and retractions), indexes it, and gives a second
+directory the same log (a hard link) without an index. Then, alternating in
+the same run so machine noise hits all alike, it times the whole process:
+
+- ``python -c pass`` (the interpreter's own start-up, the floor),
+- ``python -m retained --brief`` on the indexed store (the normal case),
+- the same on the store without an index (the fallback: the log tail only).
+
+Wall time per run (perf_counter around the child) and the child's CPU time
+(user + system, from getrusage). The package's bytecode is compiled first, as
+an installed package's is. Target: the brief's median wall time <= 100 ms. It also checks, with ``-X importtime``, that the brief imports
+neither mcp nor portalocker. Prints one JSON document.
+
+    python harness/bench_brief.py --records 100000 --rounds 15
+    python -m harness bench brief --rounds 21 --store /tmp/brief-100k
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET_MS = 100.0
+RUN_WAIT_S = 60.0
+WORDS = [
+    "the", "deploy", "target", "staging", "build", "cache", "index", "query", "log", "chain", "record", "hash",
+    "budget", "token", "brief", "session", "scope", "project", "alpha", "beta", "gamma", "delta", "release", "fix",
+    "bug", "test", "user", "prefers", "dark", "mode", "config", "server", "port", "migration", "schema", "rollback",
+    "review", "merge", "branch", "owner", "deadline", "friday", "decided", "because", "latency",
+]
+
+
+def _text(rng: random.Random, size: int) -> str:
+    words: list[str] = []
+    n = 0
+    while n < size:
+        w = rng.choice(WORDS)
+        words.append(w)
+        n += len(w) + 1
+    return " ".join(words)[:size]
+
+
+def build_store(directory: Path, records: int, seed: int = 7) -> dict[str, Any]:
+    """A store of ``records`` records (~500-byte lines), then its index."""
+    sys.path.insert(0, str(REPO))
+    from retained import Store
+
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    with Store(directory) as store:
+        written = 0
+        batch = 2000
+        while written < records:
+            n = min(batch, records - written)
+            items: list[dict[str, Any]] = []
+            for i in range(n):
+                seq = written + i + 1
+                item: dict[str, Any] = {"text": _text(rng, 250), "scope": f"proj-{seq % 5}", "source": "bench"}
+                if seq % 997 == 0:
+                    item["supersedes"] = [seq - 3]
+                items.append(item)
+            if written and written % 10000 == 0 and n > 1:
+                # Checkpoints go through their own call; keep the count exact.
+                items.pop()
+                store.write_batch(items)
+                store.checkpoint(f"checkpoint after {written} records", summary=_text(rng, 200), scope=None)
+            else:
+                store.write_batch(items)
+            written += n
+        store.forget([records // 2, records // 3], "bench: wrong")
+        t1 = time.perf_counter()
+        store.rebuild()
+        t2 = time.perf_counter()
+        head = store.head()
+    return {"write_s": round(t1 - t0, 2), "index_s": round(t2 - t1, 2), "head_seq": head["seq"], "log_bytes": head["bytes"]}
+
+
+def _tail_seq(directory: Path) -> int:
+    sys.path.insert(0, str(REPO))
+    from retained.log import Log
+
+    return Log(directory).tail()[0]
+
+
+def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, bytes]:
+    """(wall ms, child CPU ms, stdout) of one whole process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, timeout=RUN_WAIT_S, check=False)
+    wall = (time.perf_counter() - t0) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1000
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-500:]}")
+    return wall, cpu, proc.stdout
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return {
+        "median": round(statistics.median(ordered), 1),
+        "p90": round(p90, 1),
+        "min": round(ordered[0], 1),
+        "max": round(ordered[-1], 1),
+    }
+
+
+def _imports(env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "retained", "--brief"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=RUN_WAIT_S, check=False,
+    )
+    names = []
+    for line in proc.stderr.decode(errors="replace").splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.append(line.rsplit("|", 1)[1].strip())
+    tops = {n.split(".")[0] for n in names}
+    return {"mcp": "mcp" in tops, "portalocker": "portalocker" in tops, "modules": len(names)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_brief", description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=15, help="runs of each process, alternating (at least 15)")
+    parser.add_argument("--store", metavar="DIR", help="build the store here, or reuse it if it already has --records records")
+    args = parser.parse_args(argv)
+    rounds = max(15, args.rounds)
+
+    tmp = None
+    if args.store:
+        base = Path(args.store)
+    else:
+        tmp = tempfile.mkdtemp(prefix="bench-brief-")
+        base = Path(tmp)
+    indexed = base / "indexed"
+    bare = base / "no-index"
+    try:
+        built: dict[str, Any] = {"reused": True}
+        if not (indexed / "index.sqlite3").exists() or _tail_seq(indexed) < args.records:
+            if indexed.exists():
+                shutil.rmtree(indexed)
+            print(f"bench_brief: building {args.records} records in {indexed} ...", file=sys.stderr, flush=True)
+            built = build_store(indexed, args.records)
+        if bare.exists():
+            shutil.rmtree(bare)
+        bare.mkdir(mode=0o700)
+        try:
+            os.link(indexed / "log.jsonl", bare / "log.jsonl")
+        except OSError:
+            shutil.copyfile(indexed / "log.jsonl", bare / "log.jsonl")
+
+        # An installed package has its bytecode compiled; a checkout run with
+        # PYTHONDONTWRITEBYTECODE would compile every module on every run.
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "retained")],
+                       capture_output=True, timeout=RUN_WAIT_S, check=False)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_") and k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env_indexed = {**env, "RETAINED_DIR": str(indexed)}
+        env_bare = {**env, "RETAINED_DIR": str(bare)}
+        cases = {
+            "python_c_pass": ([sys.executable, "-c", "pass"], env),
+            "brief_indexed": ([sys.executable, "-m", "retained", "--brief"], env_indexed),
+            "brief_no_index": ([sys.executable, "-m", "retained", "--brief"], env_bare),
+        }
+        # One unrecorded run of each warms the page cache and the bytecode cache.
+        sizes = {}
+        for name, (cmd, e) in cases.items():
+            sizes[name] = len(_run(cmd, e)[2])
+        wall: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(rounds):
+            for name, (cmd, e) in cases.items():
+                w, c, _out = _run(cmd, e)
+                wall[name].append(w)
+                cpu[name].append(c)
+        brief_json = json.loads(_run([sys.executable, "-m", "retained", "--brief", "--json"], env_indexed)[2])
+        bare_json = json.loads(_run([sys.executable, "-m", "retained", "--brief", "--json"], env_bare)[2])
+        floor = statistics.median(wall["python_c_pass"])
+        result = {
+            "benchmark": "brief",
+            "command": "python -m retained --brief (RETAINED_DIR=<store>)",
+            "records": brief_json.get("head", {}).get("seq"),
+            "log_bytes": (indexed / "log.jsonl").stat().st_size,
+            "build": built,
+            "rounds": rounds,
+            "wall_ms": {name: _summary(v) for name, v in wall.items()},
+            "cpu_ms": {name: _summary(v) for name, v in cpu.items()},
+            "difference_ms": {
+                "brief_indexed": round(statistics.median(wall["brief_indexed"]) - floor, 1),
+                "brief_no_index": round(statistics.median(wall["brief_no_index"]) - floor, 1),
+            },
+            "output_chars": sizes,
+            "brief": {
+                "indexed": {"shown": len(brief_json["included"]), "eligible": brief_json["eligible"],
+                            "exact": brief_json["exact"], "log_bytes_read": brief_json["log_bytes_read"],
+                            "index": brief_json["index"]["state"]},
+                "no_index": {"shown": len(bare_json["included"]), "eligible": bare_json["eligible"],
+                             "exact": bare_json["exact"], "log_bytes_read": bare_json["log_bytes_read"],
+                             "not_read": bare_json["dropped"]["not_read"]},
+            },
+            "imports": _imports(env_indexed),
+            "target_ms": TARGET_MS,
+            "meets_target": {
+                "brief_indexed": statistics.median(wall["brief_indexed"]) <= TARGET_MS,
+                "brief_no_index": statistics.median(wall["brief_no_index"]) <= TARGET_MS,
+            },
+            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "cpus": os.cpu_count(),
+        }
+        print(json.dumps(result, indent=2))
+        return 0
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

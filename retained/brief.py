@@ -1,0 +1,796 @@
+"""The session-start brief: what the store holds, within a token budget.
+
+``build_brief(store_dir, budget, scope)`` returns the brief as a dict and
+``render_text(result)`` the text a session-start hook prints. The brief lists
+checkpoints first, then other records, each group newest first; it leaves out
+superseded, retracted and redacted records and says how many records it did
+not show, and why (invariant I2).
+
+It reads only what it prints. The log is read backwards from its end
+(``Log.scan_reverse``), and only as far as it must:
+
+- When ``index.sqlite3`` exists and its high-water mark still matches the log,
+  only the part of the log the index has not reached yet is read; records
+  older than that are found through the index (checkpoints by kind, the rest
+  by seq, both newest first) and read from the log by offset, each checked
+  against its indexed hash. The "not shown" counts are then exact: they come
+  from cheap aggregates over the index (row counts through its b-trees, and
+  the small ``links`` table for superseded, retracted and redacted records),
+  combined with the links of the records read from the log.
+- Without a usable index (missing, corrupt, built from another log, or more
+  than ``SCAN_BYTES_MAX`` behind the log) the log is read backwards up to
+  ``SCAN_BYTES_MAX`` bytes (past that only to finish a line). When that
+  reaches the start of the log the counts are exact; otherwise the records
+  older than the oldest one read are reported as ``not_read``: a count of
+  seq numbers, which includes any superseded, retracted, bookkeeping or
+  other-scope records among them, so it is an upper bound on what the brief
+  left out of those.
+
+It takes no lock, writes nothing (the index is opened read-only) and imports
+neither ``mcp`` nor ``portalocker``.
+
+Token estimate: a record's block (its header line, its text and body, and a
+cut marker if any) costs ``ceil(UTF-8 bytes / 4)`` tokens; ``tokens`` is the
+sum over the records shown, and ``budget`` bounds it. The opening and closing
+lines are outside the budget and short (their fields are truncated). Besides
+the budget, the records shown never take more than ``OUTPUT_BYTES_MAX`` bytes
+in any output form (text, hook JSON, ``--json``), so every form stays under
+the 10,000 characters Claude Code keeps of a SessionStart hook's output,
+whatever the budget asked for.
+
+Accounting: ``eligible`` counts the records the brief could show: chained,
+unredacted records with a string ``kind`` other than the store's bookkeeping
+kinds (``retract``, ``redaction``), in ``scope`` when one is given.
+``len(included) + sum(dropped.values()) == eligible`` always, where
+``dropped`` holds ``over_budget`` (eligible and current, past the budget or
+the output cap), ``superseded``, ``retracted`` (a record both superseded and
+retracted counts as retracted), ``unreadable`` (the index points at a line
+that no longer holds the record) and ``not_read`` (see above; 0 when the
+counts are exact).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import record
+from .errors import InvalidRecord, StoreDamaged
+from .log import LOG_NAME, Log
+
+# The derived index's file name and the schema versions whose tables the brief
+# reads (meta, records, links), as retained/index.py sets them; a test checks
+# the current one is listed. Importing index.py would cost the brief its query
+# parser's imports, which it never uses.
+INDEX_NAME = "index.sqlite3"
+INDEX_SCHEMA_VERSIONS = frozenset({"1", "2"})
+
+# A brief of about 6 KB of text: a useful start of session without crowding
+# the context; fits the output cap with room to spare.
+DEFAULT_BUDGET = 1500
+# Bytes the records shown may take in the largest output form (their JSON
+# entries, or their text blocks as one JSON string). With the opening and
+# closing lines and the JSON envelope this keeps every form under 10,000
+# characters (Claude Code's cap for a SessionStart hook's output).
+OUTPUT_BYTES_MAX = 8000
+# Without a usable index, the log is read backwards this far at most: about
+# 2,000 records of 500 bytes, a few tens of milliseconds.
+SCAN_BYTES_MAX = 1024 * 1024
+# A record that does not fit whole is cut only if this many tokens are left:
+# below that, its header and the cut marker would leave no room for its text.
+CUT_TOKENS_MIN = 24
+# Header fields taken from records (kind, scope, source, client) are cut to
+# this many characters, so one odd record cannot blow up a line.
+FIELD_CHARS_MAX = 64
+# The store path and the scope shown in the opening line.
+PATH_CHARS_MAX = 160
+# Rows fetched per query when walking the index newest first.
+PAGE_ROWS = 32
+# How long a read of the index may wait on SQLite's own locks.
+INDEX_BUSY_S = 0.2
+
+BOOKKEEPING_KINDS = frozenset({"retract", "redaction"})
+LINK_FIELDS = ("supersedes", "retracts", "redacts")
+DROP_REASONS = ("over_budget", "superseded", "retracted", "unreadable", "not_read")
+
+assert CUT_TOKENS_MIN * 4 < OUTPUT_BYTES_MAX
+assert DEFAULT_BUDGET * 4 <= OUTPUT_BYTES_MAX
+
+
+def estimate_tokens(text: str) -> int:
+    """The brief's token estimate: ``ceil(UTF-8 bytes / 4)``."""
+    return (len(text.encode("utf-8", "replace")) + 3) // 4
+
+
+# Control characters (other than tab and newline) are shown as U+FFFD: a
+# record's text must not be able to move a terminal's cursor or hide a line.
+_CONTROLS = {c: "\ufffd" for c in (*range(9), *range(11, 32), 127, *range(128, 160))}
+
+
+def _clean(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+def _short(value: Any, limit: int = FIELD_CHARS_MAX) -> str:
+    text = _clean(value if isinstance(value, str) else orjson.dumps(value).decode())
+    text = text.replace("\n", " ").replace("\t", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _seqs(value: Any) -> list[int]:
+    # The same reading of link fields as the index (retained/index.py).
+    if type(value) is int and value > 0:
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if type(v) is int and v > 0]
+    return []
+
+
+def _body_text(body: Any) -> str:
+    if body is None:
+        return ""
+    if isinstance(body, str):
+        return _clean(body)
+    return _clean(orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode())
+
+
+def _ts(value: Any) -> str:
+    """``2026-11-29T12:00:00Z``: the record's ts to the second."""
+    if not isinstance(value, str):
+        return "?"
+    if len(value) == 27 and value[19] == "." and value.endswith("Z"):
+        return value[:19] + "Z"
+    return _short(value, 40)
+
+
+def _client(value: Any) -> str:
+    if isinstance(value, dict):
+        name = value.get("name")
+        version = value.get("version")
+        if isinstance(name, str):
+            return _short(f"{name} {version}" if isinstance(version, str) else name)
+    return "unknown"
+
+
+# -- records -----------------------------------------------------------------
+
+
+class _Candidate:
+    """An eligible, current record the brief may show, with its full cost."""
+
+    __slots__ = ("block", "body", "entry", "nbytes", "rec", "seq", "text", "tokens")
+
+    def __init__(self, seq: int, rec: dict[str, Any]) -> None:
+        self.seq = seq
+        self.rec = rec
+        text = rec.get("text")
+        self.text = _clean(text) if isinstance(text, str) else ""
+        self.body = _body_text(rec.get("body"))
+        self.entry = _entry(seq, rec, self.text, self.body or None, None)
+        self.block = render_block(self.entry)
+        self.tokens, self.nbytes = _cost(self.entry, self.block)
+        self.entry["tokens"] = self.tokens
+
+
+def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict[str, int] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "seq": seq,
+        "kind": _short(rec.get("kind")),
+        "ts": _ts(rec.get("ts")),
+        "client": _client(rec.get("client")),
+    }
+    for name in ("scope", "source"):
+        if rec.get(name) is not None:
+            entry[name] = _short(rec[name])
+    sup = _seqs(rec.get("supersedes"))
+    if sup:
+        entry["supersedes"] = sup[:8]
+    entry["text"] = text
+    entry["body"] = body
+    entry["cut"] = cut
+    return entry
+
+
+def render_block(entry: dict[str, Any]) -> str:
+    """One record as the brief prints it: a header line, then its text and body indented."""
+    head = f"#{entry['seq']} {entry['kind']} {entry['ts']} client={entry['client']}"
+    if "scope" in entry:
+        head += f" scope={entry['scope']}"
+    if "source" in entry:
+        head += f" source={entry['source']}"
+    if entry.get("supersedes"):
+        head += " supersedes=" + ",".join(f"#{s}" for s in entry["supersedes"])
+    lines = [head]
+    for part in (entry.get("text"), entry.get("body")):
+        if part:
+            lines.append("  " + part.replace("\n", "\n  "))
+    cut = entry.get("cut")
+    if cut:
+        lines.append(f"  [cut: {cut['shown_bytes']} of {cut['total_bytes']} bytes shown]")
+    return "\n".join(lines)
+
+
+def _cost(entry: dict[str, Any], block: str) -> tuple[int, int]:
+    """(tokens, bytes): the estimate for the block, and its size in the largest output form."""
+    tokens = estimate_tokens(block)
+    # The JSON entry gains a "tokens" field later: count it now (at most 20 bytes).
+    nbytes = max(len(orjson.dumps(block)), len(orjson.dumps(entry)) + 20) + 1
+    return tokens, nbytes
+
+
+def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] | None:
+    """The candidate's entry cut to fit, with a marker; None if too little room is left."""
+    if tokens_left < CUT_TOKENS_MIN:
+        return None
+    text_b = cand.text.encode("utf-8", "replace")
+    body_b = cand.body.encode("utf-8", "replace")
+    total = len(text_b) + len(body_b)
+
+    def make(n: int) -> tuple[dict[str, Any], str, int, int]:
+        t = text_b[:n].decode("utf-8", "ignore")
+        rest = n - len(text_b)
+        b = body_b[:rest].decode("utf-8", "ignore") if rest > 0 else ""
+        shown = len(t.encode()) + len(b.encode())
+        entry = _entry(cand.seq, cand.rec, t, b or None, {"shown_bytes": shown, "total_bytes": total})
+        block = render_block(entry)
+        tk, nb = _cost(entry, block)
+        return entry, block, tk, nb
+
+    lo, hi = 0, min(total, tokens_left * 4, bytes_left)
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        entry, block, tk, nb = make(mid)
+        if tk <= tokens_left and nb <= bytes_left:
+            best = (entry, block, tk, nb)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if best is None or (best[0]["cut"]["shown_bytes"] == 0 and total > 0):
+        return None
+    entry, block, tk, nb = best
+    entry["tokens"] = tk
+    return {"entry": entry, "block": block, "tokens": tk, "nbytes": nb}
+
+
+# -- the index, read-only ------------------------------------------------------
+
+
+class _IndexView:
+    """A read-only snapshot of index.sqlite3, or the reason it cannot be used."""
+
+    def __init__(self, directory: Path, log: Log, size: int) -> None:
+        self.db: sqlite3.Connection | None = None
+        self.state = "absent"
+        self.reason = "no index.sqlite3"
+        self.hwm_offset = 0
+        self.hwm_seq = 0
+        path = directory / INDEX_NAME
+        if not path.is_file():
+            return
+        try:
+            db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=INDEX_BUSY_S,
+                                 isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            self._unusable(f"index cannot be opened ({exc})")
+            return
+        try:
+            db.execute("BEGIN")  # one snapshot for the mark and every count
+            mark = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if str(mark.get("schema")) not in INDEX_SCHEMA_VERSIONS:
+                raise ValueError(f"schema {mark.get('schema')!r}, expected one of {sorted(INDEX_SCHEMA_VERSIONS)}")
+            hwm_offset = int(mark["hwm_offset"])
+            line_offset = int(mark["hwm_line_offset"])
+            line_length = int(mark["hwm_line_length"])
+            h = str(mark["hwm_hash"])
+        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+            db.close()
+            self._unusable(f"index cannot be read ({exc})")
+            return
+        if hwm_offset > size:
+            size = log.size()  # a writer may have appended since the brief began
+        if hwm_offset > size:
+            db.close()
+            self._unusable("the index was built from a longer log")
+            return
+        if line_offset >= 0:
+            raw = log.read_at(line_offset, line_length)
+            if not (raw.endswith(b"\n") and (b'"hash":"' + h.encode("ascii", "replace") + b'"') in raw):
+                db.close()
+                self._unusable("the index was built from another log")
+                return
+        self.db = db
+        self.state = "current" if hwm_offset == size else "behind"
+        self.reason = ""
+        self.hwm_offset = hwm_offset
+        self.hwm_seq = int(mark["hwm_seq"])
+
+    def _unusable(self, reason: str) -> None:
+        self.state = "unusable"
+        self.reason = reason
+
+    def give_up(self, state: str, reason: str) -> None:
+        self.close()
+        self.state = state
+        self.reason = reason
+
+    def close(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass
+            self.db = None
+
+
+# -- the builder ---------------------------------------------------------------
+
+
+class _Brief:
+    def __init__(self, directory: Path, budget: int, scope: str | None, scan_bytes_max: int) -> None:
+        self.directory = directory
+        self.scan_bytes_max = scan_bytes_max
+        self.budget = budget
+        self.scope = scope
+        self.log = Log(directory)
+        self.checkpoints: list[_Candidate] = []
+        self.notes: list[_Candidate] = []
+        self.need = {"checkpoint": [0, 0], "note": [0, 0]}  # tokens, bytes kept per group
+        self.hidden: dict[str, set[int]] = {rel: set() for rel in LINK_FIELDS}
+        self.read = {"visible": 0, "superseded": 0, "retracted": 0}
+        self.skipped = {"foreign": 0, "damaged": 0, "torn_bytes": 0}
+        self.lowest_seq: int | None = None
+        self.head: dict[str, Any] | None = None
+        self.scanned_bytes = 0
+        self.reached_start = False
+        self.unreadable = 0
+
+    # keeping candidates ------------------------------------------------------
+
+    def _full(self, group: str) -> bool:
+        tokens, nbytes = self.need[group]
+        return tokens >= self.budget or nbytes >= OUTPUT_BYTES_MAX
+
+    def _keep(self, seq: int, rec: dict[str, Any]) -> None:
+        group = "checkpoint" if rec.get("kind") == "checkpoint" else "note"
+        if self._full(group):
+            return
+        cand = _Candidate(seq, rec)
+        (self.checkpoints if group == "checkpoint" else self.notes).append(cand)
+        self.need[group][0] += cand.tokens
+        self.need[group][1] += cand.nbytes
+
+    def _eligible(self, rec: dict[str, Any]) -> bool:
+        kind = rec.get("kind")
+        if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
+            return False
+        return self.scope is None or rec.get("scope") == self.scope
+
+    # the log, newest first -----------------------------------------------------
+
+    def scan(self, size: int, index: _IndexView) -> None:
+        """Read lines backwards from ``size``: down to the index's mark, or up to the scan cap."""
+        for line in self.log.scan_reverse(stop=size):
+            self.scanned_bytes += line.length
+            status = line.status
+            if status == record.TORN:
+                self.skipped["torn_bytes"] += line.length
+            elif status == record.FOREIGN:
+                self.skipped["foreign"] += 1
+            elif status == record.DAMAGED:
+                self.skipped["damaged"] += 1
+            else:
+                seq = line.seq
+                assert seq is not None
+                self.lowest_seq = seq
+                rec = line.record
+                if self.head is None:
+                    self.head = {"seq": seq, "ts": _ts(rec.get("ts")) if status == record.RECORD else None}
+                if status == record.RECORD:
+                    self._take(seq, rec)
+            if index.db is not None:
+                if line.offset <= index.hwm_offset:
+                    return  # everything older is indexed
+                if self.scanned_bytes >= self.scan_bytes_max:
+                    index.give_up("behind", f"the index is more than {self.scan_bytes_max} bytes behind the log")
+                    return
+            elif self.scanned_bytes >= self.scan_bytes_max:
+                return
+        self.reached_start = True
+
+    def _take(self, seq: int, rec: dict[str, Any]) -> None:
+        for rel in LINK_FIELDS:
+            for target in _seqs(rec.get(rel)):
+                if target < seq:
+                    self.hidden[rel].add(target)
+        if seq in self.hidden["redacts"] or not self._eligible(rec):
+            return
+        if seq in self.hidden["retracts"]:
+            self.read["retracted"] += 1
+        elif seq in self.hidden["supersedes"]:
+            self.read["superseded"] += 1
+        else:
+            self.read["visible"] += 1
+            self._keep(seq, rec)
+
+    # the index, for what the scan did not read ---------------------------------
+
+    def older(self, index: _IndexView, boundary: int) -> dict[str, int]:
+        """Counts for the indexed records below ``boundary``, and candidates among them."""
+        db = index.db
+        assert db is not None
+        scope_sql, scope_args = ("", []) if self.scope is None else (" AND scope = ?", [self.scope])
+        # For the two rare kinds, walk records_kind and test the scope row by
+        # row (the unary + keeps SQLite from walking every row of the scope).
+        rare_scope_sql = scope_sql.replace("scope", "+scope")
+        if self.scope is None:
+            # count(*) without a condition walks the smallest b-tree; the
+            # records at or above the boundary are few.
+            total = db.execute("SELECT count(*) FROM records").fetchone()[0]
+            total -= db.execute("SELECT count(*) FROM records WHERE seq >= ?", (boundary,)).fetchone()[0]
+        else:
+            total = db.execute("SELECT count(*) FROM records WHERE scope = ? AND seq < ?",
+                               (self.scope, boundary)).fetchone()[0]
+        # Rows with no string kind (redacted lines) and bookkeeping rows are not eligible.
+        not_eligible = db.execute(
+            f"SELECT count(*) FROM records WHERE kind IS NULL AND seq < ?{rare_scope_sql}", [boundary, *scope_args]
+        ).fetchone()[0]
+        not_eligible += db.execute(
+            f"SELECT count(*) FROM records WHERE kind IN ('retract', 'redaction') AND seq < ?{rare_scope_sql}",
+            [boundary, *scope_args],
+        ).fetchone()[0]
+        eligible = total - not_eligible
+
+        # Flags: the index's links, plus those of the records the scan read
+        # (the index may not have reached them yet).
+        rels: dict[int, set[str]] = {}
+        rows: dict[int, tuple[Any, Any, int]] = {}
+        for target, rel, kind, scope, redacted in db.execute(
+            "SELECT l.target, l.rel, m.kind, m.scope, m.redacted FROM links AS l"
+            " CROSS JOIN records AS m ON m.seq = l.target WHERE l.target < ?",
+            (boundary,),
+        ):
+            rels.setdefault(target, set()).add(rel)
+            rows[target] = (kind, scope, redacted)
+        extra = [t for rel in LINK_FIELDS for t in self.hidden[rel] if t < boundary]
+        for rel in LINK_FIELDS:
+            for t in self.hidden[rel]:
+                if t < boundary:
+                    rels.setdefault(t, set()).add(rel)
+        missing = sorted({t for t in extra if t not in rows})
+        for i in range(0, len(missing), 500):
+            part = missing[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for seq, kind, scope, redacted in db.execute(
+                f"SELECT seq, kind, scope, redacted FROM records WHERE seq IN ({marks})", part
+            ):
+                rows[seq] = (kind, scope, redacted)
+        superseded = retracted = 0
+        for target, found in rels.items():
+            row = rows.get(target)
+            if row is None:
+                continue
+            kind, scope, redacted = row
+            if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
+                continue
+            if self.scope is not None and scope != self.scope:
+                continue
+            if redacted or "redacts" in found:
+                eligible -= 1
+            elif "retracts" in found:
+                retracted += 1
+            elif "supersedes" in found:
+                superseded += 1
+        visible = eligible - superseded - retracted
+
+        flagged = {t for t, found in rels.items()}
+        self._fetch(index, boundary, "checkpoint", "kind = 'checkpoint'", scope_sql, scope_args, flagged)
+        self._fetch(index, boundary, "note", "kind NOT IN ('checkpoint', 'retract', 'redaction')",
+                    scope_sql, scope_args, flagged)
+        if self.head is None:
+            row = db.execute("SELECT seq, ts FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+            if row is not None:
+                self.head = {"seq": row[0], "ts": _ts(row[1])}
+        return {"visible": visible, "superseded": superseded, "retracted": retracted}
+
+    def _fetch(self, index: _IndexView, boundary: int, group: str, kind_sql: str, scope_sql: str,
+               scope_args: list[Any], flagged: set[int]) -> None:
+        """Candidates of one group below ``boundary``, newest first, read from the log and checked."""
+        db = index.db
+        assert db is not None
+        below = boundary
+        with open(self.log.path, "rb") as f:
+            while not self._full(group):
+                rows = db.execute(
+                    f"SELECT seq, offset, length, hash FROM records WHERE seq < ? AND {kind_sql}"
+                    f" AND redacted = 0 AND superseded = 0 AND retracted = 0{scope_sql}"
+                    " ORDER BY seq DESC LIMIT ?",
+                    [below, *scope_args, PAGE_ROWS],
+                ).fetchall()
+                for seq, offset, length, h in rows:
+                    below = seq
+                    if seq in flagged:
+                        continue  # hidden by a record the index has not reached
+                    f.seek(offset)
+                    status, rec, line_seq, line_hash, _ = record.classify(f.read(length).removesuffix(b"\n"))
+                    if status != record.RECORD or line_seq != seq or line_hash != h:
+                        self.unreadable += 1
+                        continue
+                    self._keep(seq, rec)
+                    if self._full(group):
+                        break
+                if len(rows) < PAGE_ROWS:
+                    break
+
+    # composing -------------------------------------------------------------------
+
+    def compose(self) -> tuple[list[dict[str, Any]], int, str | None]:
+        """Fill the budget; returns (entries, tokens, what ended the list).
+
+        Checkpoints are shown first, then the other records, each group
+        newest first. While other records wait, checkpoints take at most half
+        the budget (and half the output cap); what the other records leave
+        unused goes to more checkpoints. In each group the first record that
+        does not fit whole is cut to the room left (if at least
+        ``CUT_TOKENS_MIN`` tokens) and ends the group.
+        """
+        used = [0, 0]  # tokens, bytes
+        limit: list[str | None] = [None]
+
+        def take(cands: list[_Candidate], start: int, tokens_max: int, bytes_max: int,
+                 out: list[dict[str, Any]], may_cut: bool) -> tuple[int, bool]:
+            i = start
+            while i < len(cands):
+                c = cands[i]
+                if used[0] + c.tokens <= tokens_max and used[1] + c.nbytes <= bytes_max:
+                    out.append(c.entry)
+                    used[0] += c.tokens
+                    used[1] += c.nbytes
+                    i += 1
+                    continue
+                limit[0] = "budget" if used[0] + c.tokens > tokens_max else "output_cap"
+                cut = _cut(c, tokens_max - used[0], bytes_max - used[1]) if may_cut else None
+                if cut is not None:
+                    out.append(cut["entry"])
+                    used[0] += cut["tokens"]
+                    used[1] += cut["nbytes"]
+                    i += 1
+                return i, True
+            return i, False
+
+        shown_cp: list[dict[str, Any]] = []
+        shown_notes: list[dict[str, Any]] = []
+        share = 2 if self.notes else 1
+        next_cp, _ = take(self.checkpoints, 0, self.budget // share, OUTPUT_BYTES_MAX // share, shown_cp, True)
+        _, stopped = take(self.notes, 0, self.budget, OUTPUT_BYTES_MAX, shown_notes, True)
+        if not stopped and next_cp < len(self.checkpoints):
+            limit[0] = None
+            take(self.checkpoints, next_cp, self.budget, OUTPUT_BYTES_MAX, shown_cp, not shown_cp or not shown_cp[-1]["cut"])
+        assert used[0] <= self.budget
+        assert used[1] <= OUTPUT_BYTES_MAX
+        return [*shown_cp, *shown_notes], used[0], limit[0]
+
+
+def _status(directory: Path, status: str, message: str, budget: int, scope: str | None) -> dict[str, Any]:
+    return {
+        "status": status,
+        "message": message,
+        "store": str(directory),
+        "scope": scope,
+        "budget": budget,
+        "tokens": 0,
+        "included": [],
+        "dropped": dict.fromkeys(DROP_REASONS, 0),
+        "eligible": 0,
+        "exact": status != "unreadable",
+    }
+
+
+def unavailable(store_dir: str | os.PathLike[str], reason: str, *, budget: int = DEFAULT_BUDGET,
+                scope: str | None = None) -> dict[str, Any]:
+    """The result for a store the brief could not read (for callers that catch errors themselves)."""
+    directory = Path(store_dir)
+    return _status(directory, "unreadable", f"the store at {_short(str(directory), PATH_CHARS_MAX)} could not be read "
+                   f"({_short(reason, 200)}); nothing to show", budget, scope)
+
+
+def build_brief(
+    store_dir: str | os.PathLike[str],
+    budget: int = DEFAULT_BUDGET,
+    scope: str | None = None,
+    *,
+    scan_bytes_max: int = SCAN_BYTES_MAX,
+) -> dict[str, Any]:
+    """The brief of the store at ``store_dir``: what to show within ``budget`` tokens, and what was left out.
+
+    Returns a dict with ``status`` (``ok``, ``empty``, ``absent`` or
+    ``unreadable``, the last three with a one-line ``message``), ``included``
+    (the records shown, each ``{"seq", "kind", "ts", "client", "scope"?,
+    "source"?, "supersedes"?, "text", "body", "cut", "tokens"}``, ``cut``
+    being null or ``{"shown_bytes", "total_bytes"}``), ``dropped`` (counts by
+    reason), ``eligible``, ``exact``, ``tokens``, ``budget``, ``scope``,
+    ``limit`` (``budget`` or ``output_cap`` when one of them ended the list),
+    ``head`` (newest record's seq and ts), ``index`` (its state and how the
+    counts were made) and ``skipped`` (lines of the part read that are not
+    records). A missing or unreadable store is a status, not an error.
+    ``scan_bytes_max`` bounds how far the log is read without a usable index.
+
+    Raises:
+        InvalidRecord: ``budget`` is not a whole number from 0, or ``scope`` is not a string.
+    """
+    if type(budget) is not int or budget < 0:
+        raise InvalidRecord(f"field budget: must be a whole number of tokens from 0, got {budget!r}", path="budget")
+    if scope is not None and not isinstance(scope, str):
+        raise InvalidRecord(f"field scope: must be a string, got {type(scope).__name__}", path="scope")
+    directory = Path(store_dir)
+    shown_dir = _short(str(directory), PATH_CHARS_MAX)
+    try:
+        if not directory.is_dir():
+            if directory.exists():
+                return _status(directory, "unreadable", f"{shown_dir} is not a directory; no brief", budget, scope)
+            return _status(directory, "absent", f"no store at {shown_dir} (nothing recorded yet)", budget, scope)
+        log_path = directory / LOG_NAME
+        if log_path.is_dir():
+            raise StoreDamaged(f"{log_path} is a directory, not a log file")
+        try:
+            size = log_path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size == 0:
+            return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope)
+        builder = _Brief(directory, budget, scope, scan_bytes_max)
+        index = _IndexView(directory, builder.log, size)
+        try:
+            return _build(builder, index, size, shown_dir)
+        finally:
+            index.close()
+    except (OSError, StoreDamaged) as exc:
+        reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
+        return _status(directory, "unreadable", f"the store at {shown_dir} could not be read ({_short(reason, 200)}); "
+                       "nothing to show", budget, scope)
+
+
+def _build(b: _Brief, index: _IndexView, size: int, shown_dir: str) -> dict[str, Any]:
+    b.scan(size, index)
+    older = {"visible": 0, "superseded": 0, "retracted": 0}
+    not_read: int | None = 0
+    counted_by = "log"
+    if index.db is not None:
+        boundary = b.lowest_seq if b.lowest_seq is not None else index.hwm_seq + 1
+        try:
+            older = b.older(index, boundary)
+            counted_by = "index"
+        except sqlite3.Error as exc:
+            index.give_up("unusable", f"index cannot be read ({exc})")
+            older = {"visible": 0, "superseded": 0, "retracted": 0}
+            b.unreadable = 0
+            b.checkpoints = [c for c in b.checkpoints if b.lowest_seq is not None and c.seq >= b.lowest_seq]
+            b.notes = [c for c in b.notes if b.lowest_seq is not None and c.seq >= b.lowest_seq]
+    if counted_by == "log" and not b.reached_start:
+        # Seqs run 1, 2, 3 (L2): the records older than the oldest one read
+        # are seq 1 .. lowest - 1. None: not one record was read.
+        not_read = (b.lowest_seq - 1) if b.lowest_seq is not None else None
+    entries, tokens, limit = b.compose()
+    visible = b.read["visible"] + older["visible"]
+    dropped = {
+        "over_budget": visible - len(entries) - b.unreadable,
+        "superseded": b.read["superseded"] + older["superseded"],
+        "retracted": b.read["retracted"] + older["retracted"],
+        "unreadable": b.unreadable,
+        "not_read": not_read or 0,
+    }
+    assert dropped["over_budget"] >= 0
+    eligible = len(entries) + sum(dropped.values())
+    if counted_by == "index":
+        how = f"index {index.state}" + (" (the newer part read from the log)" if b.scanned_bytes else "")
+    elif b.reached_start:
+        how = "whole log read"
+    else:
+        how = f"last {b.scanned_bytes} bytes of the log read"
+    return {
+        "status": "ok",
+        "message": None,
+        "store": str(b.directory),
+        "scope": b.scope,
+        "budget": b.budget,
+        "tokens": tokens,
+        "included": entries,
+        "dropped": dropped,
+        "eligible": eligible,
+        "exact": not_read == 0,
+        "limit": limit,
+        "head": b.head,
+        "index": {"state": index.state, "reason": index.reason or None, "counted_by": counted_by, "how": how},
+        "log_bytes_read": b.scanned_bytes,
+        "skipped": b.skipped,
+    }
+
+
+# -- rendering -------------------------------------------------------------------
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def opening_line(result: dict[str, Any]) -> str:
+    store = _short(result["store"], PATH_CHARS_MAX)
+    shown = len(result["included"])
+    scope = f' with scope "{_short(result["scope"], FIELD_CHARS_MAX)}"' if result.get("scope") is not None else ""
+    head = result.get("head") or {}
+    newest = f"; newest record #{head['seq']} at {head['ts']}" if head.get("seq") and head.get("ts") else ""
+    of = f" of {result['eligible']}" if result.get("exact") else ""
+    return (
+        f"Memory brief from retained ({store}{newest}): {shown}{of} records{scope} shown, "
+        f"checkpoints first, then newest first, about {result['tokens']} tokens (estimate: UTF-8 bytes / 4)."
+    )
+
+
+def closing_line(result: dict[str, Any]) -> str:
+    d = result["dropped"]
+    total = sum(d.values())
+    parts = []
+    if d["over_budget"]:
+        where = (f"past the output cap of {OUTPUT_BYTES_MAX} bytes" if result.get("limit") == "output_cap"
+                 else f"past the {result['budget']}-token budget")
+        parts.append(f"{d['over_budget']} {where}")
+    if d["superseded"]:
+        parts.append(f"{d['superseded']} superseded")
+    if d["retracted"]:
+        parts.append(f"{d['retracted']} retracted")
+    if d["unreadable"]:
+        parts.append(f"{d['unreadable']} unreadable (the index points at lines that no longer hold them)")
+    if d["not_read"]:
+        idx = result.get("index") or {}
+        why = idx.get("reason") or "no index"
+        lowest = d["not_read"]
+        parts.append(
+            f"{d['not_read']} older (#1-#{lowest}) not read ({why}); that count includes any superseded, "
+            "retracted, bookkeeping or other-scope records among them"
+        )
+    if total == 0:
+        line = f"Not shown: 0 records; all {result['eligible']} eligible records are above."
+    else:
+        counts = "exact" if result.get("exact") else "exact for the part of the log read"
+        line = f"Not shown: {_plural(total, 'record')}: " + ", ".join(parts) + f" (counts {counts})."
+    if result.get("exact") is False and d["not_read"] == 0:
+        line += " Older records were not read; their number is not known."
+    cut = [e["seq"] for e in result["included"] if e.get("cut")]
+    if cut:
+        line += f" Record #{cut[0]} is cut to fit (marked [cut])."
+    skipped = result.get("skipped") or {}
+    bad = skipped.get("foreign", 0) + skipped.get("damaged", 0)
+    if bad:
+        line += f" {_plural(bad, 'line')} of the log read {'are' if bad != 1 else 'is'} not valid records and were skipped."
+    return line
+
+
+def render_text(result: dict[str, Any]) -> str:
+    """The brief as text: an opening line, the records, a closing line (no final newline).
+
+    A store that is absent, empty or unreadable gives one line.
+    """
+    if result["status"] != "ok":
+        return f"retained memory: {result['message']}."
+    blocks = [render_block(e) for e in result["included"]]
+    return "\n".join([opening_line(result), *blocks, closing_line(result)])
+
+
+def hook_output(text: str) -> dict[str, Any]:
+    """The JSON a Claude Code SessionStart hook prints to add ``text`` as context."""
+    return {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
+
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "OUTPUT_BYTES_MAX",
+    "build_brief",
+    "estimate_tokens",
+    "hook_output",
+    "render_text",
+    "unavailable",
+]

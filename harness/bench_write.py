@@ -86,6 +86,7 @@ def bench(records: int, workdir: Path | None = None, warmup: int = 20) -> dict[s
         "meets_target": s["p50"] / b["p50"] <= TARGET_P50_RATIO,
         "method": "alternating store.write and a bare O_APPEND write+fsync+pread of the same bytes, same directory, same run",
         "cpus": os.cpu_count(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
 
 

@@ -313,9 +313,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     with open_store(args) as store:
         if args.output:
-            result = transfer.export_to_file(store.log, args.output, format=args.format, force=args.force)
+            result = transfer.export_to_file(store.log, args.output, format=args.format, force=args.force,
+                                             progress=_every_second("export", "bytes"))
         else:
-            result = transfer.export(store.log, sys.stdout.buffer, format=args.format, force=args.force)
+            result = transfer.export(store.log, sys.stdout.buffer, format=args.format, force=args.force,
+                                     progress=_every_second("export", "bytes"))
     if result["forced"]:
         progress(f"export: WARNING: the log has {len(result['findings'])} verify findings; exported the valid records only")
     if args.output:
@@ -329,7 +331,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     from . import transfer
 
     with open_store(args) as store:
-        progress(f"backup: copying {store.log.path} under the store lock")
+        progress(f"backup: copying {store.log.path} under the store lock, then verifying the copy")
         result = transfer.backup(store.log, args.dest, force=args.force)
 
     def text() -> str:

@@ -465,7 +465,8 @@ def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, prog
     Raises what ``Log.append_batch`` raises. If a batch fails, the batches
     before it stay written (each was acknowledged); the error says how many.
     """
-    assert batch >= 1
+    if type(batch) is not int or batch < 1:
+        raise InvalidRecord(f"batch must be a whole number from 1, got {batch!r}; nothing was written", path="batch")
     log: Log = store.log
     new_seq: dict[int, int] = {}
     written = duplicates = 0

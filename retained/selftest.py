@@ -810,6 +810,39 @@ def check_brief_accounting(ctx: Context) -> str:
     return "; ".join(f"budget {b}: {i} included + {d} dropped = {len(eligible)} eligible" for b, i, d in runs) + " (counted from the log; superseded 1, retracted 1)"
 
 
+def check_brief_degraded(ctx: Context) -> str:
+    """The brief never fails its host: a missing or damaged store is a status, damage around records is skipped."""
+    build = _brief_function()
+    missing = build(ctx.work / "no-store-here", budget=200)
+    expect(missing.get("status") == "absent" and _count(missing["included"]) == 0,
+           f"a missing store: status {missing.get('status')!r}, expected 'absent'")
+    broken_dir = ctx.work / "broken"
+    (broken_dir / "log.jsonl").mkdir(parents=True)
+    broken = build(broken_dir, budget=200)
+    message = str(broken.get("message") or "")
+    expect(broken.get("status") == "unreadable" and message and "\n" not in message,
+           f"a log that is a directory: status {broken.get('status')!r}, message {message[:80]!r}")
+    s = ctx.store()
+    s.write_batch([{"text": f"delta note {i}"} for i in range(5)])
+    s.search("delta", k=1)  # an index exists before it is damaged
+    s.close()
+    for p in _index_files(ctx.directory):
+        p.unlink()
+    (ctx.directory / "index.sqlite3").write_bytes(b"garbage, not SQLite " * 50)
+    append_raw(ctx.log_path, b'{"from":"another program"}\n{"torn":"tail')
+    ctx.fault("after_damage")
+    b = build(ctx.directory, budget=10_000)
+    shown = _count(b["included"])
+    expect(b.get("status") == "ok" and shown == 5,
+           f"a store with a garbage index, a foreign line and a torn tail: status {b.get('status')!r}, shows {shown} of 5 records")
+    expect(shown + _count(b["dropped"]) == 5, f"included {shown} + dropped {_count(b['dropped'])} != 5 eligible")
+    expect(not list(ctx.directory.glob("log.jsonl.torn-*")), "the brief repaired the log (it must not write)")
+    return (
+        f"missing store → {missing['status']}; log is a directory → {broken['status']} (one line); garbage index + foreign "
+        f"line + torn tail → ok, {shown}/5 shown, log untouched"
+    )
+
+
 def _deep(levels: int) -> Any:
     value: Any = "bottom"
     for _ in range(levels):
@@ -1028,6 +1061,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "index_rebuild": check_index_rebuild,
     "index_damaged": check_index_damaged,
     "brief_accounting": check_brief_accounting,
+    "brief_degraded": check_brief_degraded,
     "bad_input": check_bad_input,
     "large_record": check_large_record,
     "idempotent_retry": check_idempotent_retry,

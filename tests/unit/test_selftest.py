@@ -278,6 +278,14 @@ def test_brief_accounting_fails_when_the_brief_shows_a_superseded_record():
     assert "expected superseded 1 and retracted 1" in _fail("brief_accounting", store_factory=ShowsOld)
 
 
+def test_brief_degraded_fails_when_a_record_is_lost_from_the_damaged_store():
+    def lose_one(ctx: selftest.Context) -> None:
+        lines = _lines(ctx.log_path)
+        ctx.log_path.write_bytes(b"".join(lines[1:]))  # seq 1 gone: 4 records left
+
+    assert "shows 4 of 5 records" in _fail("brief_degraded", faults={"brief_degraded.after_damage": lose_one})
+
+
 def test_bad_input_fails_when_a_nan_is_written_as_null():
     class Lenient(Store):
         def write(self, text, **kw):

@@ -1,8 +1,9 @@
 """One server under test: a real subprocess spoken to with the MCP SDK's client over stdio.
 
 Every call has a timeout, every process runs in its own process group, and
-every process the harness started is killed when its block ends, when the
-harness exits, or when a probe asks for a SIGKILL.
+every process the harness started is stopped when its block ends (SIGTERM,
+then the SDK's own escalation to SIGKILL), killed when the harness exits, or
+killed at once when a probe asks for a SIGKILL.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ STDERR_TAIL_BYTES = 2000
 _LIVE_GROUPS: set[int] = set()
 
 
-def _kill_group(pid: int) -> None:
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -72,6 +73,12 @@ class Server:
         self._pidfile = pidfile
         self.stderr_path = stderr_path
         self.killed = False
+
+    @property
+    def info(self) -> str:
+        """The name and version the server gave in its initialize reply."""
+        found = self._client.server_info
+        return f"{found.name} {found.version}".strip() if found is not None else "unnamed server"
 
     @property
     def pid(self) -> int | None:
@@ -169,6 +176,10 @@ async def spawn(command: list[str], env: dict[str, str], workdir: Path) -> Async
         pid = server.pid
         if pid is not None:
             _LIVE_GROUPS.add(pid)
+            # Runs before the client's own shutdown: no probe relies on a clean
+            # exit, and a Python server can take seconds to finalise after its
+            # stdin closes, which the SDK waits out before it signals.
+            stack.callback(_kill_group, pid, signal.SIGTERM)
         yield server
 
 

@@ -54,6 +54,7 @@ class Context:
     root: Path
     base_env: dict[str, str] = field(default_factory=dict)
     nonce: str = field(default_factory=lambda: secrets.token_hex(4))
+    seen: list[str] = field(default_factory=list)
 
     def store(self) -> Path:
         path = Path(tempfile.mkdtemp(prefix="store-", dir=self.root))
@@ -65,6 +66,8 @@ class Context:
         env = dict(self.base_env)
         env.update(self.adapter.env(store))
         async with spawn(self.command, env, self.root / "proc") as server:
+            if not self.seen:
+                self.seen.append(server.info)
             yield server
 
     def read(self, store: Path) -> bytes:

@@ -27,6 +27,7 @@ class RunReport:
     adapter: str
     command: list[str]
     server: str
+    server_info: str = ""
     outcomes: list[Outcome] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -43,6 +44,7 @@ class RunReport:
             "adapter": self.adapter,
             "command": self.command,
             "server": self.server,
+            "server_info": self.server_info,
             "probes": [asdict(o) | {"seconds": round(o.seconds, 2)} for o in self.outcomes],
             "counts": self.counts,
             "seconds": round(self.seconds, 2),
@@ -109,6 +111,8 @@ async def run_all(
             probe_root.mkdir(mode=0o700)
             ctx = Context(adapter, command, probe_root, base_env)
             results[name] = await run_probe(name, ctx, timeout)
+            if ctx.seen and not report.server_info:
+                report.server_info = ctx.seen[0]
 
     try:
         async with anyio.create_task_group() as group:
@@ -124,7 +128,7 @@ async def run_all(
 
 def render(report: RunReport) -> str:
     width = max(len(o.name) for o in report.outcomes) if report.outcomes else 10
-    lines = [f"retained-harness: adapter {report.adapter}, server {report.server}"]
+    lines = [f"retained-harness: adapter {report.adapter}, server {report.server_info or '?'} ({report.server})"]
     for outcome in report.outcomes:
         lines.append(f"{outcome.status} {outcome.name:<{width}}  {outcome.evidence}")
     counts = report.counts
@@ -137,7 +141,7 @@ def render(report: RunReport) -> str:
 
 def markdown(report: RunReport) -> str:
     """The result table as Markdown, for the README."""
-    lines = [f"`{report.server}` (adapter `{report.adapter}`)", "", "| probe | result | evidence |", "|---|---|---|"]
+    lines = [f"{report.server_info or '?'}, run as `{report.server}` (adapter `{report.adapter}`)", "", "| probe | result | evidence |", "|---|---|---|"]
     for outcome in report.outcomes:
         evidence = outcome.evidence.replace("|", "\\|")
         lines.append(f"| `{outcome.name}` | {outcome.status} | {evidence} |")

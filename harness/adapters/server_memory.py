@@ -136,6 +136,12 @@ class ServerMemoryAdapter(Adapter):
         entities = reply.data.get("entities", []) if isinstance(reply.data, dict) else []
         return self._item(entities[0]) if entities else None
 
+    async def search(self, server, query, k):
+        raise NotApplicable("search_nodes takes no k and returns every match, with no count of what it left out")
+
+    async def verify(self, server) -> Reply:
+        raise NotApplicable("there is no verify tool and the file has no checksums")
+
     async def alive(self, server) -> Reply:
         return await server.call("read_graph", {})
 

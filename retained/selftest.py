@@ -1075,6 +1075,9 @@ CHECKS: dict[str, Callable[[Context], str]] = {
 # Checks whose time goes to child processes (interpreter start-up, fsync):
 # run() starts them first, on threads, while the others run here.
 BACKGROUND = frozenset({"restart", "concurrent_writers"})
+# Threads for run(parallel=True): the checks wait mostly on fsync, SQLite and
+# children, which release the interpreter; each has its own store.
+WORKERS = 4
 
 
 # -- running ----------------------------------------------------------------
@@ -1132,8 +1135,8 @@ def run(
     """Run the checks (all, or those named) and return the summary.
 
     ``on_result`` is called with each check's result in order (the CLI prints
-    it). With ``parallel`` the checks in `BACKGROUND` run on threads beside
-    the others; each check still has its own store. The summary is ``{"ok", "passed", "failed", "seconds",
+    it). With ``parallel`` the checks run on `WORKERS` threads, those in
+    `BACKGROUND` first; each check still has its own store. The summary is ``{"ok", "passed", "failed", "seconds",
     "checks": [...]}``; ``ok`` is true only when every check passed.
 
     Raises:
@@ -1145,12 +1148,14 @@ def run(
         raise InvalidRecord(f"unknown check {unknown[0]!r}; the checks are: {', '.join(CHECKS)}", path="check")
     started = time.perf_counter()
     options: dict[str, Any] = {"faults": faults, "store_factory": store_factory, "base": base, "python": python}
-    background = [n for n in selected if n in BACKGROUND] if parallel else []
     results = []
-    with ThreadPoolExecutor(max_workers=max(1, len(background)), thread_name_prefix="selftest") as pool:
-        pending = {name: pool.submit(run_check, name, **options) for name in background}
+    # The child-process checks start first; the rest share the other threads.
+    # Results are still reported in order.
+    order = sorted(selected, key=lambda n: n not in BACKGROUND)
+    with ThreadPoolExecutor(max_workers=WORKERS if parallel else 1, thread_name_prefix="selftest") as pool:
+        pending = {name: pool.submit(run_check, name, **options) for name in order}
         for name in selected:
-            result = pending[name].result() if name in pending else run_check(name, **options)
+            result = pending[name].result()
             results.append(result)
             if on_result is not None:
                 on_result(result)

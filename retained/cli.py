@@ -38,9 +38,10 @@ def store_dir(args: argparse.Namespace) -> Path:
 
 
 def open_store(args: argparse.Namespace, **kwargs: Any) -> Any:
+    from .settings import store_options
     from .store import Store
 
-    return Store(store_dir(args), client=CLI_CLIENT, **kwargs)
+    return Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> None:

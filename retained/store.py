@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,17 @@ class Store:
         client: dict[str, Any] | None = None,
         record_bytes_max: int = limits.RECORD_BYTES_MAX,
         lock_wait_s: float = limits.LOCK_WAIT_S,
+        guard: Any = None,
+        embed_settings: Mapping[str, str] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.client = dict(client or DEFAULT_CLIENT)
+        # The write guard (retained.guard.Guard) runs on every caller string
+        # before anything is encoded; a library user gets the safe default,
+        # refuse. Built on first write: compiling its patterns costs more than
+        # a read-only caller (the brief, search) should pay.
+        self._guard = guard
+        self.embed_settings = dict(embed_settings or {})
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s)
         self._index: Any = None  # the derived index (retained/index.py), opened on first use
 
@@ -53,13 +62,33 @@ class Store:
 
     # -- writing -----------------------------------------------------------
 
+    @property
+    def guard(self) -> Any:
+        if self._guard is None:
+            from .guard import Guard
+
+            self._guard = Guard("refuse")
+        return self._guard
+
+    def _guarded(self, content: record.Content) -> tuple[record.Content, dict[str, Any]]:
+        """Apply the write guard; returns the content to store and what the reply should say."""
+        result = self.guard.apply(content.fields)
+        notes: dict[str, Any] = {}
+        if result.private_spans_removed:
+            notes["private_spans_removed"] = result.private_spans_removed
+        if result.redactions:
+            notes["redactions"] = result.redactions
+        return record.Content(result.fields), notes
+
     def _append(self, content: record.Content, client: dict[str, Any] | None) -> dict[str, Any]:
+        content, notes = self._guarded(content)
         if self.log.unusable:
             # A failed write poisoned the handle; start again from the file.
             self.log.reopen()
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
-        return self.log.append(content, client=client or self.client)
+        proof = self.log.append(content, client=client or self.client)
+        return {**proof, **notes} if notes else proof
 
     def write(
         self,
@@ -99,6 +128,7 @@ class Store:
         is validated before anything is written: one bad item refuses the batch.
         """
         contents = []
+        all_notes: list[dict[str, Any]] = []
         for i, item in enumerate(items):
             if not isinstance(item, dict) or not isinstance(item.get("text"), str):
                 raise InvalidRecord(f"batch item {i}: needs a string text; nothing was written", path=f"[{i}].text")
@@ -109,12 +139,15 @@ class Store:
                     path=f"[{i}]",
                 )
             try:
-                contents.append(record.make_content(**item))
+                content, notes = self._guarded(record.make_content(**item))
             except InvalidRecord as exc:
                 raise type(exc)(f"batch item {i}: {exc.message}", **exc.fields) from exc
+            contents.append(content)
+            all_notes.append(notes)
         if self.log.unusable:
             self.log.reopen()
-        return self.log.append_batch(contents, client=client or self.client)
+        proofs = self.log.append_batch(contents, client=client or self.client)
+        return [{**p, **n} if n else p for p, n in zip(proofs, all_notes)]
 
     def checkpoint(
         self,

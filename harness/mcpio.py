@@ -146,7 +146,7 @@ async def spawn(command: list[str], env: dict[str, str], workdir: Path) -> Async
     stderr_path = pidfile.with_name(pidfile.name.replace("pid-", "stderr-"))
     params = StdioServerParameters(
         command="/bin/sh",
-        args=["-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *command],
+        args=["-c", 'echo $$ > "$1"; shift; exec "$@"', "retained-harness", str(pidfile), *command],
         env=env,
     )
     async with AsyncExitStack() as stack:
@@ -171,8 +171,13 @@ async def spawn(command: list[str], env: dict[str, str], workdir: Path) -> Async
         try:
             await stack.enter_async_context(client)
         except Exception as exc:
+            leaf: BaseException = exc
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
             tail = " ".join(server.stderr_tail().split())[-300:]
-            raise ServerStartError(f"server did not start ({type(exc).__name__}: {exc}); stderr: {tail or 'empty'}") from exc
+            raise ServerStartError(
+                f"{ServerStartError.prefix} ({type(leaf).__name__}: {leaf}); its stderr ends: {tail or '(empty)'}"
+            ) from exc
         pid = server.pid
         if pid is not None:
             _LIVE_GROUPS.add(pid)
@@ -185,3 +190,5 @@ async def spawn(command: list[str], env: dict[str, str], workdir: Path) -> Async
 
 class ServerStartError(Exception):
     """The command under test did not answer the initialize handshake."""
+
+    prefix = "server did not start"

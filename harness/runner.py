@@ -105,12 +105,19 @@ async def run_all(
     limiter = anyio.CapacityLimiter(max(1, jobs))
     started = time.monotonic()
 
+    start_failed: list[str] = []
+
     async def one(name: str) -> None:
         async with limiter:
+            if start_failed:
+                results[name] = Outcome(name, FAIL, f"not run: the server did not start in {start_failed[0]}")
+                return
             probe_root = root / name
             probe_root.mkdir(mode=0o700)
             ctx = Context(adapter, command, probe_root, base_env)
             results[name] = await run_probe(name, ctx, timeout)
+            if results[name].evidence.startswith(ServerStartError.prefix) and not ctx.seen:
+                start_failed.append(name)
             if ctx.seen and not report.server_info:
                 report.server_info = ctx.seen[0]
 

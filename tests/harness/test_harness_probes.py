@@ -105,3 +105,21 @@ def test_every_probe_passes_against_retained(tmp_path: Path) -> None:
     report = _run_all([sys.executable, "-m", "retained"], tmp_path)
     bad = [f"{o.name}: {o.status} {o.evidence}" for o in report.outcomes if o.status != PASS]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("HARNESS_SERVER_MEMORY"),
+    reason="installs @modelcontextprotocol/server-memory with npm; HARNESS_SERVER_MEMORY=1 runs it",
+)
+def test_server_memory_gives_no_proof_and_drops_foreign_lines(tmp_path: Path) -> None:
+    """The reference server as the README table reports it: no proof, a foreign line rewritten away, no verify."""
+    from harness.adapters.server_memory import ServerMemoryAdapter
+
+    adapter = ServerMemoryAdapter()
+    names = ["ack_readback", "foreign_record", "tamper_detect", "large_record"]
+    report = anyio.run(lambda: run_all(adapter, adapter.command(None), names, jobs=JOBS, keep=tmp_path, env=_env()))
+    got = {o.name: o for o in report.outcomes}
+    assert got["ack_readback"].status == FAIL and "no proof" in got["ack_readback"].evidence
+    assert got["foreign_record"].status == FAIL
+    assert got["tamper_detect"].status == "SKIP"
+    assert got["large_record"].status == PASS

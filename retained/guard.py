@@ -22,12 +22,18 @@ the fields (dict values, list items and dict keys):
    :class:`~retained.errors.SecretDetected`; ``redact`` replaces each secret
    with ``[secret:<kind>]``; ``off`` only removes private spans.
 
+Field paths in findings and errors: ``text``, ``body``, ``scope`` ... for the
+API fields, ``fields.<key>.<key>[i]`` for the caller's own; a dict key that
+is itself a secret appears in a path in its redacted form. ``client_op_id``
+is passed through unscanned: an idempotency key is random by design.
+
 Known limits, stated rather than hidden: a random token shorter than
 ``GENERIC_CHARS_MIN`` is found only in a secret-looking context; hex-only
 strings (digests, SHAs, ids) are never taken as secrets by shape alone; a
-random token inside a URL path is taken for an id, not a secret; and long
-base64 runs (``GENERIC_CHARS_MAX`` and over, or several lines of it) are taken
-for data.
+random token inside a URL path is taken for an id, not a secret (webhook URLs
+excepted); a password made of words, assigned in code rather than in an env
+file or a JSON field, reads as a variable name; and long base64 runs
+(``GENERIC_CHARS_MAX`` and over, or wrapped lines of it) are taken for data.
 
 >>> g = Guard(policy="redact")
 >>> r = g.apply({"text": "deploy key AKIA" + "ABCDEFGHIJ234567 <private>my pin</private>ok"})
@@ -39,6 +45,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -530,7 +538,7 @@ _URL_QUERY_SECRET = re.compile(
 )
 
 
-def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int) -> Iterable[Finding]:
+def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Iterable[Finding]:
     """Long random-looking tokens no specific rule claimed."""
     in_url: list[tuple[int, int]] = []
     if "-----BEGIN" in text:
@@ -555,14 +563,18 @@ def _generic(text: str, taken: list[Finding], allow: frozenset[str], depth: int)
                 yield Finding(url.start() + q.start(1), url.start() + q.end(1), "high_entropy")
     if len(text) < _LONG_TEXT_CHARS and not any(len(word) >= GENERIC_CHARS_MIN for word in text.split()):
         return  # no run long enough; on a short text this test is cheaper than the regex
+    in_url.sort()
+    skip_starts = [a for a, _ in in_url]
+    skip_ends = list(itertools.accumulate((b for _, b in in_url), max))  # spans may nest: a running max
     for tok in _TOKEN.finditer(text):
         start, end = tok.span()
         token = tok.group()
         if len(token) >= GENERIC_CHARS_MAX:
             continue
-        if any(a <= start < b for a, b in in_url):
-            continue  # ids in URL paths; secrets in URLs are checked above
-        if _HEX_ONLY.fullmatch(token) or _overlaps(start, end, taken):
+        i = bisect.bisect_right(skip_starts, start)
+        if i > 0 and skip_ends[i - 1] > start:
+            continue  # ids in URL paths (secrets in URLs are checked above), public PEM bodies
+        if _HEX_ONLY.fullmatch(token) or taken.overlaps(start, end):
             continue  # digests and ids; or already found by a specific rule
         if _PUBLIC_TOKEN.match(token) or _PUBLIC_BEFORE.search(text, max(0, start - 16), start):
             continue
@@ -661,8 +673,27 @@ def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[
             at = folded.find(hint, at + 1)
 
 
-def _overlaps(start: int, end: int, found: list[Finding]) -> bool:
-    return any(f.start < end and start < f.end for f in found)
+class _Spans:
+    """Non-overlapping findings kept in order, so an overlap test is a binary search.
+
+    A text with thousands of matches (pasted logs, a hostile write) then
+    costs n log n, not n squared.
+    """
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.findings: list[Finding] = []
+
+    def overlaps(self, start: int, end: int) -> bool:
+        i = bisect.bisect_right(self.starts, start)
+        if i > 0 and self.findings[i - 1].end > start:
+            return True
+        return i < len(self.starts) and self.starts[i] < end
+
+    def add(self, finding: Finding) -> None:
+        i = bisect.bisect_right(self.starts, finding.start)
+        self.starts.insert(i, finding.start)
+        self.findings.insert(i, finding)
 
 
 def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0) -> list[Finding]:
@@ -675,7 +706,7 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
         return []
     if len(text) < _LONG_TEXT_CHARS and ":" not in text and "=" not in text and not _LONG_RUN.search(text):
         return []  # no ":" or "=" (names, URLs) and no run long enough for a token
-    found: list[Finding] = []
+    found = _Spans()
     folded = text.lower()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a
@@ -696,21 +727,20 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
         for m in matches:
             start, end = m.span("s") if "s" in rule.pattern.groupindex else m.span()
             start -= rule.span_back
-            if start == end or _overlaps(start, end, found):
+            if start == end or found.overlaps(start, end):
                 continue
             value = text[start:end]
             if rule.check is not None and not rule.check(value, text[m.start() : start]):
                 continue
             if value in allow:
                 continue
-            found.append(Finding(start, end, rule.kind))
+            found.add(Finding(start, end, rule.kind))
     for f in _generic(text, found, allow, depth):
-        if not _overlaps(f.start, f.end, found) and text[f.start : f.end] not in allow:
-            found.append(f)
-    if not found:
-        return found
-    found.sort(key=lambda f: f.start)
-    return _relabel(text, found)
+        if not found.overlaps(f.start, f.end) and text[f.start : f.end] not in allow:
+            found.add(f)
+    if not found.findings:
+        return []
+    return _relabel(text, found.findings)
 
 
 _SERVICE_ACCOUNT = re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")

@@ -371,6 +371,13 @@ def test_non_string_values_are_untouched_and_the_input_is_not_mutated():
     assert res.fields["t"] == (1, "two")
 
 
+def test_a_text_with_thousands_of_secrets_is_redacted_whole():
+    keys = ["AK" + "IA" + f"{i:016d}" for i in range(3000)]
+    res = Guard("redact").apply({"body": " ".join(keys)})
+    assert res.fields["body"] == " ".join(["[secret:aws_access_key]"] * 3000)
+    assert len(res.redactions) == 3000
+
+
 def test_a_random_client_op_id_is_not_taken_for_a_secret():
     op_id = "q8Xr2LmZ0vTn5KfWb7YcJd4HsPa1GeUi"
     res = Guard("refuse").apply({"text": "note", "client_op_id": op_id})

@@ -36,8 +36,9 @@ HTTP_BODY_SLACK_BYTES = 1024 * 1024  # an HTTP request may exceed the record lim
 # Kinds the store writes through its own tools; memory_write refuses them.
 OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)"}
 
-# The stable codes a tool error starts with. The store's own codes pass
-# through unchanged; the last three are the server's.
+# The stable codes a tool error starts with ("Error executing tool NAME: CODE:
+# sentence"). The store's codes (retained.errors) pass through unchanged;
+# os_error, unavailable and internal_error are the server's own.
 ERROR_CODES = (
     "invalid_argument",
     "reserved_field",
@@ -45,6 +46,11 @@ ERROR_CODES = (
     "not_found",
     "store_busy",
     "secret_detected",
+    "write_failed",
+    "readback_mismatch",
+    "log_unusable",
+    "store_damaged",
+    "os_error",
     "unavailable",
     "internal_error",
 )
@@ -190,30 +196,6 @@ def client_stamp(client_params: Any) -> dict[str, str]:
     return {"name": str(name)[:CLIENT_FIELD_CHARS_MAX], "version": str(version)[:CLIENT_FIELD_CHARS_MAX]}
 
 
-def store_options() -> dict[str, Any]:
-    """Store limits from the environment: RETAINED_RECORD_BYTES_MAX, RETAINED_LOCK_WAIT_S.
-
-    Raises:
-        ValueError: a variable is set but is not a positive number.
-    """
-    options: dict[str, Any] = {}
-    for env, key, kind in (
-        ("RETAINED_RECORD_BYTES_MAX", "record_bytes_max", int),
-        ("RETAINED_LOCK_WAIT_S", "lock_wait_s", float),
-    ):
-        raw = os.environ.get(env)
-        if raw is None or raw == "":
-            continue
-        try:
-            value = kind(raw)
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise ValueError(f"{env} must be a positive {'whole ' if kind is int else ''}number, found {raw!r}")
-        options[key] = value
-    return options
-
-
 def default_directory() -> Path:
     """The store directory: RETAINED_DIR, else ~/.retained."""
     env = os.environ.get("RETAINED_DIR")
@@ -289,6 +271,12 @@ def _as_tool_error(tool: str, exc: BaseException) -> Exception:
         return ToolError(f"{exc.code}: {exc}")
     if isinstance(exc, _Unavailable):
         return ToolError(f"unavailable: {exc}; upgrade retained or use another tool")
+    if isinstance(exc, OSError):
+        where = f" at {exc.filename}" if exc.filename else ""
+        return ToolError(
+            f"os_error: {tool} could not use the store{where}: {(exc.strerror or str(exc)).lower()}; "
+            "nothing was acknowledged; check that the store directory is a directory, its permissions and free space"
+        )
     log.error("%s failed unexpectedly", tool, exc_info=exc)
     return ToolError(
         f"internal_error: {tool} failed with {type(exc).__name__}; nothing was acknowledged; "
@@ -323,7 +311,7 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
 
     Args:
         directory: the store directory; default RETAINED_DIR or ~/.retained.
-        options: keyword arguments for ``Store`` (record_bytes_max, lock_wait_s).
+        options: keyword arguments for ``Store`` (see ``retained.settings.store_options``).
     """
     from typing import Annotated
 
@@ -444,7 +432,8 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
     def memory_checkpoint(
         ctx: Context,
         label: Annotated[
-            str, Field(min_length=1, max_length=500, description="a short name for this point, e.g. 'auth refactor: tests green'")
+            str,
+            Field(min_length=1, max_length=500, description="a short name for this point, e.g. 'auth refactor: tests green'"),
         ],
         summary: Annotated[
             str | None,
@@ -468,7 +457,9 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
         limit: Annotated[
             int, Field(ge=1, le=GET_LIMIT_MAX, description="how many records at most, newest first (without ids)")
         ] = GET_LIMIT_DEFAULT,
-        kind: Annotated[str | None, Field(min_length=1, description="only records of this kind, e.g. checkpoint")] = None,
+        kind: Annotated[
+            str | None, Field(min_length=1, description="only records of this kind, e.g. checkpoint")
+        ] = None,
         scope: Scope = None,
         around: Annotated[
             int | None,
@@ -553,8 +544,12 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
 
     def memory_forget(
         ctx: Context,
-        ids: Annotated[list[Seq], Field(min_length=1, max_length=IDS_MAX, description="seqs of the records to retract")],
-        reason: Annotated[str, Field(min_length=1, max_length=2000, description="why, in a sentence a person can check later")],
+        ids: Annotated[
+            list[Seq], Field(min_length=1, max_length=IDS_MAX, description="seqs of the records to retract")
+        ],
+        reason: Annotated[
+            str, Field(min_length=1, max_length=2000, description="why, in a sentence a person can check later")
+        ],
     ) -> Annotated[CallToolResult, Proof]:
         """Retract records that are wrong or must no longer be used.
 
@@ -615,7 +610,9 @@ def _server_class() -> Any:
             if self._params:
                 return
             for fn, title, hints in self._specs:
-                self.add_tool(fn, title=title, annotations=hints.model_copy(update={"title": title}))
+                description = inspect.cleandoc(fn.__doc__ or "")
+                annotations = hints.model_copy(update={"title": title})
+                self.add_tool(fn, title=title, description=description, annotations=annotations)
                 params = inspect.signature(fn).parameters
                 self._params[fn.__name__] = {name for name in params if name != "ctx"}
 
@@ -664,6 +661,9 @@ def _add_brief(server: Any, memory: _Memory) -> None:
     first use, so start-up does not pay for it.
     """
     import importlib.util
+    from typing import Annotated
+
+    from pydantic import Field
 
     if importlib.util.find_spec("retained.brief") is None:
         return
@@ -674,14 +674,17 @@ def _add_brief(server: Any, memory: _Memory) -> None:
         result = brief.build_brief(memory.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope or None)
         return brief.render_text(result)
 
-    @server.prompt(name="brief", title="Session brief")
-    def brief_prompt(budget: str = "", scope: str = "") -> str:
-        """What this memory holds, for the start of a session.
+    brief_text = (
+        "What this memory holds, for the start of a session: checkpoints first, then other records, "
+        "newest first, within a token budget (default 1500); it always says how many records it left "
+        "out and why. Optional: budget (tokens), scope (one project or topic)."
+    )
 
-        Checkpoints first, then other records, newest first, within a token
-        budget (default 1500); it always says how many records it left out
-        and why. Optional: budget (tokens), scope (one project or topic).
-        """
+    @server.prompt(name="brief", title="Session brief", description=brief_text)
+    def brief_prompt(
+        budget: Annotated[str, Field(description="how many tokens the brief may use (default 1500)")] = "",
+        scope: Annotated[str, Field(description="only records of this project or topic")] = "",
+    ) -> str:
         value = budget.strip()
         if value and (not value.isdigit() or int(value) > BRIEF_BUDGET_MAX):
             from mcp.shared.exceptions import MCPError
@@ -749,7 +752,8 @@ class _HttpGuard:
             scheme, _, value = given.partition(" ")
             ok = scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), self.token)
             if not ok:
-                await _reply(send, 401, "missing or wrong bearer token", {"www-authenticate": 'Bearer realm="retained"'})
+                challenge = {"www-authenticate": 'Bearer realm="retained"'}
+                await _reply(send, 401, "missing or wrong bearer token", challenge)
                 return
         await self.app(scope, receive, send)
 
@@ -796,9 +800,12 @@ def main(
             file=sys.stderr,
         )
         return 2
+    from retained.errors import RetainedError
+    from retained.settings import store_options
+
     try:
         options = store_options()
-    except ValueError as exc:
+    except RetainedError as exc:
         print(f"retained: {exc}", file=sys.stderr)
         return 2
     server = build_server(directory, options)

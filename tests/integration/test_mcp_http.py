@@ -9,12 +9,10 @@ import sys
 
 import anyio
 import httpx2
-import pytest
 
 from . import mcp_checks
 from .conftest import REPO, WAIT_S, check_chain_from_file, client_info, server_env
 
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 TOKEN = "t0k3n-for-tests-only-0123456789abcdef"
 INITIALIZE = {
@@ -146,3 +144,8 @@ def test_a_foreign_origin_or_host_is_rejected(http_server, tmp_path):
     assert _post(server.url, {"origin": f"http://localhost:{server.port}"}).status_code == 200
     assert _post(server.url, {"host": f"localhost:{server.port}"}).status_code == 200
     assert not (tmp_path / "store").exists(), "a rejected request reached the store"
+
+
+def test_a_credential_is_refused_with_secret_detected_and_never_echoed(http_server, tmp_path):
+    server = http_server()
+    _run(lambda c: mcp_checks.check_secret_refused(c, tmp_path / "store"), server.url)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
-import pytest
 
 from . import mcp_checks
-from .conftest import WAIT_S, check_chain_from_file, client_info, stdio_params
+from .conftest import REPO, WAIT_S, check_chain_from_file, client_info, stdio_params
 
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 
 def _run(check, store_dir: Path, name: str = "pytest-agent", version: str = "9.8.7", **env: str) -> None:
@@ -170,3 +170,58 @@ def test_start_up_does_not_touch_the_store_before_the_first_call(raw_server, tmp
     server.call("memory_write", {"text": "now it exists"})
     assert (tmp_path / "store" / "log.jsonl").exists()
     assert server.close() == 0
+
+
+def test_an_unusable_store_directory_is_a_coded_error_not_a_dead_server(tmp_path):
+    """RETAINED_DIR naming a file: each call fails with a code and a sentence; the server stays up."""
+    from mcp import Client
+
+    not_a_dir = tmp_path / "store"
+    not_a_dir.write_bytes(b"a file, not a store\n")
+
+    async def go() -> None:
+        with anyio.fail_after(WAIT_S):
+            async with Client(stdio_params(not_a_dir), client_info=client_info("agent", "1")) as client:
+                for _ in range(2):
+                    result = await client.call_tool("memory_write", {"text": "x"})
+                    assert result.is_error
+                    text = result.content[0].text
+                    code = text.split(": ")[1]
+                    assert code in ("os_error", "store_damaged"), text
+                    assert "Traceback" not in text
+                assert len((await client.list_tools()).tools) == 6
+
+    anyio.run(go)
+    assert not_a_dir.read_bytes() == b"a file, not a store\n"
+
+
+def test_importing_retained_and_the_server_module_does_not_import_mcp():
+    """mcp costs seconds to import: only serving may pay for it."""
+    heavy = "('mcp', 'mcp_types', 'pydantic', 'uvicorn', 'starlette')"
+    code = f"import sys, retained, retained.server, retained.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=WAIT_S)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_credential_is_refused_with_secret_detected_and_never_echoed(tmp_path):
+    store_dir = tmp_path / "store"
+    _run(lambda c: mcp_checks.check_secret_refused(c, store_dir), store_dir)
+
+
+def test_private_spans_and_redacted_secrets_are_reported_in_the_proof(tmp_path):
+    """RETAINED_SECRETS=redact stores [secret:<kind>]; <private> spans never reach the log; the reply says so."""
+    store_dir = tmp_path / "store"
+
+    async def check(client) -> None:
+        text = "deploy key AKIA" + "QYLPMN5HHHFPZAM2 for <private>my pin 4321</private>staging"
+        result = await client.call_tool("memory_write", {"text": text})
+        assert not result.is_error, result.content[0].text
+        proof = result.structured_content
+        assert proof["private_spans_removed"] == 1
+        assert [r["kind"] for r in proof["redactions"]] == ["aws_access_key"]
+        assert "<private> span" in result.content[0].text and "secret(s) replaced" in result.content[0].text
+
+    _run(check, store_dir, RETAINED_SECRETS="redact")
+    raw = (store_dir / "log.jsonl").read_bytes()
+    assert b"QYLPMN5HHHFPZAM2" not in raw and b"4321" not in raw and b"[secret:aws_access_key]" in raw

@@ -242,7 +242,8 @@ def _child(ctx: Context, code: str, *args: str, stdin: int = subprocess.DEVNULL)
     )
 
 
-def _finish(proc: subprocess.Popen[bytes], what: str, ok_codes: Iterable[int] = (0,), input: bytes | None = None) -> bytes:
+def _finish(proc: subprocess.Popen[bytes], what: str, ok_codes: Iterable[int] | None = (0,), input: bytes | None = None) -> bytes:
+    """Wait for a child; its stdout, or CheckFailed with its last stderr line (``ok_codes`` None: any status)."""
     try:
         out, err = proc.communicate(input, timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -253,7 +254,7 @@ def _finish(proc: subprocess.Popen[bytes], what: str, ok_codes: Iterable[int] = 
         proc.kill()  # interrupted: leave no child behind
         proc.communicate()
         raise
-    if proc.returncode not in ok_codes:
+    if ok_codes is not None and proc.returncode not in ok_codes:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         raise CheckFailed(f"{what} (pid {proc.pid}) exited with status {proc.returncode}: {tail[0][:200]}")
     return out
@@ -380,10 +381,10 @@ def check_restart(ctx: Context) -> str:
     reader = _child(ctx, _RESTART_READER, str(ctx.directory), stdin=subprocess.PIPE)
     try:
         writer = _child(ctx, _RESTART_WRITER, str(ctx.directory), str(n))
-        killed = -getattr(signal, "SIGKILL", signal.SIGTERM)
-        out = _finish(writer, "the writer", ok_codes=(killed, 1, 137))
+        # It kills itself (the status differs by platform); what counts is what it acknowledged.
+        out = _finish(writer, "the writer", ok_codes=None)
         proofs = [orjson.loads(line) for line in out.splitlines() if line.strip()]
-        expect(len(proofs) == n, f"the writer acknowledged {len(proofs)} of {n} writes before it was killed")
+        expect(len(proofs) == n, f"the writer acknowledged {len(proofs)} of {n} writes, then ended with {signal_name(writer.returncode)}")
         ctx.fault("after_kill")
         seqs = " ".join(str(p["seq"]) for p in proofs).encode() + b"\n"
         try:

@@ -618,11 +618,14 @@ def _in_blob(text: str, start: int, end: int) -> bool:
     the token must be alone on its line, and the line above must be as long
     (or longer, for a last line), or the line below exactly as long.
     """
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end == -1 else line_end
-    if text[line_start:start].strip() or text[end:line_end].strip():
-        return False
+    line_start = start
+    while line_start > 0 and text[line_start - 1] in " \t\r":
+        line_start -= 1
+    line_end = end
+    while line_end < len(text) and text[line_end] in " \t\r":
+        line_end += 1
+    if (line_start > 0 and text[line_start - 1] != "\n") or (line_end < len(text) and text[line_end] != "\n"):
+        return False  # not alone on its line
     width = end - start
     if line_start > 0:
         above_start = text.rfind("\n", 0, line_start - 1) + 1

@@ -8,7 +8,8 @@ read-back per batch, every record chained (L2, L3, L4).
 Sources (``detect_format`` picks one from the first non-blank line):
 
 - ``retained``: our own export, the log's chained lines byte for byte. Its
-  chain is walked with ``chain.walk`` first; any finding refuses the file.
+  chain is walked with ``chain.walk`` first; any finding refuses the file,
+  and so does a blank line or a line without chain fields.
   Each record is appended again as a *new* record of this store: ``seq``,
   ``prev``, ``hash``, ``ts`` and ``client`` are this store's (they are
   reserved: no caller, import included, can set them), and the originals are

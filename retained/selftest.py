@@ -49,6 +49,8 @@ from .store import Store
 __all__ = ["CHECKS", "CheckFailed", "Context", "NotAvailable", "format_line", "format_summary", "run", "run_check"]
 
 ZERO_HASH = "0" * 64
+# Single bytes changed, one at a time, by the tamper check's sweep.
+TAMPER_SWEEP = 40
 # Every child process gets this long; a healthy one needs well under a second.
 CHILD_TIMEOUT_S = 60.0
 # The package's parent directory, put on a child's sys.path so the child
@@ -572,9 +574,28 @@ def check_tamper_detect(ctx: Context) -> str:
         rebuild()
     clean = s.verify()
     expect(clean["ok"], f"with the byte restored verify still reports {len(clean['findings'])} findings")
+    # A sweep: any single changed byte, wherever it falls (a quote, a digit of
+    # seq, a hash, the newline), is found and placed at its line's offset.
+    lines = file_lines(ctx.log_path)
+    size = lines[-1][0] + len(lines[-1][1])
+    rng = random.Random(3)
+    positions = sorted(rng.sample(range(size), TAMPER_SWEEP))
+    for pos in positions:
+        line_offset = max(o for o, _ in lines if o <= pos)
+        old, _ = flip_byte(ctx.log_path, pos)
+        try:
+            swept = s.verify()
+        finally:
+            put_byte(ctx.log_path, pos, old)
+        expect(not swept["ok"], f"verify says ok with byte {pos} changed (in the line at byte {line_offset})")
+        offsets = {f.get("offset") for f in swept["findings"]}
+        expect(line_offset in offsets, f"byte {pos} changed: no finding at its line's byte {line_offset}, only at {sorted(map(str, offsets))}")
+    after = s.verify()
+    expect(after["ok"], f"after the sweep, with every byte restored, verify reports {len(after['findings'])} findings")
     return (
         f"byte {at} flipped → {located[0].get('kind')} at seq {target['seq']}, byte {target['offset']} "
-        f"({len(findings)} finding, none elsewhere); byte restored → verify ok"
+        f"({len(findings)} finding, none elsewhere); {len(positions)}/{len(positions)} more single-byte changes "
+        f"across the {size}-byte log each found at their line's offset; restored → verify ok"
     )
 
 

@@ -521,12 +521,18 @@ _RULES: tuple[_Rule, ...] = (
 
 # Candidate tokens for the generic rule: runs of base64 / base64url letters.
 _TOKEN = re.compile(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
-# Tokens that look random but are public by design, or are hashes.
+# Tokens that look random but are public by design, or are hashes: Stripe
+# publishable keys, SRI hashes, file headers in base64 (PNG, JPEG, GIF, WebP,
+# PDF, SVG), SSH public keys, IPFS content ids, bech32 addresses.
 _PUBLIC_TOKEN = re.compile(
     r"(?:pk_(?:live|test)_|sha(?:1|256|384|512)[-:=]|iVBORw0KGgo|/9j/|R0lGOD|UklGR|JVBERi0|PHN2Zy"
-    r"|AAAA(?:B3NzaC1|C3NzaC1|E2VjZHNh))"
+    r"|AAAA(?:B3NzaC1|C3NzaC1|E2VjZHNh)|Qm[1-9A-HJ-NP-Za-km-z]{44}\Z|bafy[a-z2-7]{50,}\Z|bc1[qp][a-z0-9]{38,58}\Z)"
 )
-_PUBLIC_BEFORE = re.compile(r"(?:base64,|sha(?:1|256|384|512)[-:=]|integrity=[\"']?)\Z", re.IGNORECASE)
+# What may precede a public token: a data URI, a hash algorithm (SRI, go.sum
+# "h1:"), an integrity attribute, an AWS request id header.
+_PUBLIC_BEFORE = re.compile(
+    r"(?:base64,|sha(?:1|256|384|512)[-:=]|\bh1:|integrity=[\"']?|x-amz-id-2:\s?)\Z", re.IGNORECASE
+)
 _URL_REST = re.compile(r"://[^\s\"'<>]+")
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 # Public keys and certificates are not secrets: their bodies are skipped.

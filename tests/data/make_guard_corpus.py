@@ -524,6 +524,18 @@ misc = [
     {"token_count": 512, "password_min_length": 12, "token": "none"},
     {"secret_rotation": {"days": 90, "owner": "platform-team"}},
     {"password": "see the team vault entry", "token": "expired"},
+    "github.com/stretchr/testify v1.8.4 h1:CcVxjf3Q8PM0mHFKJX5KP4nXNc7TJ7yiH5oAE9v5nXs=",
+    "github.com/stretchr/testify v1.8.4/go.mod h1:sz/lmYIOXD/1dqDmKjjqLyZ2RngseejIcXlSw2iwfAo=",
+    "pinned on IPFS as QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG",
+    "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi",
+    "donations: bc1qar0srrr7xfkvy5l643lydnw9re59gtzzwf5mdq",
+    "x-amz-request-id: 4442587FB7D0A2F9 x-amz-id-2: vlR7PnpV2Ce81l0PRw6jlUpck7Jo5ZsQjryTjKlc5aLWGVHPZLj5NeC6qMa0emYBDXOo6QBU0Wo=",
+    "--hash=sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+    "2026-11-29T12:00:01.123Z INFO request_id=7f3c9a1e-2b4d-4c8e-9f1a-0b2c3d4e5f60 user=alice latency_ms=42",
+    "Traceback (most recent call last):\n  File \"/app/server.py\", line 42, in handle\n    raise KeyError(key)\nKeyError: 'session_token'",
+    "Set GITHUB_TOKEN in the repository secrets, then reference it as ${{ secrets.GITHUB_TOKEN }}.",
+    "The AKIA prefix marks a long-term AWS access key; ASIA marks a temporary one.",
+    "eyJhbGciOiJIUzI1NiJ9 is just the header of a JWT",
     {"links": ["https://example.com/a", "https://example.com/b?page=2"], "digest": sha256(b"z").hexdigest()},
 ]
 for m in misc:

@@ -199,6 +199,22 @@ def test_tamper_detect_fails_when_the_finding_names_the_wrong_record():
     assert "no finding names seq 3" in _fail("tamper_detect", store_factory=Misplaced)
 
 
+def test_tamper_detect_fails_when_verify_misses_one_kind_of_damage():
+    class MissesBrokenJson(Store):
+        """Checks the chain only, and passes over a line that no longer parses."""
+
+        def verify(self):
+            report = super().verify()
+            report["findings"] = [
+                f for f in report["findings"] if f.get("kind") != "not_json" and not f.get("kind", "").startswith("index_")
+            ]
+            report["ok"] = not report["findings"]
+            return report
+
+    detail = _fail("tamper_detect", store_factory=MissesBrokenJson)
+    assert "no finding at its line's byte" in detail or "verify says ok with byte" in detail
+
+
 def test_index_rebuild_fails_when_verify_ignores_the_index():
     assert "verify says ok with a record missing from the index" in _fail("index_rebuild", store_factory=BlindVerify)
 

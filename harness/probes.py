@@ -273,33 +273,56 @@ async def large_record(ctx: Context) -> tuple[str, str]:
     return PASS, "1 MiB of multi-byte text (1,048,576 UTF-8 bytes) read back and stored byte-exact"
 
 
+async def _send_twice(ctx: Context, server: Server, text: str, op_id: str) -> tuple[Written, Written, str]:
+    """The same write twice: with one client_op_id, or, lacking one, the identical call."""
+    try:
+        first = await _write_ok(ctx, server, text, op_id=op_id)
+        second = await _write_ok(ctx, server, text, op_id=op_id)
+        return first, second, ""
+    except NotApplicable as exc:
+        retry = getattr(ctx.adapter, "retry_write", None)
+        if retry is None:
+            raise Verdict(SKIP, str(exc)) from exc
+        first, second = await retry(server, text)
+        if not (first.ok and second.ok):
+            raise fail(f"the retried call was refused: {second.error or first.error}") from exc
+        return first, second, f" ({exc}; the identical call sent instead)"
+
+
+def _same_proof(first: Written, second: Written, when: str) -> None:
+    if first.proof and second.proof:
+        if second.proof.get("seq") != first.proof.get("seq") or second.duplicate is not True:
+            raise fail(
+                f"{when}, the retry's proof (seq {second.proof.get('seq')}, duplicate {second.duplicate}) "
+                f"is not the first's (seq {first.proof.get('seq')})"
+            )
+
+
 async def idempotent_retry(ctx: Context) -> tuple[str, str]:
+    """Retry in the same process, then again from a new process after a SIGKILL (a lost reply)."""
     store = ctx.store()
     text = f"idempotent retry {ctx.nonce}"
     op_id = f"harness-op-{ctx.nonce}"
-    note = ""
     async with ctx.server(store) as server:
-        try:
-            first = await _write_ok(ctx, server, text, op_id=op_id)
-            second = await _write_ok(ctx, server, text, op_id=op_id)
-        except NotApplicable as exc:
-            retry = getattr(ctx.adapter, "retry_write", None)
-            if retry is None:
-                raise Verdict(SKIP, str(exc)) from exc
-            first, second = await retry(server, text)
-            if not (first.ok and second.ok):
-                raise fail(f"the retried call was refused: {second.error or first.error}") from exc
-            note = f" ({exc}; the identical call sent twice)"
-        items = await _read_all(ctx, server, "after the retry, reading")
+        first, second, note = await _send_twice(ctx, server, text, op_id)
+        _same_proof(first, second, "in the same process")
+        server.kill()
+    async with ctx.server(store) as server:
+        third, fourth, _ = await _send_twice(ctx, server, text, op_id)
+        _same_proof(first, third, "from a new process")
+        _same_proof(first, fourth, "from a new process")
+        items = await _read_all(ctx, server, "after the retries, reading")
     count = sum(1 for item in items if item.text == text)
     stored = sum(1 for found in ctx.adapter.file_texts(ctx.read(store)) or [] if found == text)
     if count != 1 or stored != 1:
-        raise fail(f"the same write sent twice{note or ' with one client_op_id'}: {count} records read back, {stored} in the file")
-    if first.proof and second.proof:
-        if second.proof.get("seq") != first.proof.get("seq") or second.duplicate is not True:
-            raise fail(f"the retry's proof (seq {second.proof.get('seq')}, duplicate {second.duplicate}) is not the first's (seq {first.proof.get('seq')})")
-        return PASS, f"the same client_op_id twice: 1 record; the retry returned seq {first.proof.get('seq')} with duplicate: true"
-    return PASS, f"the same write sent twice{note}: 1 record read back and 1 in the file"
+        how = note or " with one client_op_id"
+        raise fail(f"the same write sent 4 times{how}, twice per process: {count} records read back, {stored} in the file")
+    if first.proof:
+        return PASS, (
+            f"one client_op_id sent twice, then twice more from a new process after SIGKILL: 1 record; "
+            f"every retry returned seq {first.proof.get('seq')} with duplicate: true"
+        )
+    return PASS, f"the same write sent twice, then twice more from a new process{note}: 1 record read back and 1 in the file"
 
 
 TORN_BYTES = b'{"v":1,"seq":99,"text":"a write cut off mid-li'

@@ -25,20 +25,22 @@ from harness.runner import run_all, run_probe
 FIXTURES = ROOT / "tests" / "harness_fixtures"
 JOBS = 2
 
-# Each probe and the server built to cheat on exactly what it checks.
-BROKEN = {
-    "ack_readback": "ack_before_write.py",
-    "restart": "loses_on_restart.py",
-    "foreign_field": "drops_foreign_fields.py",
-    "foreign_record": "rewrites_foreign.py",
-    "concurrent": "drops_concurrent.py",
-    "large_record": "truncates_large.py",
-    "idempotent_retry": "ignores_op_id.py",
-    "torn_tail": "glues_torn_tail.py",
-    "tamper_detect": "blind_verify.py",
-    "search_accounting": "bad_accounting.py",
-    "bad_input": "writes_bad_input.py",
-}
+# Each probe and the servers built to cheat on exactly what it checks.
+BROKEN = [
+    ("ack_readback", "ack_before_write.py"),
+    ("restart", "loses_on_restart.py"),
+    ("foreign_field", "drops_foreign_fields.py"),
+    ("foreign_record", "rewrites_foreign.py"),
+    ("concurrent", "drops_concurrent.py"),
+    ("large_record", "truncates_large.py"),
+    ("idempotent_retry", "ignores_op_id.py"),
+    ("idempotent_retry", "op_id_in_memory.py"),
+    ("torn_tail", "glues_torn_tail.py"),
+    ("tamper_detect", "blind_verify.py"),
+    ("search_accounting", "bad_accounting.py"),
+    ("bad_input", "writes_bad_input.py"),
+]
+CASES = [f"{probe}-{script.removesuffix('.py')}" for probe, script in BROKEN]
 
 HAVE_RETAINED_SERVER = importlib.util.find_spec("retained") is not None and (ROOT / "retained" / "server.py").exists()
 
@@ -49,39 +51,39 @@ def _env() -> dict[str, str]:
     return env
 
 
-async def _run_pairs(pairs: list[tuple[str, list[str]]], root: Path) -> dict[str, Outcome]:
+async def _run_cases(root: Path) -> dict[str, Outcome]:
     results: dict[str, Outcome] = {}
     limiter = anyio.CapacityLimiter(JOBS)
 
-    async def one(name: str, command: list[str]) -> None:
+    async def one(case: str, probe: str, script: str) -> None:
         async with limiter:
-            probe_root = root / name
+            probe_root = root / case
             probe_root.mkdir()
-            results[name] = await run_probe(name, Context(RetainedAdapter(), command, probe_root, _env()))
+            command = [sys.executable, str(FIXTURES / script)]
+            results[case] = await run_probe(probe, Context(RetainedAdapter(), command, probe_root, _env()))
 
     async with anyio.create_task_group() as group:
-        for name, command in pairs:
-            group.start_soon(one, name, command)
+        for case, (probe, script) in zip(CASES, BROKEN, strict=True):
+            group.start_soon(one, case, probe, script)
     return results
 
 
 @pytest.fixture(scope="module")
 def broken_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
-    pairs = [(name, [sys.executable, str(FIXTURES / script)]) for name, script in BROKEN.items()]
-    return anyio.run(_run_pairs, pairs, tmp_path_factory.mktemp("broken"))
+    return anyio.run(_run_cases, tmp_path_factory.mktemp("broken"))
 
 
 def test_every_probe_has_a_broken_server() -> None:
-    assert sorted(BROKEN) == sorted(PROBES)
-    for script in BROKEN.values():
+    assert sorted({probe for probe, _ in BROKEN}) == sorted(PROBES)
+    for _, script in BROKEN:
         assert (FIXTURES / script).is_file()
 
 
-@pytest.mark.parametrize("name", list(BROKEN))
-def test_probe_fails_against_the_server_that_cheats_on_it(name: str, broken_outcomes: dict[str, Outcome]) -> None:
+@pytest.mark.parametrize("case", CASES)
+def test_probe_fails_against_the_server_that_cheats_on_it(case: str, broken_outcomes: dict[str, Outcome]) -> None:
     """A probe never shown failing proves nothing: each one catches its cheat."""
-    outcome = broken_outcomes[name]
-    assert outcome.status == FAIL, f"{name} against {BROKEN[name]}: {outcome.status} {outcome.evidence}"
+    outcome = broken_outcomes[case]
+    assert outcome.status == FAIL, f"{case}: {outcome.status} {outcome.evidence}"
     assert outcome.evidence and "harness error" not in outcome.evidence
 
 

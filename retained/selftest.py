@@ -684,6 +684,43 @@ def check_search_accounting(ctx: Context) -> str:
     )
 
 
+HOSTILE_QUERIES = (
+    '"unbalanced quote', "AND OR NOT", "NEAR(alpha beta", "text:alpha", "alpha*", "*", "^alpha", "alpha -beta",
+    "(((", ")", "'; DROP TABLE records; --", "c++", "naïve café", "日本語のテキスト", "🧪🧪", "", "   ", "\x00\x01",
+    "alpha " * 300, "a" * 2000,
+)
+
+
+def check_search_hostile(ctx: Context) -> str:
+    """Whatever a user types, search answers with its accounting: no query syntax error reaches them."""
+    s = ctx.store()
+    need(s, "search", "search")
+    s.write_batch([
+        {"text": "alpha beta gamma"},
+        {"text": "c++ templates and the naïve café"},
+        {"text": "日本語のテキストを検索する"},
+        {"text": "the records table is not for dropping"},
+    ])
+    ctx.fault("after_write")
+    answered = matched = 0
+    for q in HOSTILE_QUERIES:
+        try:
+            found = s.search(q, k=5)
+        except RetainedError as exc:
+            raise CheckFailed(f"query {q[:40]!r}: {exc.code}: {exc.message[:120]}") from None
+        except sqlite3.Error as exc:
+            raise CheckFailed(f"query {q[:40]!r} reached SQLite as query syntax: {exc}") from None
+        returned, left, total = _accounting(found)
+        expect(returned + left == total, f"query {q[:40]!r}: returned {returned} + left out {left} != matched {total}")
+        answered += 1
+        matched += total > 0
+    report = s.verify()
+    expect(report["ok"], f"verify after the hostile queries: {len(report['findings'])} findings")
+    plain = s.search("alpha", k=5)
+    expect(plain["total_matches"] == 1, f"an ordinary query finds {plain['total_matches']} records after the hostile ones, expected 1")
+    return f"{answered}/{len(HOSTILE_QUERIES)} hostile queries (FTS5 syntax, SQL, quotes, NUL, CJK, 2000 chars) answered with accounting, {matched} matched something; store intact"
+
+
 def _index_files(directory: Path) -> list[Path]:
     return [p for p in (directory / "index.sqlite3", directory / "index.sqlite3-wal", directory / "index.sqlite3-shm") if p.exists()]
 
@@ -1080,6 +1117,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "tamper_detect": check_tamper_detect,
     "supersede": check_supersede,
     "search_accounting": check_search_accounting,
+    "search_hostile": check_search_hostile,
     "index_rebuild": check_index_rebuild,
     "index_damaged": check_index_damaged,
     "brief_accounting": check_brief_accounting,

@@ -219,6 +219,18 @@ def test_index_rebuild_fails_when_verify_ignores_the_index():
     assert "verify says ok with a record missing from the index" in _fail("index_rebuild", store_factory=BlindVerify)
 
 
+def test_search_hostile_fails_when_user_text_reaches_fts5_raw():
+    class RawMatch(Store):
+        def search(self, query, **kw):
+            found = super().search(query, **kw)
+            with self.index.lock:  # the query straight into MATCH, as an unsafe builder would
+                self.index.connection().execute("SELECT rowid FROM fts WHERE fts MATCH ?", (query,)).fetchall()
+            return found
+
+    detail = _fail("search_hostile", store_factory=RawMatch)
+    assert detail.startswith("query '\"unbalanced quote' reached SQLite as query syntax: ")
+
+
 def test_index_damaged_fails_when_a_bad_index_file_stops_search():
     from retained.errors import RetainedError
 

@@ -444,3 +444,30 @@ def test_backup_is_consistent_while_another_process_writes(tmp_path):
         writer.wait()
         writer.stdout.close()
     assert heads == sorted(heads) and len(set(heads)) == 5
+
+
+def test_dry_run_validates_everything_and_writes_nothing(tmp_path):
+    f = tmp_path / "memory.jsonl"
+    f.write_text(MEMORY_JSONL, encoding="utf-8")
+    out = run_cli("import", str(f), "--dry-run", "--json", "--dir", str(tmp_path / "s"))
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["dry_run"] is True and got["records"] == 5 and got["written"] == 0
+    assert not (tmp_path / "s").exists()
+
+
+def test_format_can_be_forced_and_a_retained_export_read_as_plain_jsonl_is_refused(tmp_path):
+    src = _source_store(tmp_path / "src")
+    export_file = tmp_path / "export.jsonl"
+    transfer.export_to_file(src.log, export_file)
+    out = run_cli("import", str(export_file), "--format", "jsonl", "--dir", str(tmp_path / "s"))
+    assert out.returncode == 2
+    assert "line 1: field 'client' is set by the store" in out.stderr
+    assert not (tmp_path / "s" / "log.jsonl").exists()
+
+
+def test_an_empty_file_imports_nothing(tmp_path):
+    f = tmp_path / "empty.jsonl"
+    f.write_bytes(b"")
+    result = transfer.import_file(Store(tmp_path / "s"), f)
+    assert result["written"] == 0 and result["first_seq"] is None

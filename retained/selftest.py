@@ -1088,6 +1088,33 @@ def check_secret_guard(ctx: Context) -> str:
     )
 
 
+def check_lock_busy(ctx: Context) -> str:
+    """A writer that cannot get the lock in time gets store_busy and writes nothing; a retry then lands once."""
+    from .lock import StoreLock
+
+    wait_s = 0.2
+    s = ctx.store(lock_wait_s=wait_s)
+    s.write("before the lock is held")
+    before = _log_state(ctx.log_path)
+    started = time.monotonic()
+    with StoreLock(ctx.directory / "log.lock", 1.0):  # another holder: a separate descriptor excludes like a process
+        try:
+            s.write("must wait", client_op_id="op-busy")
+        except RetainedError as exc:
+            waited = time.monotonic() - started
+            expect(exc.code == "store_busy", f"a write against a held lock failed with {exc.code}, expected store_busy")
+        else:
+            raise CheckFailed("a write went through while another holder had the lock")
+        ctx.fault("while_locked")
+        expect(_log_state(ctx.log_path) == before, "the refused write changed the log")
+    expect(waited >= wait_s * 0.9, f"store_busy came after {waited:.2f} s, before the {wait_s} s wait was over")
+    retry = s.write("must wait", client_op_id="op-busy")
+    again = s.write("must wait", client_op_id="op-busy")
+    expect(retry["seq"] == 2 and again.get("duplicate") is True and again["seq"] == 2,
+           f"the retry landed as seq {retry['seq']}, its repeat as seq {again['seq']} duplicate={again.get('duplicate')}")
+    return f"store_busy after {waited:.2f} s (lock_wait_s {wait_s}), log unchanged at {before[0]} bytes; released → retry seq {retry['seq']}, repeat duplicate"
+
+
 def check_file_modes(ctx: Context) -> str:
     """The store directory is 0700 and its files 0600."""
     if os.name == "nt":
@@ -1127,6 +1154,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "idempotent_retry": check_idempotent_retry,
     "redaction": check_redaction,
     "secret_guard": check_secret_guard,
+    "lock_busy": check_lock_busy,
     "file_modes": check_file_modes,
     "restart": check_restart,
     "concurrent_writers": check_concurrent_writers,

@@ -388,6 +388,14 @@ def test_secret_guard_fails_when_a_private_span_reaches_the_log():
     assert "the text of a <private> span reached the log" in _fail("secret_guard", faults={"secret_guard.after_write": leak})
 
 
+def test_lock_busy_fails_when_a_write_lands_despite_the_held_lock():
+    def sneak(ctx: selftest.Context) -> None:
+        with open(ctx.log_path, "ab") as f:  # a writer that ignores the lock
+            f.write(b'{"sneaked":"past the lock"}\n')
+
+    assert "the refused write changed the log" in _fail("lock_busy", faults={"lock_busy.while_locked": sneak})
+
+
 @pytest.mark.skipif(os.name == "nt", reason="POSIX modes")
 def test_file_modes_fails_on_a_world_readable_log():
     def loosen(ctx: selftest.Context) -> None:

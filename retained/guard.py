@@ -178,7 +178,7 @@ _SEPARATORS = re.compile(r"[/\-_]+")
 
 
 def _structured(token: str) -> bool:
-    """Whether a token with separators is mostly words, numbers and short parts.
+    """Whether a token with separators is mostly words, numbers, hex digests and short parts.
 
     A path or a name (``pytest-of-dev/pytest-12``, ``ThinkPad-X1-Carbon``) is
     made of such parts; a random base64url string that happens to contain a
@@ -190,7 +190,7 @@ def _structured(token: str) -> bool:
     plain = 0
     for part in parts:
         letters = sum(ch.isalpha() for ch in part)
-        if letters <= 3 or part.isdigit() or _word_chars(part, 3) >= letters * 0.6:
+        if letters <= 3 or _HEX_ONLY.fullmatch(part) or _word_chars(part, 3) >= letters * 0.6:
             plain += len(part)
     return plain >= 0.6 * sum(len(p) for p in parts)
 
@@ -345,6 +345,17 @@ def _url_password(value: str, before: str = "") -> bool:
 _IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
 
 
+_PASSWORD_LIKE = re.compile(r"[A-Za-z0-9!@#$%^&*_\-+.~?]{8,}")
+
+
+def _mixed(value: str) -> bool:
+    """Upper and lower case, and a digit or a symbol: the shape of a password."""
+    upper = any(ch.isupper() for ch in value)
+    lower = any(ch.islower() for ch in value)
+    other = any(not ch.isalpha() for ch in value)
+    return upper and lower and other and _word_chars(value, 3, 0.6) < sum(ch.isalpha() for ch in value) * 0.6
+
+
 _ENV_NAME = re.compile(r"[A-Z0-9_]+=[\"']?\Z")
 
 
@@ -353,10 +364,14 @@ def _assigned_value(value: str, before: str = "", *, literal: bool = False) -> b
 
     ``literal``: the value cannot be code (a JSON value under a key named like
     a secret); an env-file line (``DB_PASSWORD=...``) counts as literal too.
+    Without an operator ("password is X", "passwd X") only a value that mixes
+    cases and digits or symbols counts: prose and commands follow such names.
     """
     value = value.rstrip(".,:;!?")
     if len(value) < 8 or not _not_placeholder(value):
         return False
+    if before and not any(op in before for op in ":="):
+        return _PASSWORD_LIKE.fullmatch(value) is not None and _mixed(value)
     if any(ch in value for ch in "()[]{}<>"):
         return False  # a call or an expression, not a literal
     if literal or _ENV_NAME.match(before):
@@ -496,6 +511,14 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "basic_auth",
+        r"-u[ \t]+(?<![\w-]-u[ \t])[^\s:'\"]+:(?P<s>[^\s'\"]{4,})",
+        _not_placeholder,
+        hints=("-u ",),
+    ),
+    _rule("mailgun_key", rf"key-(?<![{_W}\-]key-)[0-9a-f]{{32}}(?![{_W}])", hints=("key-",)),
+    _rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shp",)),
+    _rule(
+        "basic_auth",
         r"basic\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])",
         _basic_credentials,
         hints=("basic",),
@@ -511,7 +534,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "assigned_secret",
         r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|key(?:[_.\-]?id)?|token|credentials?)"
-        r"[\"'`]?\s*(?:=>|:=|[:=])\s*[\"'`]?(?P<s>[^\s\"'`,;]{8,200})",
+        r"[\"'`]?(?:\s*(?:=>|:=|[:=])\s*|[ \t]+(?:(?:is|was)[ \t]+)?)[\"'`]?(?P<s>[^\s\"'`,;]{8,200})",
         _assigned_value,
         hints=("pass", "pwd", "secret", "key", "token", "credential"),
         fold=True,
@@ -651,9 +674,11 @@ _KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|maste
 
 
 _LONG_TEXT_CHARS = 4096
-# Every rule needs a ":" or "=" (a name and its value, a URL) or a run of 16
-# or more token characters; a short text with neither is done at once.
+# Every rule needs a ":" or "=" (a name and its value, a URL), a secret's
+# name ("password is ...") or a run of 16 or more token characters; a short
+# text with none of them is done at once.
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
+_NAMES = ("pass", "pwd", "secret", "token", "credential")
 _HINTS = frozenset(h for rule in _RULES if not rule.fold for h in rule.hints)
 _GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
 _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
@@ -713,10 +738,16 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     """
     if len(text) < 8 or text in allow:
         return []
-    if len(text) < _LONG_TEXT_CHARS and ":" not in text and "=" not in text and not _LONG_RUN.search(text):
-        return []  # no ":" or "=" (names, URLs) and no run long enough for a token
-    found = _Spans()
     folded = text.lower()
+    if (
+        len(text) < _LONG_TEXT_CHARS
+        and ":" not in text
+        and "=" not in text
+        and not _LONG_RUN.search(text)
+        and not any(name in folded for name in _NAMES)
+    ):
+        return []  # no "name: value", URL, "password is ..." or run long enough for a token
+    found = _Spans()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a
     # long one, rules whose pattern starts with a literal just search.

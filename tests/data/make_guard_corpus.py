@@ -226,7 +226,7 @@ for scheme, user, host in [
 
 for _ in range(3):
     secret(split(rand(B62, 40)), "high_entropy", "random 40-char token alone")
-secret(embed("the new deploy token is {} (rotate monthly)", rand(URLSAFE, 43)), "high_entropy", "random base64url token in prose")
+secret(embed("the new deploy token is {} (rotate monthly)", rand(URLSAFE, 43)), "assigned_secret", "random base64url token in prose")
 secret(embed("X-Api-Key: {}", rand(B62, 32)), "assigned_secret", "API key header")
 secret(embed("curl -H 'X-Auth: {}' https://api.example.test/v1/items", rand(B62, 48)), "high_entropy", "key in a curl command")
 secret(embed("api_key={}", rand(HEX, 32)), "assigned_secret", "hex API key with its name")
@@ -239,6 +239,11 @@ secret({"x-origin": {"token": split(rand(B62, 24))}}, "assigned_secret", "token 
 secret({"config": {"db": {"password": split("Pa55" + rand(B62, 8))}}}, "assigned_secret", "password under a secret-named key (nested)")
 secret(embed("Authorization: Bearer {}", rand(URLSAFE, 40)), "bearer_token", "opaque bearer token")
 secret(split("npm_" + rand(B62, 36)), "npm_token", "npm token")
+secret(embed("curl -u admin:{} https://api.example.test/v1/users", rand(B62, 20)), "basic_auth", "curl user:password")
+secret(split("key-" + rand(HEX, 32)), "mailgun_key", "Mailgun key")
+secret(embed("shopify token {}", "shpat_" + rand(HEX, 32)), "shopify_token", "Shopify access token")
+secret(embed("passwd {}!", rand(B62, 12)), "assigned_secret", "password after its name, no operator")
+secret(embed("the wifi password is {}", rand(B62, 10)), "assigned_secret", "password is ... in prose")
 discord = f"https://discord.com/api/webhooks/{rand(string.digits, 19)}/{rand(URLSAFE, 68)}"
 secret(embed("notify via {}", discord), "webhook_token", "Discord webhook URL")
 secret(embed("Authorization: Basic {}", base64.b64encode(f"deploy:{rand(B62, 14)}".encode()).decode()), "basic_auth", "HTTP basic credentials")
@@ -536,6 +541,9 @@ misc = [
     "Set GITHUB_TOKEN in the repository secrets, then reference it as ${{ secrets.GITHUB_TOKEN }}.",
     "The AKIA prefix marks a long-term AWS access key; ASIA marks a temporary one.",
     "eyJhbGciOiJIUzI1NiJ9 is just the header of a JWT",
+    "cache key: Linux-pip-9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "actions/checkout@b4ffde65f46336ab88eb53be808477a3936bae11 # v4.1.1",
     {"links": ["https://example.com/a", "https://example.com/b?page=2"], "digest": sha256(b"z").hexdigest()},
 ]
 for m in misc:

@@ -2,9 +2,11 @@
 
 One forward scan of the log (memory flat in its size, apart from one counter
 per distinct kind and scope and the sets of superseded and retracted seqs),
-plus read-only looks at the index when it exists: its own ``status()`` for
-the lag, and a read-only SQLite connection for the vector counts. Nothing
-here writes or creates a file.
+plus looks at the index only when it exists: the index's own public
+``Index.status()`` for the lag (no catch-up), and a read-only SQLite
+connection for the vector counts. Stats never creates an index and never
+touches the log; opening an existing index through ``Index`` does what any
+reader does (sets up its schema if it is missing or from another version).
 """
 
 from __future__ import annotations

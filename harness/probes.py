@@ -226,9 +226,10 @@ async def concurrent(ctx: Context) -> tuple[str, str]:
     missing = _missing(expected, [item.text for item in items])
     in_file = _missing(expected, ctx.adapter.file_texts(ctx.read(store)))
     if missing or in_file:
+        lost = max(len(missing), len(in_file))
         raise fail(
             f"two processes, 25 + 25 acked writes: {50 - len(missing)} of 50 read back, "
-            f"{50 - len(in_file)} of 50 in the file"
+            f"{50 - len(in_file)} of 50 in the file; {lost} acknowledged writes lost"
         )
     why = _file_valid(ctx, store, "after the concurrent writes")
     return PASS, f"two processes, 25 + 25 interleaved writes: 50 of 50 read back and in the file; {why}"
@@ -340,7 +341,7 @@ async def torn_tail(ctx: Context) -> tuple[str, str]:
     ctx.append(store, separator + TORN_BYTES)
     after_text = f"torn tail after recovery {ctx.nonce}"
     async with ctx.server(store) as server:
-        items = await _read_all(ctx, server, "with a torn last line, reading")
+        items = await _read_all(ctx, server, "with a torn last line, a new process could not read")
         missing = _missing(texts, [item.text for item in items])
         if missing:
             raise fail(f"with a torn last line a new process returned {5 - len(missing)} of 5 acked records")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -97,7 +98,8 @@ async def run_all(
     store variable, and then their adapter's store variable.
     """
     describe = getattr(adapter, "describe", None)
-    report = RunReport(adapter.name, command, describe() if describe else " ".join(command))
+    shown = " ".join("python" if part == sys.executable else part for part in command)
+    report = RunReport(adapter.name, command, describe() if describe else shown)
     base_env = {key: value for key, value in (os.environ if env is None else env).items() if key not in _STORE_ENV_VARS}
     root = Path(tempfile.mkdtemp(prefix="retained-harness-", dir=keep))
     os.chmod(root, 0o700)
@@ -148,7 +150,11 @@ def render(report: RunReport) -> str:
 
 def markdown(report: RunReport) -> str:
     """The result table as Markdown, for the README."""
-    lines = [f"{report.server_info or '?'}, run as `{report.server}` (adapter `{report.adapter}`)", "", "| probe | result | evidence |", "|---|---|---|"]
+    counts = report.counts
+    lines = [
+        f"**{report.server_info or 'unnamed server'}** ({report.server}), adapter `{report.adapter}`: "
+        f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped",
+        "", "| probe | result | evidence |", "|---|---|---|"]
     for outcome in report.outcomes:
         evidence = outcome.evidence.replace("|", "\\|")
         lines.append(f"| `{outcome.name}` | {outcome.status} | {evidence} |")

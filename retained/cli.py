@@ -458,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
     command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
 
-    p = command("selftest", "check retained's claims in temporary stores; exit 1 if any check fails", "retained selftest --check torn_tail", cmd_selftest)
+    p = command("selftest", "check retained's claims in temporary stores (never in --dir); exit 1 if any check fails", "retained selftest --check torn_tail", cmd_selftest)
     p.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
     p.add_argument("--tmp", metavar="DIR", help="make the temporary stores in DIR, e.g. on the filesystem of your store")
 

@@ -65,16 +65,15 @@ def run(k: int = 3) -> dict[str, Any]:
     from retained.store import Store
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="retained-eval-small-") as directory:
-        with Store(directory) as store:
-            seqs = [store.write(text)["seq"] for text in MEMORIES]
-            mode = None
-            for question, want, group in QUESTIONS:
-                reply = store.search(question, k=k)
-                mode = mode or reply.get("mode")
-                ranked = [_seq(entry) for entry in reply.get("results", [])]
-                rank = ranked.index(seqs[want]) + 1 if seqs[want] in ranked else None
-                rows.append({"question": question, "group": group, "rank": rank, "returned": len(ranked)})
+    mode = None
+    with tempfile.TemporaryDirectory(prefix="retained-eval-small-") as directory, Store(directory) as store:
+        seqs = [store.write(text)["seq"] for text in MEMORIES]
+        for question, want, group in QUESTIONS:
+            reply = store.search(question, k=k)
+            mode = mode or reply.get("mode")
+            ranked = [_seq(entry) for entry in reply.get("results", [])]
+            rank = ranked.index(seqs[want]) + 1 if seqs[want] in ranked else None
+            rows.append({"question": question, "group": group, "rank": rank, "returned": len(ranked)})
 
     def score(group: str | None) -> dict[str, Any]:
         chosen = [row for row in rows if group is None or row["group"] == group]

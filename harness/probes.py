@@ -291,12 +291,13 @@ async def _send_twice(ctx: Context, server: Server, text: str, op_id: str) -> tu
 
 
 def _same_proof(first: Written, second: Written, when: str) -> None:
-    if first.proof and second.proof:
-        if second.proof.get("seq") != first.proof.get("seq") or second.duplicate is not True:
-            raise fail(
-                f"{when}, the retry's proof (seq {second.proof.get('seq')}, duplicate {second.duplicate}) "
-                f"is not the first's (seq {first.proof.get('seq')})"
-            )
+    if not (first.proof and second.proof):
+        return
+    if second.proof.get("seq") != first.proof.get("seq") or second.duplicate is not True:
+        raise fail(
+            f"{when}, the retry's proof (seq {second.proof.get('seq')}, duplicate {second.duplicate}) "
+            f"is not the first's (seq {first.proof.get('seq')})"
+        )
 
 
 async def idempotent_retry(ctx: Context) -> tuple[str, str]:

@@ -77,7 +77,7 @@ async def run_probe(name: str, ctx: Context, timeout: float = PROBE_TIMEOUT_S) -
         status, evidence = FAIL, str(exc)
     except TimeoutError:
         status, evidence = FAIL, f"the probe did not finish within {timeout:g} s"
-    except Exception as exc:  # the harness's edge: report what went wrong, never hide it
+    except Exception as exc:  # noqa: BLE001 - the harness's edge: report what went wrong, never hide it
         status, evidence = FAIL, f"harness error {type(exc).__name__}: {exc}"
     return Outcome(name, status, evidence, time.monotonic() - started)
 
@@ -151,10 +151,16 @@ def render(report: RunReport) -> str:
 def markdown(report: RunReport) -> str:
     """The result table as Markdown, for the README."""
     counts = report.counts
-    lines = [
+    title = (
         f"**{report.server_info or 'unnamed server'}** ({report.server}), adapter `{report.adapter}`: "
-        f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped",
-        "", "| probe | result | evidence |", "|---|---|---|"]
+        f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped"
+    )
+    lines = [
+        title,
+        "",
+        "| probe | result | evidence |",
+        "|---|---|---|",
+    ]
     for outcome in report.outcomes:
         evidence = outcome.evidence.replace("|", "\\|")
         lines.append(f"| `{outcome.name}` | {outcome.status} | {evidence} |")

@@ -10,13 +10,13 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness import logcheck  # noqa: E402  (after the path fix above)
+from harness import logcheck
 
 SERVER_FIELDS = {"v", "seq", "ts", "prev", "hash", "client", "cd", "redacted"}
 API_FIELDS = {"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"}
@@ -55,7 +55,7 @@ class FakeStore:
         return [line.record for line in logcheck.check(self.data()).records if line.record is not None]
 
     def lock(self) -> Any:
-        handle = open(self.directory / "log.lock", "a+b")
+        handle = open(self.directory / "log.lock", "a+b")  # noqa: SIM115 - the caller closes it to unlock
         fcntl.flock(handle, fcntl.LOCK_EX)
         return handle
 
@@ -73,7 +73,7 @@ class FakeStore:
         record = dict(fields)
         record.update(
             v=1, seq=report.head_seq + 1, prev=report.head_hash,
-            ts=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            ts=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             client={"name": "fake-retained", "version": "0"},
         )
         record["hash"] = logcheck.chain_hash(logcheck.content_digest(record), record["prev"], record["seq"])

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from fake_retained import FakeStore, main
+
 from harness import logcheck
 
 

@@ -15,10 +15,11 @@ the fields (dict values, list items and dict keys):
    from ordinary text).
 2. Credentials, on what is left. Provider formats (AWS, GCP, Azure, GitHub,
    GitLab, Slack, Stripe, OpenAI, Anthropic, npm, PyPI, Hugging Face,
-   SendGrid), JWTs, PEM private-key blocks, passwords in URLs, values assigned
-   to secret-looking names (``password=``, ``"api_key": ...``, a dict key
-   named ``token``, ``Authorization: Bearer ...``), and long random-looking
-   tokens (:func:`looks_random`). Policy ``refuse`` raises
+   SendGrid, Mailgun, Shopify, webhook URLs), JWTs, PEM private-key blocks,
+   passwords in URLs and in ``curl -u``, values assigned to secret-looking
+   names (``password=``, ``"api_key": ...``, a dict key named ``token``,
+   ``Authorization: Bearer ...``, "the password is X" for a password-shaped
+   X), and long random-looking tokens (:func:`looks_random`). Policy ``refuse`` raises
    :class:`~retained.errors.SecretDetected`; ``redact`` replaces each secret
    with ``[secret:<kind>]``; ``off`` only removes private spans.
 

@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -69,10 +70,16 @@ def _reply(proc: subprocess.Popen[bytes], want_id: int) -> dict[str, object]:
     return reply
 
 
-def spawn_to_initialize(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Seconds from spawn to the initialize reply and to the first tools/list reply."""
+def spawn_to_initialize(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """Seconds from spawn to the initialize reply and to the first tools/list reply, and the CPU seconds used.
+
+    CPU seconds (user + system, the whole life of the process: start-up, the
+    two requests, shutdown on end of input) are less sensitive to other load
+    on the machine than the wall-clock figures.
+    """
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
     try:
         _send(proc, INITIALIZE)
         _reply(proc, 1)
@@ -81,14 +88,17 @@ def spawn_to_initialize(argv: list[str], env: dict[str, str]) -> tuple[float, fl
         _send(proc, TOOLS_LIST)
         _reply(proc, 2)
         listed = time.perf_counter() - start
-        return initialized, listed
     finally:
-        proc.stdin.close()  # type: ignore[union-attr]
+        proc.stdin.close()
+        overdue = threading.Timer(REPLY_WAIT_S, proc.kill)
+        overdue.start()
         try:
-            proc.wait(timeout=REPLY_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            overdue.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.stdout.close()
+    return initialized, listed, usage.ru_utime + usage.ru_stime
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -122,31 +132,36 @@ def main() -> int:
             spawn_to_initialize(argv, env)
         init: dict[str, list[float]] = {name: [] for name in commands}
         listed: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
+        load_before = os.getloadavg()[0]
         for _ in range(args.rounds):
             for name, argv in commands.items():
-                t_init, t_list = spawn_to_initialize(argv, env)
+                t_init, t_list, t_cpu = spawn_to_initialize(argv, env)
                 init[name].append(t_init)
                 listed[name].append(t_list)
+                cpu[name].append(t_cpu)
+        load_after = os.getloadavg()[0]
+
+    def block(samples: dict[str, list[float]]) -> dict[str, object]:
+        ratio = statistics.median(samples["retained"]) / statistics.median(samples["bare"])
+        return {
+            "retained": summary(samples["retained"]),
+            "bare_one_tool_mcpserver": summary(samples["bare"]),
+            "ratio_median": round(ratio, 3),
+        }
 
     ratio = statistics.median(init["retained"]) / statistics.median(init["bare"])
-    list_ratio = statistics.median(listed["retained"]) / statistics.median(listed["bare"])
     print(
         json.dumps(
             {
-                "what": "spawn -> initialize reply over stdio (and -> first tools/list reply)",
+                "what": "spawn -> initialize reply over stdio (and -> first tools/list reply; CPU seconds per process)",
                 "command": " ".join([Path(args.python).name, *sys.argv]),
                 "rounds": args.rounds,
                 "python": args.python,
-                "initialize": {
-                    "retained": summary(init["retained"]),
-                    "bare_one_tool_mcpserver": summary(init["bare"]),
-                    "ratio_median": round(ratio, 3),
-                },
-                "tools_list": {
-                    "retained": summary(listed["retained"]),
-                    "bare_one_tool_mcpserver": summary(listed["bare"]),
-                    "ratio_median": round(list_ratio, 3),
-                },
+                "load_average_1m": {"before": round(load_before, 2), "after": round(load_after, 2)},
+                "initialize": block(init),
+                "tools_list": block(listed),
+                "cpu_seconds": block(cpu),
                 "target_ratio": 1.2,
                 "ok": ratio <= 1.2,
             },

@@ -506,7 +506,7 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
             Field(description="also return records that later records superseded (retracted ones stay hidden)"),
         ] = False,
     ) -> Annotated[CallToolResult, Found]:
-        """Find memories by meaning and words, best first.
+        """Find memories by their words (and by meaning, when embeddings are configured), best first.
 
         Use it before answering from memory or before writing something that may
         already be recorded. Superseded and retracted records are hidden unless

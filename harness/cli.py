@@ -15,6 +15,7 @@ import json
 import os
 import pkgutil
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -48,6 +49,10 @@ def _probe_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_probes(argv: list[str]) -> int:
     from harness.runner import markdown, render, run_all
 
@@ -67,6 +72,10 @@ def run_probes(argv: list[str]) -> int:
         return USAGE_ERROR
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
+    # A terminated harness still unwinds, so every server it started is stopped
+    # (and the atexit hook in harness.mcpio kills any group left over).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     report = anyio.run(
         lambda: run_all(adapter, command, names or list(PROBES), jobs=args.jobs, keep=args.keep, timeout=args.timeout)
     )

@@ -26,7 +26,7 @@ from harness import __version__
 CALL_TIMEOUT_S = 30.0
 """Longest wait for one tool call (a 16 MiB argument included)."""
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0
 """Longest wait for the initialize reply of a freshly spawned server."""
 
 STDERR_TAIL_BYTES = 2000

@@ -547,7 +547,16 @@ def check_foreign_line(ctx: Context) -> str:
     expect(report["records"] == 3, f"verify counts {report['records']} records, expected 3")
     got = s.get([1, 2, 3])
     expect([e["seq"] for e in got] == [1, 2, 3], "records around the foreign line cannot all be read")
-    return f"foreign line kept at byte {offset} ({len(foreign)} bytes), verify reports it; seq 3 links to seq 2 across it; verify ok"
+    searched = ""
+    if getattr(s, "search", None) is not None:
+        found = s.search("chained note", k=10)
+        seqs = sorted(r["seq"] for r in found["results"])
+        expect(seqs == [1, 2], f"search around the foreign line returns seqs {seqs}, expected [1, 2]")
+        searched = ", search finds both chained notes"
+    return (
+        f"foreign line kept at byte {offset} ({len(foreign)} bytes), verify reports it; "
+        f"seq 3 links to seq 2 across it; verify ok{searched}"
+    )
 
 
 def check_tamper_detect(ctx: Context) -> str:

@@ -70,7 +70,7 @@ def build_store(directory: Path, records: int, seed: int = 7) -> dict[str, Any]:
             items: list[dict[str, Any]] = []
             for i in range(n):
                 seq = written + i + 1
-                item: dict[str, Any] = {"text": _text(rng, 250), "scope": f"proj-{seq % 5}", "source": "bench"}
+                item: dict[str, Any] = {"text": _text(rng, 200), "scope": f"proj-{seq % 5}", "source": "bench"}
                 if seq % 997 == 0:
                     item["supersedes"] = [seq - 3]
                 items.append(item)

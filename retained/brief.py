@@ -587,6 +587,11 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
         "dropped": dict.fromkeys(DROP_REASONS, 0),
         "eligible": 0,
         "exact": status != "unreadable",
+        "limit": None,
+        "head": None,
+        "index": None,
+        "log_bytes_read": 0,
+        "skipped": {"foreign": 0, "damaged": 0, "torn_bytes": 0},
     }
 
 

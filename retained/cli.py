@@ -399,6 +399,26 @@ def cmd_brief(args: argparse.Namespace) -> int:
     return 0
 
 
+BRIEF_HELP = "print the session-start brief: checkpoints, then the newest records, within a token budget"
+BRIEF_EXAMPLE = "retained brief --budget 800 --scope proj-a --format claude"
+
+
+def _brief_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", type=int, metavar="TOKENS", help="token budget, estimated as UTF-8 bytes / 4 (default 1500)")
+    p.add_argument("--scope", help="only records with this scope")
+    p.add_argument("--format", choices=("text", "claude", "json"), default="text",
+                   help="text, claude (the JSON a Claude Code SessionStart hook prints), or json (same as --json)")
+
+
+def _brief_parser() -> argparse.ArgumentParser:
+    """The parser of ``retained brief`` alone: it runs at every session start, so it skips building every command's."""
+    p = argparse.ArgumentParser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
+                                epilog=f"example: {BRIEF_EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _brief_arguments(p)
+    p.set_defaults(func=cmd_brief)
+    return p
+
+
 # -- parser ----------------------------------------------------------------
 
 
@@ -497,12 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("seq", type=int, metavar="SEQ")
     p.add_argument("--reason", required=True, help="why the record is erased (kept in the redaction record)")
 
-    p = command("brief", "print the session-start brief: checkpoints, then the newest records, within a token budget",
-                "retained brief --budget 800 --scope proj-a --format claude", cmd_brief)
-    p.add_argument("--budget", type=int, metavar="TOKENS", help="token budget, estimated as UTF-8 bytes / 4 (default 1500)")
-    p.add_argument("--scope", help="only records with this scope")
-    p.add_argument("--format", choices=("text", "claude", "json"), default="text",
-                   help="text, claude (the JSON a Claude Code SessionStart hook prints), or json (same as --json)")
+    _brief_arguments(command("brief", BRIEF_HELP, BRIEF_EXAMPLE, cmd_brief))
 
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
@@ -525,8 +540,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = _legacy_flags(list(sys.argv[1:] if argv is None else argv))
     if not argv:
         argv = ["serve"]
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    brief_only = argv[0] == "brief"  # the session-start path: no parser for every other command
+    parser = _brief_parser() if brief_only else build_parser()
+    args = parser.parse_args(argv[1:] if brief_only else argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -535,3 +535,12 @@ def test_brief_path_imports_neither_mcp_nor_portalocker(mixed: Store, store_dir:
     assert "retained" in modules
     for heavy in ("mcp", "portalocker", "pydantic", "anyio", "httpx", "numpy", "starlette"):
         assert heavy not in modules
+
+
+def test_every_status_has_the_same_keys(filled_store: Store, store_dir: Path, tmp_path: Path) -> None:
+    ok = brief.build_brief(store_dir)
+    (tmp_path / "empty").mkdir()
+    for other in (brief.build_brief(tmp_path / "absent"), brief.build_brief(tmp_path / "empty"),
+                  brief.unavailable(tmp_path, "boom")):
+        assert other.keys() == ok.keys()
+        assert len(other["included"]) + sum(other["dropped"].values()) == other["eligible"] == 0

@@ -6,6 +6,7 @@ Every credential here is fake: random characters laid out in the provider's
 real format, made up by this script, never issued by anyone. So that
 repository secret scanners do not mistake the corpus for a leak, no secret is
 stored whole in the file: a secret's value is written as ``{"$join": [parts]}``
+(parts of at most 10 characters)
 (nested anywhere inside a structured value too), and
 ``tests/unit/test_guard.py`` joins the parts when it loads the corpus. Benign
 strings are stored as they are.
@@ -50,14 +51,8 @@ def b64(nbytes: int) -> str:
 
 
 def split(s: str) -> dict:
-    """Cut a secret into parts so that no part is a whole credential."""
-    cuts = sorted({2, len(s) // 2, max(3, len(s) - 5)})
-    parts, at = [], 0
-    for c in cuts:
-        parts.append(s[at:c])
-        at = c
-    parts.append(s[at:])
-    return {"$join": [p for p in parts if p]}
+    """Cut a secret into parts of at most 10 characters: no part is a whole credential."""
+    return {"$join": [s[i : i + 10] for i in range(0, len(s), 10)]}
 
 
 def embed(template: str, secret: str) -> dict:
@@ -109,10 +104,7 @@ def pem(label: str, nbytes: int, escaped: bool = False) -> str:
 
 
 def pem_parts(text: str) -> dict:
-    # Cut inside the label and inside the body.
-    cut1 = text.index("PRIVATE") + 3
-    cut2 = len(text) // 2
-    return {"$join": [text[:cut1], text[cut1:cut2], text[cut2:]]}
+    return split(text)
 
 
 sa_key = pem("PRIVATE KEY", 300, escaped=True)

@@ -52,6 +52,7 @@ counts are exact).
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -108,11 +109,11 @@ def estimate_tokens(text: str) -> int:
 
 # Control characters (other than tab and newline) are shown as U+FFFD: a
 # record's text must not be able to move a terminal's cursor or hide a line.
-_CONTROLS = {c: "\ufffd" for c in (*range(9), *range(11, 32), 127, *range(128, 160))}
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _clean(text: str) -> str:
-    return text.translate(_CONTROLS)
+    return _CONTROLS.sub("\ufffd", text) if _CONTROLS.search(text) else text
 
 
 def _short(value: Any, limit: int = FIELD_CHARS_MAX) -> str:

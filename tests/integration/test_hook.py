@@ -222,3 +222,16 @@ def test_claude_code_settings_example_runs_the_hook() -> None:
     assert hook["type"] == "command"
     assert "session-start.sh" in hook["command"] and hook["command"].endswith(" claude")
     assert hook["timeout"] >= 10
+
+
+@pytest.mark.parametrize("with_timeout", [True, False])
+def test_hook_runs_under_bash_in_posix_mode(tmp_path: Path, full_store: Path, with_timeout: bool) -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed here")
+    env = _env(str(_bin(tmp_path, timeout=with_timeout, retained=True)), full_store)
+    proc = subprocess.run([bash, "--posix", str(HOOK), "claude"], input='{"source":"resume"}', capture_output=True,
+                          text=True, env=env, timeout=WAIT_S, check=False)
+    assert proc.returncode == 0, proc.stderr
+    context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "past the 1000-token budget" in context.splitlines()[-1]

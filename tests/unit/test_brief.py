@@ -544,3 +544,32 @@ def test_every_status_has_the_same_keys(filled_store: Store, store_dir: Path, tm
                   brief.unavailable(tmp_path, "boom")):
         assert other.keys() == ok.keys()
         assert len(other["included"]) + sum(other["dropped"].values()) == other["eligible"] == 0
+
+
+def test_brief_while_another_process_appends_and_indexes(store_dir: Path) -> None:
+    """Readers take no lock: a brief taken mid-append still accounts for every record it counts (I2)."""
+    with Store(store_dir) as s:
+        s.write_batch([{"text": f"seed {i}"} for i in range(50)])
+        s.rebuild()
+    code = (
+        "import sys\n"
+        "from retained import Store\n"
+        "with Store(sys.argv[1]) as s:\n"
+        "    for i in range(200):\n"
+        "        s.write(f'live {i}', supersedes=[i + 1] if i % 7 == 0 else None)\n"
+        "        if i % 20 == 0:\n"
+        "            s.search('live')\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code, str(store_dir)], cwd=REPO)
+    try:
+        seen = 0
+        while writer.poll() is None or seen < 3:
+            result = brief.build_brief(store_dir, 300)
+            assert result["status"] == "ok"
+            _accounted(result)
+            seen += 1
+    finally:
+        writer.wait(timeout=120)
+    assert writer.returncode == 0
+    final = brief.build_brief(store_dir, 300)
+    assert final["eligible"] == 250 and final["dropped"]["superseded"] == 29

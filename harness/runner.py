@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 
+from harness import __version__
 from harness.adapters.base import Adapter, NotApplicable
 from harness.mcpio import ServerStartError
 from harness.probes import FAIL, PASS, PROBES, SKIP, Context, Outcome, Verdict
@@ -42,6 +43,7 @@ class RunReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "harness": __version__,
             "adapter": self.adapter,
             "command": self.command,
             "server": self.server,

@@ -78,8 +78,18 @@ def walk(lines: Iterable[Line], log_name: str = "log.jsonl") -> ChainReport:
     # Targets named by redaction records: each must be redacted by the end,
     # or an erasure was interrupted (running it again finishes it).
     redaction_targets: dict[int, int] = {}
+    RECORD = record.RECORD
     for line in lines:
-        report.bytes = line.end
+        report.bytes = line.offset + len(line.raw)
+        if line.status == RECORD and line.seq == last_seq + 1 and line.record["prev"] == last_hash:
+            # The common case, decided without building anything.
+            report.records += 1
+            rec = line.record
+            if rec.get("kind") == "redaction" and type(rec.get("redacts")) is int:
+                redaction_targets[rec["redacts"]] = line.seq
+            last_seq, last_hash = line.seq, line.hash
+            candidates = [(last_seq, last_hash)]
+            continue
         where = f"{log_name} byte {line.offset}"
         if line.status == record.TORN:
             report.torn_tail = {

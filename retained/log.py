@@ -27,9 +27,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from . import limits, record, recovery
 from .errors import LogUnusable, NotFound, ReadBackMismatch, StoreDamaged, WriteFailed
@@ -40,14 +39,15 @@ LOCK_NAME = "log.lock"
 _O_BINARY = getattr(os, "O_BINARY", 0)
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(NamedTuple):
     """One line of the log as found on disk, with what it is.
 
     ``status`` is record / redacted (a valid chained line), foreign (JSON
     without chain fields, written by another program), damaged (a complete
     line that fails to parse or verify) or torn (bytes after the last
     newline). ``seq`` and ``hash`` are what the line claims, also when damaged.
+    A NamedTuple: scans build one per line, and tuple construction is the
+    cheapest immutable record Python has.
     """
 
     offset: int
@@ -68,7 +68,10 @@ class Line:
 
     @property
     def chained(self) -> bool:
-        return self.status in (record.RECORD, record.REDACTED)
+        return self.status in _CHAINED
+
+
+_CHAINED = frozenset({record.RECORD, record.REDACTED})
 
 
 def make_line(offset: int, raw: bytes) -> Line:

@@ -471,3 +471,31 @@ def test_an_empty_file_imports_nothing(tmp_path):
     f.write_bytes(b"")
     result = transfer.import_file(Store(tmp_path / "s"), f)
     assert result["written"] == 0 and result["first_seq"] is None
+
+
+def test_links_stay_right_while_another_process_writes_between_batches(tmp_path):
+    src = Store(tmp_path / "src")
+    for i in range(30):
+        src.write(f"fact {i}", supersedes=[i] if i % 3 == 0 and i > 0 else None)
+    export_file = tmp_path / "export.jsonl"
+    transfer.export_to_file(src.log, export_file)
+    dst_dir = tmp_path / "dst"
+    Store(dst_dir).write("already here")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(dst_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        transfer.import_file(Store(dst_dir), export_file, batch=4)
+    finally:
+        writer.kill()
+        writer.wait()
+        writer.stdout.close()
+    recs = {r["seq"]: r for r in _records(dst_dir)}
+    imported = [r for r in recs.values() if "imported" in r]
+    assert len(imported) == 30
+    for r in imported:
+        if "supersedes" in r:
+            (target,) = r["supersedes"]
+            (original,) = r["imported"].get("refs", {}).get("supersedes", r["supersedes"])
+            assert recs[target]["imported"]["seq"] == original
+            assert recs[target]["text"] == f"fact {original - 1}"
+    assert chain.walk(Log(dst_dir).scan()).ok

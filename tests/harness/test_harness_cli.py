@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +49,15 @@ def test_small_eval_finds_every_question_that_shares_words_with_its_memory() -> 
     assert result["shared"] == {"questions": 6, "hit@1": result["shared"]["hit@1"], "hit@3": 6}
     assert result["all"]["questions"] == 12
     assert 0 <= result["paraphrase"]["hit@3"] <= 6
+
+
+def test_a_failing_probe_exits_1_with_json_evidence() -> None:
+    """End to end through the CLI: a server whose verify sees nothing fails tamper_detect."""
+    script = ROOT / "tests" / "harness_fixtures" / "blind_verify.py"
+    done = _run("--probe", "tamper_detect", "--json", "--cmd", shlex.join([sys.executable, str(script)]))
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["counts"] == {"PASS": 0, "FAIL": 1, "SKIP": 0}
+    (probe,) = report["probes"]
+    assert probe["name"] == "tamper_detect" and probe["status"] == "FAIL"
+    assert "verify did not name it" in probe["evidence"]

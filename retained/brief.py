@@ -270,6 +270,7 @@ class _IndexView:
         self.reason = "no index.sqlite3"
         self.hwm_offset = 0
         self.hwm_seq = 0
+        self.log_size = size  # the log's size this snapshot covers (it may grow while the brief runs)
         path = directory / INDEX_NAME
         if not path.is_file():
             return
@@ -293,7 +294,8 @@ class _IndexView:
             self._unusable(f"index cannot be read ({exc})")
             return
         if hwm_offset > size:
-            size = log.size()  # a writer may have appended since the brief began
+            size = log.size()  # a writer appended, and the index caught up, since the brief began
+            self.log_size = size
         if hwm_offset > size:
             db.close()
             self._unusable("the index was built from a longer log")
@@ -661,7 +663,7 @@ def build_brief(
 
 
 def _build(b: _Brief, index: _IndexView, size: int, shown_dir: str) -> dict[str, Any]:
-    b.scan(size, index)
+    b.scan(max(size, index.log_size), index)
     older = {"visible": 0, "superseded": 0, "retracted": 0}
     not_read: int | None = 0
     counted_by = "log"

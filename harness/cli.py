@@ -36,8 +36,9 @@ def _probe_parser() -> argparse.ArgumentParser:
         epilog='example: python -m harness --adapter=retained --cmd="python -m retained"',
     )
     parser.add_argument("--adapter", default="retained", help=f"one of {', '.join(ADAPTERS)} (default retained)")
-    parser.add_argument("--cmd", help="the server command; default: this Python's '-m retained', "
-                        "or for server-memory node on a copy npm installs in the harness cache")
+    parser.add_argument("--cmd", help="the server command; a leading bare 'python' or 'python3' means the "
+                        "interpreter running the harness; default: 'python -m retained', or for "
+                        "server-memory node on a copy npm installs in the harness cache")
     parser.add_argument("--probe", action="append", metavar="NAME",
                         help=f"run only these probes (repeat or comma-separate); all: {', '.join(PROBES)}")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
@@ -53,6 +54,14 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _command(text: str) -> list[str]:
+    """Split --cmd; a bare python or python3 first word is this interpreter, so a venv need not be active."""
+    words = shlex.split(text)
+    if words and words[0] in ("python", "python3"):
+        words[0] = sys.executable
+    return words
+
+
 def run_probes(argv: list[str]) -> int:
     from harness.runner import markdown, render, run_all
 
@@ -66,7 +75,7 @@ def run_probes(argv: list[str]) -> int:
         return USAGE_ERROR
     try:
         adapter = get(args.adapter)
-        command = adapter.command(shlex.split(args.cmd) if args.cmd else None)
+        command = adapter.command(_command(args.cmd) if args.cmd else None)
     except NotApplicable as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return USAGE_ERROR

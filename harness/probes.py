@@ -232,7 +232,12 @@ async def concurrent(ctx: Context) -> tuple[str, str]:
             f"{50 - len(in_file)} of 50 in the file; {lost} acknowledged writes lost"
         )
     why = _file_valid(ctx, store, "after the concurrent writes")
-    return PASS, f"two processes, 25 + 25 interleaved writes: 50 of 50 read back and in the file; {why}"
+    order = [text.split()[1] for text in ctx.adapter.file_texts(ctx.read(store)) or [] if text in expected]
+    switches = sum(1 for before, after in zip(order, order[1:]) if before != after)
+    return PASS, (
+        f"two processes, 25 + 25 concurrent writes (the file switches writer {switches} times): "
+        f"50 of 50 read back and in the file; {why}"
+    )
 
 
 def _large_text(size: int = 1024 * 1024) -> str:
@@ -391,6 +396,8 @@ async def tamper_detect(ctx: Context) -> tuple[str, str]:
 
 
 SEARCH_TERM = "zephyrquartz"
+BUDGET_TOKENS = 40
+"""A token budget that fits a few of the twelve matching records, not all."""
 
 
 async def search_accounting(ctx: Context) -> tuple[str, str]:
@@ -422,6 +429,14 @@ async def search_accounting(ctx: Context) -> tuple[str, str]:
             if count.matched != len(words):
                 raise fail(f"k={k}: reports {count.matched} matched, but {len(words)} records contain the term")
             seen.append(f"k={k}: {count.returned}+{count.left_out}={count.matched}")
+        budget = BUDGET_TOKENS
+        count = await ctx.adapter.search(server, SEARCH_TERM, 50, max_tokens=budget)
+        if count.matched is None or count.left_out is None or count.returned + count.left_out != count.matched:
+            raise fail(
+                f"k=50 within {budget} tokens: returned {count.returned} + left out {count.left_out} "
+                f"!= matched {count.matched}"
+            )
+        seen.append(f"k=50 within {budget} tokens: {count.returned}+{count.left_out}={count.matched}")
     return PASS, "returned + left out = matched for " + ", ".join(seen)
 
 

@@ -99,7 +99,8 @@ class Adapter:
     def verify_names(self, reply: Reply, item: Item, offset: int) -> str | None:
         raise NotApplicable("the server has no verify tool")
 
-    async def search(self, server: Server, query: str, k: int) -> SearchCount:
+    async def search(self, server: Server, query: str, k: int, max_tokens: int | None = None) -> SearchCount:
+        """One ranked search with at most ``k`` results (and a token budget, where the server has one)."""
         raise NotApplicable("the server has no ranked search with a result limit")
 
     def bad_calls(self) -> list[BadCall]:

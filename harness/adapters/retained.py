@@ -148,8 +148,11 @@ class RetainedAdapter(Adapter):
                 return " ".join(text.split())[:120]
         return None
 
-    async def search(self, server, query, k) -> SearchCount:
-        reply = await server.call("memory_search", {"query": query, "k": k})
+    async def search(self, server, query, k, max_tokens=None) -> SearchCount:
+        arguments: dict[str, Any] = {"query": query, "k": k}
+        if max_tokens is not None:
+            arguments["max_tokens"] = max_tokens
+        reply = await server.call("memory_search", arguments)
         if not reply.ok:
             raise RuntimeError(f"memory_search failed: {reply.brief()}")
         data = reply.data if isinstance(reply.data, dict) else {}

@@ -136,7 +136,7 @@ class ServerMemoryAdapter(Adapter):
         entities = reply.data.get("entities", []) if isinstance(reply.data, dict) else []
         return self._item(entities[0]) if entities else None
 
-    async def search(self, server, query, k):
+    async def search(self, server, query, k, max_tokens=None):
         raise NotApplicable("search_nodes takes no k and returns every match, with no count of what it left out")
 
     async def verify(self, server) -> Reply:

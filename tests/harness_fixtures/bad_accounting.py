@@ -8,8 +8,8 @@ from fake_retained import FakeStore, main
 
 
 class BadAccounting(FakeStore):
-    def search(self, query: str, k: int) -> dict[str, Any]:
-        result = super().search(query, k)
+    def search(self, query: str, k: int, max_tokens: int | None = None) -> dict[str, Any]:
+        result = super().search(query, k, max_tokens)
         result["total_matches"] = result["returned"]
         result["left_out"] = {key: 0 for key in result["left_out"]}
         return result

@@ -156,13 +156,21 @@ class FakeStore:
         newest = list(reversed(entries))[:limit]
         return {"records": newest, "returned": len(newest), "more": len(entries) - len(newest)}
 
-    def search(self, query: str, k: int) -> dict[str, Any]:
+    def search(self, query: str, k: int, max_tokens: int | None = None) -> dict[str, Any]:
         if k < 1:
             raise Refused("invalid_argument: k must be at least 1")
         hits = [e for e in reversed(self.entries()) if query.lower() in str(e["record"].get("text", "")).lower()]
-        returned = hits[:k]
+        returned, tokens = [], 0
+        for entry in hits[:k]:
+            cost = len(str(entry["record"].get("text", ""))) // 4 + 1
+            if max_tokens is not None and tokens + cost > max_tokens:
+                break
+            returned.append(entry)
+            tokens += cost
+        over_budget = min(k, len(hits)) - len(returned)
         return {"results": returned, "total_matches": len(hits), "returned": len(returned),
-                "left_out": {"beyond_k": len(hits) - len(returned), "over_budget": 0, "superseded": 0, "retracted": 0}}
+                "left_out": {"beyond_k": len(hits) - min(k, len(hits)), "over_budget": over_budget,
+                             "superseded": 0, "retracted": 0}}
 
     def verify(self) -> dict[str, Any]:
         report = logcheck.check(self.data())
@@ -211,9 +219,9 @@ def main(store_class: type[FakeStore] = FakeStore) -> None:
         return guarded(lambda: store.get(ids, limit))
 
     @server.tool()
-    def memory_search(query: str, k: int = 10) -> dict[str, Any]:
+    def memory_search(query: str, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
         """Search with accounting."""
-        return guarded(lambda: store.search(query, k))
+        return guarded(lambda: store.search(query, k, max_tokens))
 
     @server.tool()
     def memory_verify() -> dict[str, Any]:

@@ -6,6 +6,7 @@ gets a fresh store directory and starts the servers it needs itself.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import secrets
@@ -233,7 +234,7 @@ async def concurrent(ctx: Context) -> tuple[str, str]:
         )
     why = _file_valid(ctx, store, "after the concurrent writes")
     order = [text.split()[1] for text in ctx.adapter.file_texts(ctx.read(store)) or [] if text in expected]
-    switches = sum(1 for before, after in zip(order, order[1:]) if before != after)
+    switches = sum(1 for before, after in itertools.pairwise(order) if before != after)
     return PASS, (
         f"two processes, 25 + 25 concurrent writes (the file switches writer {switches} times): "
         f"50 of 50 read back and in the file; {why}"

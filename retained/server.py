@@ -741,7 +741,7 @@ class _HttpGuard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         if _host_name(headers.get("host", "")) not in self.hosts:
-            await _reply(send, 421, "host not allowed: this server answers only to its own address")
+            await _reply(send, 421, "host not allowed: this server answers only to its own names; add one with --allow-host")
             return
         origin = headers.get("origin")
         if origin is not None and not self._origin_ok(origin):

@@ -49,6 +49,8 @@ from retained.index import Index  # noqa: E402
 from retained.store import Store  # noqa: E402
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.5)
+# (context gamma, neighbour beta) pairs tried for the dense scores; (0, 0) is plain cosine.
+CONTEXTS = ((0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.3, 0.3), (0.5, 0.3), (0.3, 0.5), (0.5, 0.5))
 
 
 def split(convs: list[str]) -> tuple[list[str], list[str]]:
@@ -56,9 +58,12 @@ def split(convs: list[str]) -> tuple[list[str], list[str]]:
     return ids[0::2], ids[1::2]
 
 
-def collect(data: Path, embedder: Any, workdir: Path | None, log: Any) -> dict[str, Any]:
+def collect(data: Path, embedder: Any, workdir: Path | None, log: Any, only: list[str] | None = None) -> dict[str, Any]:
     """Per question: the lexical and dense rankings (as dia_ids), and the store for a later check."""
     convs, questions = load(data)
+    if only:
+        convs = {c: t for c, t in convs.items() if c in only}
+        questions = [q for q in questions if q["conv"] in only]
     per_q: dict[str, dict[str, Any]] = {}
     timing = {"backfill_s": 0.0, "embedded": 0}
     tmp = tempfile.TemporaryDirectory(dir=workdir)
@@ -88,12 +93,11 @@ def collect(data: Path, embedder: Any, workdir: Path | None, log: Any) -> dict[s
             for q in (q for q in questions if q["conv"] == conv):
                 lex = index.ranked(q["question"], limit=LEXICAL_N)
                 qvec = embedder.embed([q["question"]], purpose="query")[0]
-                dense = hybrid.dense(qvec, limit=DENSE_N)
-                per_q[q["qid"]] = {
-                    "q": q,
-                    "lexical": [dia[s] for s, _ in lex],
-                    "dense": [dia[s] for s, _ in dense],
-                }
+                dense = {}
+                for g, b in CONTEXTS:
+                    hybrid.context_weight, hybrid.neighbour_weight = g, b
+                    dense[(g, b)] = [dia[s] for s, _ in hybrid.dense(qvec, limit=DENSE_N)]
+                per_q[q["qid"]] = {"q": q, "lexical": [dia[s] for s, _ in lex], "dense": dense}
             index.close()
         log(f"eval_hybrid: conversation {conv}: {len(turns)} turns, "
             f"{sum(1 for q in questions if q['conv'] == conv)} questions")
@@ -108,22 +112,29 @@ def score(items: list[dict[str, Any]], ranking: Any) -> dict[str, Any]:
     return {"questions": rep["questions"], "recall": rep["recall"], "by_category": rep["by_category"]}
 
 
-def fused(weight: float) -> Any:
-    return lambda it: [i for i, _ in vectors.rrf([it["lexical"], it["dense"]], [1.0, weight])]
+def fused(weight: float, ctx: tuple[float, float] = (0.0, 0.0)) -> Any:
+    return lambda it: [i for i, _ in vectors.rrf([it["lexical"], it["dense"][ctx]], [1.0, weight])]
 
 
-def pick(sweep: list[dict[str, Any]]) -> float:
-    best = max(sweep, key=lambda s: (s["recall"]["r@5"], s["recall"]["r@10"], -s["weight"]))
-    return float(best["weight"])
+def dense_of(ctx: tuple[float, float]) -> Any:
+    return lambda it: it["dense"][ctx]
 
 
-def check_product_path(col: dict[str, Any], embedder: Any, weight: float, conv: str, limit: int = 50) -> dict[str, Any]:
+def pick(sweep: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best recall@5 on the tuning half; ties to recall@10, then to the smaller settings."""
+    return max(sweep, key=lambda s: (s["recall"]["r@5"], s["recall"]["r@10"], -s["weight"],
+                                     -s["context"], -s["neighbour"]))
+
+
+def check_product_path(col: dict[str, Any], embedder: Any, best: dict[str, Any], conv: str,
+                       limit: int = 50) -> dict[str, Any]:
     """Run ``Hybrid.search`` itself on one conversation and compare with the offline fusion; time it."""
     agree = total = 0
     lat: list[float] = []
     with Store(col["stores"][conv]) as store:
         index = Index(store.log)
-        hybrid = Hybrid(index, embedder, dense_weight=weight)
+        weight, ctx = best["weight"], (best["context"], best["neighbour"])
+        hybrid = Hybrid(index, embedder, dense_weight=weight, context_weight=ctx[0], neighbour_weight=ctx[1])
         items = [it for it in col["per_q"].values() if it["q"]["conv"] == conv][:limit]
         for it in items:
             t0 = time.perf_counter()
@@ -131,7 +142,7 @@ def check_product_path(col: dict[str, Any], embedder: Any, weight: float, conv: 
             lat.append((time.perf_counter() - t0) * 1000)
             got = [r["record"]["dia_id"] for r in reply["results"]]
             total += 1
-            agree += got == fused(weight)(it)[:10] and reply["mode"] == "hybrid"
+            agree += got == fused(weight, ctx)(it)[:10] and reply["mode"] == "hybrid"
         index.close()
     return {"conversation": conv, "questions": total, "agree": agree,
             "search_ms_p50": round(statistics.median(lat), 2) if lat else None,
@@ -153,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="vector cache file (default: %(default)s)")
     p.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="dense weights to try on the tuning half")
     p.add_argument("--workdir", type=Path, default=None, help="where the temporary stores go")
+    p.add_argument("--convs", default="", help="only these conversation ids (comma-separated; a smoke run)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     args = p.parse_args(argv)
     if not (args.data / "questions.jsonl").exists():
@@ -169,34 +181,45 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
 
     t0 = time.perf_counter()
-    col = collect(args.data, embedder, args.workdir, log)
+    col = collect(args.data, embedder, args.workdir, log, [c for c in args.convs.split(",") if c])
     tune_ids, test_ids = split(col["convs"])
     items = list(col["per_q"].values())
     tune = [it for it in items if it["q"]["conv"] in tune_ids]
     test = [it for it in items if it["q"]["conv"] in test_ids]
     weights = [float(w) for w in args.weights.split(",")]
-    sweep = [{"weight": w, **{k: v for k, v in score(tune, fused(w)).items() if k != "by_category"}} for w in weights]
-    chosen = pick(sweep)
+    sweep = [
+        {"weight": w, "context": g, "neighbour": b, "recall": score(tune, fused(w, (g, b)))["recall"]}
+        for g, b in CONTEXTS for w in weights
+    ]
+    best = pick(sweep)
+    plain = pick([s for s in sweep if s["context"] == 0 and s["neighbour"] == 0])
+    ctx = (best["context"], best["neighbour"])
     out: dict[str, Any] = {
         "embedder": {"url": embedder.inner.url, "model": args.embed_model, "protocol": embedder.inner.protocol,
                      "dim": embedder.dim, "input_type": args.input_type},
         "split": {"tune": tune_ids, "test": test_ids, "tune_questions": len(tune), "test_questions": len(test)},
         "fusion": {"k": vectors.RRF_K, "lexical_n": LEXICAL_N, "dense_n": DENSE_N},
+        "chosen_on_tune": {"dense_weight": best["weight"], "context_weight": best["context"],
+                           "neighbour_weight": best["neighbour"]},
+        "chosen_on_tune_plain_cosine": {"dense_weight": plain["weight"]},
         "sweep_on_tune": sweep,
-        "chosen_dense_weight": chosen,
         "results": {},
     }
     for name, part in (("tune", tune), ("test", test), ("all", items)):
         out["results"][name] = {
             "lexical": score(part, lambda it: it["lexical"]),
-            "dense": score(part, lambda it: it["dense"]),
-            "hybrid": score(part, fused(chosen)),
-            "hybrid_equal_weights": score(part, fused(1.0)),
+            "dense_plain": score(part, dense_of((0.0, 0.0))),
+            "dense": score(part, dense_of(ctx)),
+            "hybrid": score(part, fused(best["weight"], ctx)),
+            "hybrid_plain_cosine": score(part, fused(plain["weight"])),
+            "hybrid_equal_weights_plain": score(part, fused(1.0)),
         }
     out["sweep_on_test_for_information"] = [
-        {"weight": w, "recall": score(test, fused(w))["recall"]} for w in weights
+        {"weight": s["weight"], "context": s["context"], "neighbour": s["neighbour"],
+         "recall": score(test, fused(s["weight"], (s["context"], s["neighbour"])))["recall"]}
+        for s in sweep
     ]
-    out["product_path_check"] = check_product_path(col, embedder, chosen, test_ids[0])
+    out["product_path_check"] = check_product_path(col, embedder, best, test_ids[0])
     out["cache"] = {"path": str(args.cache), "hits": embedder.hits, "misses": embedder.misses}
     out["timing"] = {**{k: round(v, 2) if isinstance(v, float) else v for k, v in col["timing"].items()},
                      "total_s": round(time.perf_counter() - t0, 1)}
@@ -205,14 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=1))
         return 0
     print(f"embedder {out['embedder']}")
-    print(f"tune {tune_ids} ({len(tune)} q), test {test_ids} ({len(test)} q); chosen dense weight {chosen}")
-    for s in sweep:
-        r = s["recall"]
-        print(f"  tune w={s['weight']:<4} r@1 {r['r@1']:.3f} r@3 {r['r@3']:.3f} r@5 {r['r@5']:.3f} r@10 {r['r@10']:.3f}")
+    c = out["chosen_on_tune"]
+    print(f"tune {tune_ids} ({len(tune)} q), test {test_ids} ({len(test)} q); chosen on tune: dense weight "
+          f"{c['dense_weight']}, context {c['context_weight']}, neighbour {c['neighbour_weight']} "
+          f"(plain cosine: dense weight {plain['weight']})")
     for name in ("tune", "test", "all"):
-        for mode in ("lexical", "dense", "hybrid", "hybrid_equal_weights"):
+        for mode in ("lexical", "dense_plain", "dense", "hybrid", "hybrid_plain_cosine", "hybrid_equal_weights_plain"):
             r = out["results"][name][mode]["recall"]
-            print(f"{name:5s} {mode:21s} " + " ".join(f"r@{k} {r[f'r@{k}']:.3f}" for k in KS))
+            print(f"{name:5s} {mode:27s} " + " ".join(f"r@{k} {r[f'r@{k}']:.3f}" for k in KS))
     print(f"product path check: {out['product_path_check']}")
     return 0
 

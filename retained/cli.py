@@ -410,6 +410,43 @@ def _brief_arguments(p: argparse.ArgumentParser) -> None:
                    help="text, claude (the JSON a Claude Code SessionStart hook prints), or json (same as --json)")
 
 
+def _brief_args(argv: list[str]) -> argparse.Namespace | None:
+    """``brief``'s options parsed without building a parser, or None to let argparse do it.
+
+    The brief runs at every session start, where building argparse parsers
+    (and the shutil import of their help formatter) costs more than the brief
+    itself. Only ``--budget N``, ``--scope S``, ``--format F``, ``--dir D``
+    (each also as ``--opt=value``) and ``--json`` are taken; anything else
+    (help, an unknown or malformed option) returns None and goes through
+    `_brief_parser`, which reports it. A test checks both agree.
+    """
+    values: dict[str, Any] = {"dir": None, "json": False, "budget": None, "scope": None, "format": "text"}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        key = name[2:] if name.startswith("--") else ""
+        if key == "json" and not eq:
+            values["json"] = True
+            i += 1
+            continue
+        if key not in ("budget", "scope", "format", "dir"):
+            return None
+        if not eq:
+            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+                return None
+            i += 1
+            value = argv[i]
+        values[key] = value
+        i += 1
+    if values["budget"] is not None:
+        if not values["budget"].isdigit():
+            return None
+        values["budget"] = int(values["budget"])
+    if values["format"] not in ("text", "claude", "json"):
+        return None
+    return argparse.Namespace(**values, func=cmd_brief)
+
+
 def _brief_parser() -> argparse.ArgumentParser:
     """The parser of ``retained brief`` alone: it runs at every session start, so it skips building every command's."""
     p = argparse.ArgumentParser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
@@ -541,8 +578,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         argv = ["serve"]
     brief_only = argv[0] == "brief"  # the session-start path: no parser for every other command
-    parser = _brief_parser() if brief_only else build_parser()
-    args = parser.parse_args(argv[1:] if brief_only else argv)
+    args = _brief_args(argv[1:]) if brief_only else None
+    if args is None:
+        parser = _brief_parser() if brief_only else build_parser()
+        args = parser.parse_args(argv[1:] if brief_only else argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

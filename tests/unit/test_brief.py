@@ -573,3 +573,27 @@ def test_brief_while_another_process_appends_and_indexes(store_dir: Path) -> Non
     assert writer.returncode == 0
     final = brief.build_brief(store_dir, 300)
     assert final["eligible"] == 250 and final["dropped"]["superseded"] == 29
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["--budget", "300"],
+    ["--budget=0", "--scope", "proj-a", "--format", "claude"],
+    ["--json", "--dir", "/tmp/x", "--scope=a=b"],
+    ["--format=json", "--budget", "10", "--json"],
+    ["--scope", "x", "--scope", "y"],
+])
+def test_cli_brief_fast_parse_agrees_with_argparse(argv: list[str]) -> None:
+    from retained import cli
+
+    fast = cli._brief_args(argv)
+    assert fast is not None
+    assert vars(fast) == vars(cli._brief_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--budget", "-5"], ["--budget"], ["--format", "xml"], ["--bogus"],
+                                  ["--scope"], ["extra"], ["--budget", "ten"], ["--scope", "--json"]])
+def test_cli_brief_fast_parse_leaves_the_rest_to_argparse(argv: list[str]) -> None:
+    from retained import cli
+
+    assert cli._brief_args(argv) is None

@@ -56,6 +56,31 @@ yourselves also ever every get got may much must shall us whose yet
 """.split()
 )
 
+# Irregular English forms porter cannot join ("went" is not stemmed to
+# "go"). A question asks "when did she go", the record says "she went": a
+# query word with forms here searches for all of them, as one term. Query
+# side only, so the index needs no rebuild when the list changes.
+_IRREGULAR_GROUPS = """
+arise arose arisen|awake awoke awoken|bear bore born|beat beaten|become became|begin began begun|bend bent|
+bite bit bitten|bleed bled|blow blew blown|break broke broken|bring brought|build built|burn burnt|buy bought|
+catch caught|choose chose chosen|come came|creep crept|deal dealt|dig dug|draw drew drawn|dream dreamt|
+drink drank drunk|drive drove driven|eat ate eaten|fall fell fallen|feed fed|feel felt|fight fought|find found|
+fly flew flown|forget forgot forgotten|forgive forgave forgiven|freeze froze frozen|give gave given|go went gone|
+grow grew grown|hang hung|hear heard|hide hid hidden|hold held|keep kept|know knew known|lead led|leave left|
+lend lent|lose lost|make made|mean meant|meet met|pay paid|ride rode ridden|ring rang rung|rise rose risen|
+run ran|say said|see saw seen|seek sought|sell sold|send sent|shake shook shaken|shoot shot|show shown|
+sing sang sung|sink sank sunk|sit sat|sleep slept|slide slid|speak spoke spoken|spend spent|spin spun|stand stood|
+steal stole stolen|stick stuck|sting stung|strike struck|swear swore sworn|sweep swept|swim swam swum|swing swung|
+take took taken|teach taught|tear tore torn|tell told|think thought|throw threw thrown|understand understood|
+wake woke woken|wear wore worn|win won|write wrote written|child children|person people|man men|woman women|
+mouse mice|foot feet|tooth teeth
+"""
+IRREGULAR: dict[str, tuple[str, ...]] = {
+    form: tuple(group.split())
+    for group in _IRREGULAR_GROUPS.replace("\n", "").split("|")
+    for form in group.split()
+}
+
 # Scripts written without spaces between words. unicode61 keeps a whole run
 # of them as one token, so a two-character word inside a longer run could
 # never be found; `segment` rewrites each run as overlapping bigrams instead.
@@ -153,12 +178,13 @@ def _normalise(text: str) -> str:
     return "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Cs") else c for c in text).lower()
 
 
-def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True) -> list[str]:
     """The query's search terms, each already a safe FTS5 string.
 
     Each term is a double-quoted string of letters and digits, a quoted
-    phrase of CJK bigrams, or a quoted single CJK character followed by
-    ``*`` (prefix: matches the bigrams that start with it). Duplicates are
+    phrase of CJK bigrams, a quoted single CJK character followed by ``*``
+    (prefix: matches the bigrams that start with it), or a parenthesised OR
+    of a word's irregular forms (``("go" OR "went" OR "gone")``). Duplicates are
     removed, order kept, at most `TERMS_MAX` returned. Stop words are dropped
     unless every word is one.
     """
@@ -180,6 +206,8 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
     for w in content:
         if _is_cjk(w[0]):
             term = f'"{w}"*' if len(w) == 1 else '"' + " ".join(_bigrams(w)[:-1]) + '"'
+        elif irregular and w in IRREGULAR:
+            term = "(" + " OR ".join(f'"{f}"' for f in IRREGULAR[w]) + ")"
         else:
             term = f'"{w}"'
         if term not in seen:
@@ -190,13 +218,13 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
     return out
 
 
-def build(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> str | None:
+def build(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True) -> str | None:
     """A safe FTS5 MATCH expression for `text`, or None if it has no words.
 
     None means nothing can match (empty input, only punctuation or emoji);
     callers answer with zero matches instead of running a query.
     """
-    found = terms(text, stop_words=stop_words)
+    found = terms(text, stop_words=stop_words, irregular=irregular)
     if not found:
         return None
     return " OR ".join(found)

@@ -157,3 +157,10 @@ def test_segment_rewrites_cjk_runs_as_bigrams_and_leaves_other_text():
     assert query.segment("x東y").split() == ["x", "東", "y"]
     assert query.terms("京都") == ['"京都"']
     assert query.terms("東京都") == ['"東京 京都"']
+
+
+def test_irregular_forms_are_one_term_and_find_the_past_tense(fts):
+    assert query.terms("go") == ['("go" OR "went" OR "gone")']
+    assert query.terms("go", irregular=False) == ['"go"']
+    fts.execute("INSERT INTO fts (rowid, text, body, fields) VALUES (50, 'she went to the lake', '', '')")
+    assert 50 in search(fts, "when did she go to the lake")

@@ -78,9 +78,11 @@ DEFAULT_BUDGET = 1500
 # closing lines and the JSON envelope this keeps every form under 10,000
 # characters (Claude Code's cap for a SessionStart hook's output).
 OUTPUT_BYTES_MAX = 8000
-# Without a usable index, the log is read backwards this far at most: about
-# 2,000 records of 500 bytes, a few tens of milliseconds.
-SCAN_BYTES_MAX = 1024 * 1024
+# Without a usable index, the log is read backwards this far at most (and an
+# index further behind the log than this is not used): about 500 records of
+# 500 bytes, each parsed and its hash checked, a few milliseconds. Counts are
+# exact for a log this small, an upper bound past it.
+SCAN_BYTES_MAX = 256 * 1024
 # A record that does not fit whole is cut only if this many tokens are left:
 # below that, its header and the cut marker would leave no room for its text.
 CUT_TOKENS_MIN = 24

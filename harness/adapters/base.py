@@ -1,4 +1,18 @@
-"""What a probe needs from a server, in the server's own tools and file format."""
+"""What a probe needs from a server, in the server's own tools and file format.
+
+To probe another server, subclass Adapter and fill in what it has:
+
+- ``env_var``, ``file_name`` (or ``env``/``store_file``): where the server keeps
+  its store, so every probe can give it a fresh one and read the file;
+- ``write``, ``read_all``, ``read_one``, ``alive``: its own tools for these;
+- ``file_texts``, ``check_file``, ``locate``, ``file_record``: how to read its file;
+- optionally ``check_proof`` (a write's proof against the file), ``verify`` and
+  ``verify_names``, ``search`` (ranked, with accounting), ``bad_calls``.
+
+A method a server has no equivalent for raises NotApplicable with the reason,
+and the probes that need it SKIP with that sentence. Register the adapter in
+harness/adapters/__init__.py.
+"""
 
 from __future__ import annotations
 

@@ -257,6 +257,15 @@ def _timeline(store: Any, around: int, window: int) -> dict[str, Any]:
     }
 
 
+def _newest(store: Any, limit: int, kind: str | None, scope: str | None) -> dict[str, Any]:
+    """The newest records, each with its superseded_by / retracted_by links, and how many more match."""
+    listed = store.list(limit=limit, kind=kind, scope=scope)
+    seqs = [entry["seq"] for entry in listed["records"]]
+    linked = {entry["seq"]: entry for entry in store.get(seqs, missing_ok=True)} if seqs else {}
+    records = [linked.get(entry["seq"], entry) for entry in listed["records"]]
+    return {**listed, "records": records, "more": listed["total_matches"] - listed["returned"]}
+
+
 class _Unavailable(Exception):
     """A store feature this build does not have (e.g. search before the index)."""
 
@@ -490,8 +499,7 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
             entries = call("memory_get", "get", ids)
             got = {"records": entries, "returned": len(entries), "more": 0}
         else:
-            listed = call("memory_get", "list", limit=limit, kind=kind, scope=scope)
-            got = {**listed, "more": listed["total_matches"] - listed["returned"]}
+            got = run("memory_get", lambda store: _newest(store, limit, kind, scope))
         return result(got, render_records(got))
 
     def memory_search(

@@ -115,6 +115,9 @@ async def check_happy_paths(client: Any, store_dir: Path, client_name: str, clie
     for entry in got["records"]:
         assert entry["record"]["client"] == stamp and entry["record"]["ts"].endswith("Z")
 
+    everything = {e["seq"]: e for e in (await client.call_tool("memory_get", {})).structured_content["records"]}
+    assert everything[1]["superseded_by"] == [3] and everything[2]["retracted_by"] == [5]
+
     by_id = (await client.call_tool("memory_get", {"ids": [3, 1]})).structured_content
     assert [e["seq"] for e in by_id["records"]] == [3, 1]
     assert by_id["records"][0]["record"]["text"] == "the deploy target is production"

@@ -2,7 +2,8 @@
 
 ``build_brief(store_dir, budget, scope)`` returns the brief as a dict and
 ``render_text(result)`` the text a session-start hook prints. The brief lists
-checkpoints first, then other records, each group newest first; it leaves out
+checkpoints first, then other records, each group newest first (checkpoints
+take at most half the budget while other records wait); it leaves out
 superseded, retracted and redacted records and says how many records it did
 not show, and why (invariant I2).
 
@@ -26,8 +27,9 @@ It reads only what it prints. The log is read backwards from its end
   other-scope records among them, so it is an upper bound on what the brief
   left out of those.
 
-It takes no lock, writes nothing (the index is opened read-only) and imports
-neither ``mcp`` nor ``portalocker``.
+It takes no lock, writes nothing (the index is opened read-only, though SQLite
+may create its ``-wal`` and ``-shm`` files), never builds or catches up the
+index, and imports neither ``mcp`` nor ``portalocker``.
 
 Token estimate: a record's block (its header line, its text and body, and a
 cut marker if any) costs ``ceil(UTF-8 bytes / 4)`` tokens; ``tokens`` is the

@@ -16,7 +16,7 @@ from harness import cli, eval_small
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=180, check=False)
 
 
 def test_unknown_probe_is_a_usage_error_that_names_the_probes() -> None:

@@ -558,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other needs RETAINED_TOKEN)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
     return parser

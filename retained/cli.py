@@ -268,7 +268,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     plan = transfer.plan_import(
-        args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse"
+        args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse",
+        progress=_every_second("import: validating", "bytes"),
     )
     progress(f"import: {args.file} is {plan.format}; {plan.records} records from {plan.lines} lines validated")
     if args.dry_run:

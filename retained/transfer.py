@@ -103,8 +103,11 @@ class BackupFailed(RetainedError):
 # -- reading an import file -------------------------------------------------
 
 
-def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number from 1, byte offset, line bytes with b"\\n")``; a missing final newline is supplied."""
+def _lines(data: bytes, progress: Progress | None = None) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number from 1, byte offset, line bytes with b"\\n")``; a missing final newline is supplied.
+
+    ``progress(bytes read, bytes in all)`` is called every 10,000 lines.
+    """
     parts = data.split(b"\n")
     if parts and parts[-1] == b"":
         parts.pop()  # the file ended with a newline
@@ -112,6 +115,8 @@ def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
     for number, part in enumerate(parts, 1):
         yield number, offset, part + b"\n"
         offset += len(part) + 1
+        if progress is not None and number % 10000 == 0:
+            progress(offset, len(data))
 
 
 def detect_format(data: bytes) -> str:
@@ -200,11 +205,11 @@ def _parse_object(raw: bytes, number: int, problems: _Problems) -> dict[str, Any
     return obj
 
 
-def _plan_plain(data: bytes, path: str, scope: str | None, on_reserved: str) -> ImportPlan:
+def _plan_plain(data: bytes, path: str, scope: str | None, on_reserved: str, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
     lines = 0
-    for number, _, raw in _lines(data):
+    for number, _, raw in _lines(data, progress):
         lines = number
         if not raw.strip():
             continue
@@ -252,13 +257,13 @@ _RELATION_KEYS = {"type", "from", "to", "relationType"}
 _MEMORY_FIELDS = {"entity", "entity_type", "from", "to", "relation_type"}
 
 
-def _plan_memory(data: bytes, path: str, scope: str | None) -> ImportPlan:
+def _plan_memory(data: bytes, path: str, scope: str | None, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
     lines = 0
     source = f"server-memory:{Path(path).name}"
     entities = relations = 0
-    for number, _, raw in _lines(data):
+    for number, _, raw in _lines(data, progress):
         lines = number
         if not raw.strip():
             continue
@@ -309,12 +314,12 @@ def _plan_memory(data: bytes, path: str, scope: str | None) -> ImportPlan:
     return ImportPlan(path, "memory", items, lines, source_head={"entities": entities, "relations": relations})
 
 
-def _plan_retained(data: bytes, path: str) -> ImportPlan:
+def _plan_retained(data: bytes, path: str, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     parsed = []
     number_at: dict[int, int] = {}
     lines = 0
-    for number, offset, raw in _lines(data):
+    for number, offset, raw in _lines(data, progress):
         lines = number
         if not raw.strip():
             problems.add(number, "blank line inside a retained export (an export has one record per line)")
@@ -389,8 +394,11 @@ def plan_import(
     format: str = "auto",
     scope: str | None = None,
     on_reserved: str = "refuse",
+    progress: Progress | None = None,
 ) -> ImportPlan:
     """Read and validate a whole import file; nothing is written.
+
+    ``progress(bytes read, bytes in all)`` is called every 10,000 lines.
 
     Raises:
         ImportRefused: a bad line (its number is in the message and ``line``).
@@ -412,11 +420,11 @@ def plan_import(
     if fmt == "retained":
         if scope is not None:
             raise InvalidRecord("--scope does not apply to a retained export: its records keep their own scopes", path="scope")
-        plan = _plan_retained(data, name)
+        plan = _plan_retained(data, name, progress)
     elif fmt == "memory":
-        plan = _plan_memory(data, name, scope)
+        plan = _plan_memory(data, name, scope, progress)
     else:
-        plan = _plan_plain(data, name, scope, on_reserved)
+        plan = _plan_plain(data, name, scope, on_reserved, progress)
     return plan
 
 

@@ -38,6 +38,11 @@ Sources (``detect_format`` picks one from the first non-blank line):
 
 Memory: import holds the validated file in memory (about three times the
 file's size) so that nothing is written unless every line is good.
+
+Batches: a record whose link names a record of the same batch starts a new
+batch (the target's new seq is known only once its batch is acknowledged,
+and another process may append between batches). A log where most records
+correct the one just before imports in small batches: correct, but slower.
 """
 
 from __future__ import annotations

@@ -161,11 +161,12 @@ def _ablate(convs: dict[str, list[dict[str, Any]]], questions: list[dict[str, An
         if coverage and rows:
             # The same re-ordering Index._top does: bm25 minus a weight per
             # distinct query term the turn contains.
-            inlist = ",".join(str(r[0]) for r in rows)
+            cand = {r[0] for r in rows}
             cover: collections.Counter[int] = collections.Counter()
             for term in query.terms(q["question"]):
-                for (rowid,) in db.execute(f"SELECT rowid FROM f WHERE f MATCH ? AND rowid IN ({inlist})", (term,)):
-                    cover[rowid] += 1
+                for (rowid,) in db.execute("SELECT rowid FROM f WHERE f MATCH ?", (term,)):
+                    if rowid in cand:
+                        cover[rowid] += 1
             rows = sorted(rows, key=lambda r: (r[1] - COVERAGE_WEIGHT * cover[r[0]], -r[0]))[:10]
         scorer.add(q, [ids[r[0]] for r in rows], (time.perf_counter() - t0) * 1000)
     rep = scorer.report()

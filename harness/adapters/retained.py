@@ -205,10 +205,10 @@ class RetainedAdapter(Adapter):
         line = logcheck.classify(offset, raw)
         if line.status != "record" or line.record is None:
             return False, f"the line at byte {offset} is {line.status}: {line.problem or 'not a chained record'}"
-        found = (line.record.get("seq"), line.record.get("hash"), line.record.get("prev"))
-        claimed = (seq, digest, proof.get("prev", line.record.get("prev")))
+        found = (line.record.get("seq"), line.record.get("hash"), line.record.get("prev"), line.record.get("ts"))
+        claimed = (seq, digest, proof.get("prev", found[2]), proof.get("ts", found[3]))
         if found != claimed:
-            return False, f"proof says seq/hash/prev {claimed}, the file holds {found} at byte {offset}"
+            return False, f"proof says seq/hash/prev/ts {claimed}, the file holds {found} at byte {offset}"
         if line.record.get("text") != written.text:
             return False, f"the line at byte {offset} holds different text than was written"
         return True, f"seq {seq}: {length} bytes at offset {offset} re-hash to {digest[:12]}..."

@@ -225,6 +225,13 @@ class _Memory:
                 self._store = Store(self.directory, **self.options)
             return fn(self._store)
 
+    def close(self) -> None:
+        """Close the store if it was opened (its index connection, its log handle)."""
+        with self._lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
+
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         def go(store: Any) -> Any:
             fn = getattr(store, method, None)
@@ -590,6 +597,7 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
         instructions=INSTRUCTIONS,
         log_level=_log_level(),
     )
+    server.memory = memory
     _add_brief(server, memory)
     return server
 
@@ -613,6 +621,7 @@ def _server_class() -> Any:
             super().__init__(*args, **kwargs)
             self._specs = specs
             self._params: dict[str, set[str]] = {}
+            self.memory: Any = None  # the _Memory the tools use; closed when serving ends
 
         def _register_tools(self) -> None:
             if self._params:
@@ -817,13 +826,16 @@ def main(
         print(f"retained: {exc}", file=sys.stderr)
         return 2
     server = build_server(directory, options)
-    if not http:
-        import anyio
+    try:
+        if not http:
+            import anyio
 
-        anyio.run(server.run_stdio_async)
-        return 0
-    body_max = options.get("record_bytes_max", limits.RECORD_BYTES_MAX) + HTTP_BODY_SLACK_BYTES
-    return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts, body_max=body_max)
+            anyio.run(server.run_stdio_async)
+            return 0
+        body_max = options.get("record_bytes_max", limits.RECORD_BYTES_MAX) + HTTP_BODY_SLACK_BYTES
+        return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts, body_max=body_max)
+    finally:
+        server.memory.close()
 
 
 def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_hosts: Any, body_max: int) -> int:

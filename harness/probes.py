@@ -466,8 +466,8 @@ async def bad_input(ctx: Context) -> tuple[str, str]:
                 break
             elif _unclear(reply.error):
                 problems.append(f"{call.label}: unclear error {reply.brief(60)!r}")
-            elif not sample:
-                sample = f"{call.label}: {reply.brief(90)!r}"
+            elif not sample or ("reserved" in call.label and "reserved" not in sample):
+                sample = f"{call.label}: {reply.brief(110)!r}"
             if ctx.read(store) != before:
                 problems.append(f"{call.label}: the store file changed")
                 break

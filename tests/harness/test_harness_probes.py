@@ -39,6 +39,7 @@ BROKEN = [
     ("tamper_detect", "blind_verify.py"),
     ("search_accounting", "bad_accounting.py"),
     ("bad_input", "writes_bad_input.py"),
+    ("bad_input", "crashes_on_bad_input.py"),
 ]
 CASES = [f"{probe}-{script.removesuffix('.py')}" for probe, script in BROKEN]
 

@@ -657,7 +657,13 @@ def build_brief(
         builder = _Brief(directory, budget, scope, scan_bytes_max)
         index = _IndexView(directory, builder.log, size)
         try:
-            return _build(builder, index, size, shown_dir)
+            try:
+                return _build(builder, index, size)
+            except sqlite3.Error as exc:
+                # The index failed mid-read (a table missing, a page corrupt):
+                # start again from the log alone.
+                index.give_up("unusable", f"index cannot be read ({_short(str(exc), 200)})")
+                return _build(_Brief(directory, budget, scope, scan_bytes_max), index, size)
         finally:
             index.close()
     except (OSError, StoreDamaged) as exc:
@@ -666,22 +672,15 @@ def build_brief(
                        "nothing to show", budget, scope)
 
 
-def _build(b: _Brief, index: _IndexView, size: int, shown_dir: str) -> dict[str, Any]:
+def _build(b: _Brief, index: _IndexView, size: int) -> dict[str, Any]:
     b.scan(max(size, index.log_size), index)
     older = {"visible": 0, "superseded": 0, "retracted": 0}
     not_read: int | None = 0
     counted_by = "log"
     if index.db is not None:
         boundary = b.lowest_seq if b.lowest_seq is not None else index.hwm_seq + 1
-        try:
-            older = b.older(index, boundary)
-            counted_by = "index"
-        except sqlite3.Error as exc:
-            index.give_up("unusable", f"index cannot be read ({exc})")
-            older = {"visible": 0, "superseded": 0, "retracted": 0}
-            b.unreadable = 0
-            b.checkpoints = [c for c in b.checkpoints if b.lowest_seq is not None and c.seq >= b.lowest_seq]
-            b.notes = [c for c in b.notes if b.lowest_seq is not None and c.seq >= b.lowest_seq]
+        older = b.older(index, boundary)
+        counted_by = "index"
     if counted_by == "log" and not b.reached_start:
         # Seqs run 1, 2, 3 (L2): the records older than the oldest one read
         # are seq 1 .. lowest - 1. None: not one record was read.
@@ -776,8 +775,10 @@ def closing_line(result: dict[str, Any]) -> str:
         line += f" Record #{cut[0]} is cut to fit (marked [cut])."
     skipped = result.get("skipped") or {}
     bad = skipped.get("foreign", 0) + skipped.get("damaged", 0)
-    if bad:
-        line += f" {_plural(bad, 'line')} of the log read {'are' if bad != 1 else 'is'} not valid records and were skipped."
+    if bad == 1:
+        line += " 1 line of the part of the log read is not a valid record and was skipped."
+    elif bad:
+        line += f" {bad} lines of the part of the log read are not valid records and were skipped."
     return line
 
 

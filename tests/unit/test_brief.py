@@ -185,6 +185,12 @@ def _random_store(store_dir: Path, seed: int, n: int = 120) -> None:
                 store.forget([rng.randint(1, seq)], "wrong")
             elif roll < 0.26 and seq > 2:
                 store.write("note with a caller link field", fields={"retracts": [rng.randint(1, seq)]})
+            elif roll < 0.28 and seq > 2:
+                # A redaction named but not carried out (as after a crash mid-redact): hidden all the same.
+                store.write("names a redaction", fields={"redacts": rng.randint(1, seq)})
+            elif roll < 0.30 and seq > 2:
+                proof = store.forget([rng.randint(1, seq)], "wrong")
+                store.forget([proof["seq"]], "retracting the retraction changes nothing for its target")
             else:
                 store.write("n" * rng.randint(1, 400), kind=rng.choice(["note", "decision"]), scope=rng.choice([None, "a", "b"]))
 
@@ -379,7 +385,7 @@ def test_damaged_and_foreign_lines_are_skipped_and_said(filled_store: Store, sto
     result = brief.build_brief(store_dir, 1500)
     assert 8 not in _seqs(result)
     assert result["skipped"]["damaged"] == 1 and result["skipped"]["foreign"] == 1
-    assert "2 lines of the log read are not valid records and were skipped." in brief.render_text(result)
+    assert "2 lines of the part of the log read are not valid records and were skipped." in brief.render_text(result)
     _accounted(result)
 
 
@@ -597,3 +603,94 @@ def test_cli_brief_fast_parse_leaves_the_rest_to_argparse(argv: list[str]) -> No
     from retained import cli
 
     assert cli._brief_args(argv) is None
+
+
+def test_checkpoints_get_what_the_other_records_leave(store: Store, store_dir: Path) -> None:
+    for i in range(10):
+        store.checkpoint(f"milestone {i}", summary="m" * 120)
+    store.write("the only note")
+    result = brief.build_brief(store_dir, 400)
+    kinds = [e["kind"] for e in result["included"]]
+    assert kinds[-1] == "note" and kinds.count("checkpoint") > 200 // result["included"][0]["tokens"]
+    assert [e["seq"] for e in result["included"] if e["kind"] == "checkpoint"] == sorted(
+        (e["seq"] for e in result["included"] if e["kind"] == "checkpoint"), reverse=True)
+    _accounted(result)
+
+
+def test_index_of_an_unknown_schema_is_not_used(mixed: Store, store_dir: Path) -> None:
+    import sqlite3
+
+    expected = brief.build_brief(store_dir, 1500)
+    mixed.close()
+    db = sqlite3.connect(store_dir / "index.sqlite3")
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    db.commit()
+    db.close()
+    result = brief.build_brief(store_dir, 1500)
+    assert result["index"]["state"] == "unusable" and "schema" in result["index"]["reason"]
+    assert _seqs(result) == _seqs(expected) and result["dropped"] == expected["dropped"]
+
+
+def test_index_missing_a_table_falls_back_to_the_log(mixed: Store, store_dir: Path) -> None:
+    import sqlite3
+
+    expected = brief.build_brief(store_dir, 1500)
+    mixed.close()
+    db = sqlite3.connect(store_dir / "index.sqlite3")
+    db.execute("DROP TABLE links")
+    db.commit()
+    db.close()
+    result = brief.build_brief(store_dir, 1500)
+    assert result["index"]["state"] == "unusable" and result["index"]["counted_by"] == "log"
+    assert _seqs(result) == _seqs(expected) and result["dropped"] == expected["dropped"] and result["exact"]
+    _accounted(result)
+
+
+def test_index_of_a_longer_log_is_not_used(mixed: Store, store_dir: Path) -> None:
+    mixed.close()
+    log = store_dir / "log.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:6]))  # an older, shorter copy of the log restored under the index
+    result = brief.build_brief(store_dir, 1500)
+    assert result["index"]["state"] == "unusable" and "longer log" in result["index"]["reason"]
+    assert _seqs(result) == [6, 5, 4, 3, 2, 1]
+    _accounted(result)
+
+
+def test_a_line_changed_under_the_index_is_counted_unreadable(store: Store, store_dir: Path) -> None:
+    for i in range(1, 6):
+        store.write(f"note number {i}")
+    store.rebuild()
+    store.close()
+    log = store_dir / "log.jsonl"
+    data = log.read_bytes()
+    log.write_bytes(data.replace(b"note number 2", b"note number X"))  # same length; the index mark still holds
+    result = brief.build_brief(store_dir, 1500)
+    assert result["index"]["counted_by"] == "index"
+    assert _seqs(result) == [5, 4, 3, 1]
+    assert result["dropped"]["unreadable"] == 1
+    assert "1 unreadable (the index points at lines that no longer hold them)" in brief.render_text(result)
+    _accounted(result)
+
+
+def test_a_foreign_tail_larger_than_the_scan_cap_leaves_the_older_count_unknown(filled_store: Store, store_dir: Path) -> None:
+    with open(store_dir / "log.jsonl", "ab") as f:
+        f.write(orjson.dumps({"written_by": "another program", "blob": "b" * 10_000}) + b"\n")
+    _no_index(store_dir)
+    result = brief.build_brief(store_dir, 1500, scan_bytes_max=4096)
+    assert result["included"] == [] and not result["exact"]
+    assert result["skipped"]["foreign"] == 1
+    assert brief.render_text(result).endswith(
+        "Older records were not read; their number is not known. "
+        "1 line of the part of the log read is not a valid record and was skipped."
+    )
+    _accounted(result)
+
+
+def test_odd_header_values_are_shown_plainly() -> None:
+    assert brief._ts(None) == "?"
+    assert brief._ts("2026-11-29T12:00:00.123456Z") == "2026-11-29T12:00:00Z"
+    assert brief._ts("yesterday") == "yesterday"
+    assert brief._client("not a dict") == "unknown"
+    assert brief._client({"name": "x"}) == "x"
+    assert brief._short("a" * 100, 10) == "aaaaaaa..."

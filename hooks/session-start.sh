@@ -67,8 +67,10 @@ bounded() {
 }
 
 # The hook's JSON, if any: at most 64 lines of 64 KiB, within 2 seconds.
+# (A closed stdin is skipped: the subshell test keeps a failed redirection
+# from ending the script.)
 input=
-if [ ! -t 0 ]; then
+if [ ! -t 0 ] && (exec 4<&0) 2>/dev/null; then
   exec 3<&0
   input=$(bounded 2 head -n 64 2>/dev/null | cut -c 1-65536)
   exec 3<&-

@@ -235,3 +235,14 @@ def test_hook_runs_under_bash_in_posix_mode(tmp_path: Path, full_store: Path, wi
     assert proc.returncode == 0, proc.stderr
     context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
     assert "past the 1000-token budget" in context.splitlines()[-1]
+
+
+def test_hook_with_stdin_or_stdout_closed_still_exits_0(tmp_path: Path, full_store: Path) -> None:
+    env = _env(str(_bin(tmp_path, retained=True)), full_store)
+    closed_stdin = subprocess.run(["/bin/sh", "-c", f'exec 0<&-; exec /bin/sh "{HOOK}"'], capture_output=True,
+                                  text=True, env=env, timeout=WAIT_S, check=False)
+    assert closed_stdin.returncode == 0, closed_stdin.stderr
+    assert closed_stdin.stdout.startswith("Memory brief from retained")
+    closed_stdout = subprocess.run(["/bin/sh", "-c", f'exec 1>&-; exec /bin/sh "{HOOK}"'], input="", capture_output=True,
+                                   text=True, env=env, timeout=WAIT_S, check=False)
+    assert closed_stdout.returncode == 0

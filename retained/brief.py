@@ -763,7 +763,10 @@ def closing_line(result: dict[str, Any]) -> str:
             f"{d['not_read']} older (#1-#{lowest}) not read ({why}); that count includes any superseded, "
             "retracted, bookkeeping or other-scope records among them"
         )
-    if total == 0:
+    if total == 0 and result["eligible"] == 0:
+        scope = f' with scope "{_short(result["scope"])}"' if result.get("scope") is not None else ""
+        line = f"Not shown: 0 records; the store holds no records{scope} to show."
+    elif total == 0:
         line = f"Not shown: 0 records; all {result['eligible']} eligible records are above."
     else:
         counts = "exact" if result.get("exact") else "exact for the part of the log read"

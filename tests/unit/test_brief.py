@@ -254,7 +254,7 @@ def test_scope_filter_shows_and_counts_only_that_scope(mixed: Store, store_dir: 
     _accounted(result)
     none = brief.build_brief(store_dir, 1500, "nothing-here")
     assert none["eligible"] == 0 and none["included"] == []
-    assert brief.render_text(none).splitlines()[-1] == "Not shown: 0 records; all 0 eligible records are above."
+    assert brief.render_text(none).splitlines()[-1] == 'Not shown: 0 records; the store holds no records with scope "nothing-here" to show.'
 
 
 def test_records_written_after_the_index_are_read_from_the_log_tail(mixed: Store, store_dir: Path) -> None:

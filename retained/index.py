@@ -977,24 +977,13 @@ class Index:
         return out
 
     def _verify_words(self, db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
-        """Records with no FTS5 row and FTS5 rows with no record (merge of two sorted lists)."""
-        recs = db.execute("SELECT seq FROM records WHERE redacted = 0 ORDER BY seq")
-        fts = db.cursor().execute("SELECT rowid FROM fts ORDER BY rowid")
-        a = next(recs, None)
-        b = next(fts, None)
-        while a is not None or b is not None:
-            if b is None or (a is not None and a[0] < b[0]):
-                assert a is not None
-                yield _finding("index_words_missing", a[0], None, "searchable", "no FTS5 row",
-                               f"seq {a[0]} is indexed but its words are not searchable; run `retained rebuild`")
-                a = next(recs, None)
-            elif a is None or b[0] < a[0]:
-                yield _finding("index_words_ghost", b[0], None, "no FTS5 row", "FTS5 row",
-                               f"FTS5 has words for seq {b[0]}, which the index does not list; run `retained rebuild`")
-                b = next(fts, None)
-            else:
-                a = next(recs, None)
-                b = next(fts, None)
+        """Records with no FTS5 row, and FTS5 rows with no record (set differences in SQLite)."""
+        for (seq,) in db.execute("SELECT seq FROM records WHERE redacted = 0 EXCEPT SELECT rowid FROM fts ORDER BY 1"):
+            yield _finding("index_words_missing", seq, None, "searchable", "no FTS5 row",
+                           f"seq {seq} is indexed but its words are not searchable; run `retained rebuild`")
+        for (seq,) in db.execute("SELECT rowid FROM fts EXCEPT SELECT seq FROM records WHERE redacted = 0 ORDER BY 1"):
+            yield _finding("index_words_ghost", seq, None, "no FTS5 row", "FTS5 row",
+                           f"FTS5 has words for seq {seq}, which the index does not list; run `retained rebuild`")
 
 
 def _check_search_args(text: Any, k: Any, max_tokens: Any) -> None:

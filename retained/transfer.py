@@ -482,6 +482,21 @@ def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, prog
     if type(batch) is not int or batch < 1:
         raise InvalidRecord(f"batch must be a whole number from 1, got {batch!r}; nothing was written", path="batch")
     log: Log = store.log
+    # The write guard sees every imported record before anything is written:
+    # a secret refuses the whole file (naming its line), as a bad line does.
+    guarded = redacted = spans = 0
+    for item in plan.items:
+        try:
+            content, notes = store._guarded(item.content)  # noqa: SLF001 - the store's own guard
+        except RetainedError as exc:
+            exc.message = f"line {item.line}: {exc.message}"
+            exc.args = (exc.message,)
+            raise
+        if notes:
+            guarded += 1
+            redacted += len(notes.get("redactions", ()))
+            spans += notes.get("private_spans_removed", 0)
+            item.content = content
     new_seq: dict[int, int] = {}
     written = duplicates = 0
     first_seq = last_seq = None
@@ -525,6 +540,7 @@ def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, prog
         "last_seq": last_seq,
         "skipped": plan.skipped,
         "source": plan.source_head,
+        "guard": {"records_changed": guarded, "secrets_redacted": redacted, "private_spans_removed": spans},
     }
 
 

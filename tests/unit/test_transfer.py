@@ -499,3 +499,34 @@ def test_links_stay_right_while_another_process_writes_between_batches(tmp_path)
             assert recs[target]["imported"]["seq"] == original
             assert recs[target]["text"] == f"fact {original - 1}"
     assert chain.walk(Log(dst_dir).scan()).ok
+
+
+def test_import_runs_the_write_guard_and_a_secret_refuses_the_whole_file(tmp_path):
+    """An import is a write: a credential in any line refuses the file, nothing written."""
+    src = tmp_path / "notes.jsonl"
+    key = "AKIA" + "ABCDEFGHIJ234567"  # a fake AWS key id, assembled so no scanner flags this file
+    src.write_text(
+        json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": f"deploy with {key}"}) + "\n", encoding="utf-8"
+    )
+    store = Store(tmp_path / "s")
+    store.write("before")
+    before = (tmp_path / "s" / "log.jsonl").read_bytes()
+    plan = transfer.plan_import(src)
+    with pytest.raises(Exception) as err:
+        transfer.run_import(store, plan)
+    assert getattr(err.value, "code", None) == "secret_detected"
+    assert "line 2" in str(err.value) and key not in str(err.value)
+    assert (tmp_path / "s" / "log.jsonl").read_bytes() == before
+
+
+def test_import_under_the_redact_policy_stores_placeholders_and_counts_them(tmp_path):
+    from retained.guard import Guard
+
+    src = tmp_path / "notes.jsonl"
+    key = "AKIA" + "ABCDEFGHIJ234567"
+    src.write_text(json.dumps({"text": f"key {key} <private>pin</private>"}) + "\n", encoding="utf-8")
+    store = Store(tmp_path / "s", guard=Guard("redact"))
+    result = transfer.run_import(store, transfer.plan_import(src))
+    assert result["guard"] == {"records_changed": 1, "secrets_redacted": 1, "private_spans_removed": 1}
+    (entry,) = store.get([1])
+    assert entry["record"]["text"] == "key [secret:aws_access_key] "

@@ -85,9 +85,11 @@ OUTPUT_BYTES_MAX = 8000
 # 500 bytes, each parsed and its hash checked, a few milliseconds. Counts are
 # exact for a log this small, an upper bound past it.
 SCAN_BYTES_MAX = 256 * 1024
-# A record that does not fit whole is cut only if this many tokens are left:
-# below that, its header and the cut marker would leave no room for its text.
+# A record that does not fit whole is cut only if this many tokens are left
+# (below that, its header and the cut marker leave no room for its text) and
+# at least CUT_BYTES_MIN bytes of its text fit: a few words are noise.
 CUT_TOKENS_MIN = 24
+CUT_BYTES_MIN = 64
 # Header fields taken from records (kind, scope, source, client) are cut to
 # this many characters, so one odd record cannot blow up a line.
 FIELD_CHARS_MAX = 64
@@ -255,7 +257,7 @@ def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] 
             lo = mid + 1
         else:
             hi = mid - 1
-    if best is None or (best[0]["cut"]["shown_bytes"] == 0 and total > 0):
+    if best is None or best[0]["cut"]["shown_bytes"] < min(total, CUT_BYTES_MIN):
         return None
     entry, block, tk, nb = best
     entry["tokens"] = tk
@@ -543,7 +545,7 @@ class _Brief:
         the budget (and half the output cap); what the other records leave
         unused goes to more checkpoints. In each group the first record that
         does not fit whole is cut to the room left (if at least
-        ``CUT_TOKENS_MIN`` tokens) and ends the group.
+        ``CUT_BYTES_MIN`` bytes of its text fit) and ends the group.
         """
         used = [0, 0]  # tokens, bytes
         limit: list[str | None] = [None]

@@ -112,10 +112,10 @@ def test_budget_zero_shows_nothing_and_counts_every_record(filled_store: Store, 
 
 def test_budget_smaller_than_one_record_cuts_it_with_a_visible_marker(store: Store, store_dir: Path) -> None:
     store.write("word " * 200)
-    result = brief.build_brief(store_dir, 40)
+    result = brief.build_brief(store_dir, 50)
     (entry,) = result["included"]
-    assert entry["cut"]["total_bytes"] == 1000 and 0 < entry["cut"]["shown_bytes"] < 1000
-    assert entry["tokens"] <= 40 and result["limit"] == "budget"
+    assert entry["cut"]["total_bytes"] == 1000 and brief.CUT_BYTES_MIN <= entry["cut"]["shown_bytes"] < 1000
+    assert entry["tokens"] <= 50 and result["limit"] == "budget"
     text = brief.render_text(result)
     assert f"[cut: {entry['cut']['shown_bytes']} of 1000 bytes shown]" in text
     assert "Record #1 is cut to fit" in text.splitlines()[-1]
@@ -125,9 +125,10 @@ def test_budget_smaller_than_one_record_cuts_it_with_a_visible_marker(store: Sto
 
 def test_budget_below_the_cut_minimum_shows_no_part_of_a_record(store: Store, store_dir: Path) -> None:
     store.write("word " * 200)
-    result = brief.build_brief(store_dir, brief.CUT_TOKENS_MIN - 1)
-    assert result["included"] == [] and result["dropped"]["over_budget"] == 1
-    _accounted(result)
+    for budget in (brief.CUT_TOKENS_MIN - 1, 30):  # 30 tokens leave room for fewer than CUT_BYTES_MIN bytes of text
+        result = brief.build_brief(store_dir, budget)
+        assert result["included"] == [] and result["dropped"]["over_budget"] == 1
+        _accounted(result)
 
 
 def test_budget_of_exactly_one_record_shows_it_whole(store: Store, store_dir: Path) -> None:

@@ -309,6 +309,12 @@ class Store:
         """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``."""
         return self.index.rebuild(progress)
 
+    def brief(self, budget: int | None = None, scope: str | None = None) -> dict[str, Any]:
+        """The session-start brief (see ``retained.brief.build_brief``); render it with ``brief.render_text``."""
+        from . import brief
+
+        return brief.build_brief(self.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope)
+
     def _verify_index(self, report: dict[str, Any]) -> dict[str, Any]:
         if not self.log.exists():
             return {"checked": False, "findings": 0}

@@ -695,3 +695,8 @@ def test_odd_header_values_are_shown_plainly() -> None:
     assert brief._client("not a dict") == "unknown"
     assert brief._client({"name": "x"}) == "x"
     assert brief._short("a" * 100, 10) == "aaaaaaa..."
+
+
+def test_store_brief_is_build_brief(mixed: Store, store_dir: Path) -> None:
+    assert mixed.brief() == brief.build_brief(store_dir)
+    assert mixed.brief(100, "a") == brief.build_brief(store_dir, 100, "a")

@@ -89,7 +89,7 @@ esac
 
 limit=${RETAINED_HOOK_TIMEOUT:-5}
 case $limit in
-  '' | *[!0-9]*) limit=5 ;;
+  '' | *[!0-9]* | 0 | 00*) limit=5 ;; # timeout(1) takes 0 to mean no limit at all
 esac
 
 if command -v retained >/dev/null 2>&1; then

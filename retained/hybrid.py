@@ -529,8 +529,10 @@ class Hybrid:
             cache = _Matrix(model, generation)
         fetched = db.execute(
             "SELECT v.id, v.seq, v.hash, v.dim, v.v, r.scope FROM vectors AS v LEFT JOIN records AS r ON r.seq = v.seq"
-            " WHERE v.model = ? AND v.id > ? AND v.dim > 0 ORDER BY v.id",
-            (model, cache.last_id),
+            # `+v.model` keeps SQLite on the rowid range (new rows only) instead of
+            # walking every row of the model through the (model, seq) index.
+            " WHERE v.id > ? AND +v.model = ? AND v.dim > 0 ORDER BY v.id",
+            (cache.last_id, model),
         ).fetchall()
         cache.extend(fetched)
         self._cache = cache

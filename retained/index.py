@@ -51,7 +51,7 @@ TOKENIZER = "porter unicode61 remove_diacritics 2"
 WEIGHTS = (1.0, 1.0, 1.0)
 # Fields never indexed as words: chain and store bookkeeping, and the link
 # fields (their numbers would match unrelated queries).
-_NOT_WORDS = record.RESERVED_FIELDS | {"kind", "scope", "supersedes", "retracts", "redacts", "client_op_id"}
+_NOT_WORDS = frozenset(record.RESERVED_FIELDS | {"kind", "scope", "supersedes", "retracts", "redacts", "client_op_id"})
 FIELDS_CHARS_MAX = 4096  # caller-field text indexed per record; bounds one record's index cost
 K_MAX = 1000  # results one search may return; more is a listing, not a search
 BATCH_ROWS = 2000  # rows per executemany during rebuild and catch-up
@@ -160,16 +160,28 @@ def documents(rec: dict[str, Any]) -> tuple[str, str, str]:
     body = rec.get("body")
     extra: list[str] = []
     budget = [FIELDS_CHARS_MAX]
-    for key in sorted(rec):
-        if key not in _NOT_WORDS and key not in ("text", "body"):
-            _strings(rec[key], extra, budget)
-    body_words: list[str] = []
-    if body is not None:
+    # A parsed canonical line keeps its keys sorted, so this order is stable.
+    for key, value in rec.items():
+        if key in _NOT_WORDS or key == "text" or key == "body":
+            continue
+        if type(value) is str:  # the common case, without the recursion
+            if budget[0] > 0:
+                extra.append(value)
+                budget[0] -= len(value)
+        else:
+            _strings(value, extra, budget)
+    if type(body) is str:
+        body_text = body
+    elif body is None:
+        body_text = ""
+    else:
+        body_words: list[str] = []
         _strings(body, body_words, [FIELDS_CHARS_MAX * 16])
+        body_text = " ".join(body_words)
     return (
-        query.segment(text) if isinstance(text, str) else "",
-        query.segment(" ".join(body_words)),
-        query.segment(" ".join(extra)[:FIELDS_CHARS_MAX]),
+        query.segment(text) if type(text) is str else "",
+        query.segment(body_text) if body_text else "",
+        query.segment(" ".join(extra)[:FIELDS_CHARS_MAX]) if extra else "",
     )
 
 
@@ -397,20 +409,22 @@ class Index:
                     seen.extend(bytes((i >> 3) + 1024 - len(seen)))
                 fresh = not seen[i >> 3] & (1 << (i & 7))
                 seen[i >> 3] |= 1 << (i & 7)
+            kind, scope, ts, op = (rec.get(k) for k in ("kind", "scope", "ts", "client_op_id"))
             (rows if fresh else dupes).append((
-                line.seq, line.offset, line.length, line.hash,
-                rec.get("kind") if isinstance(rec.get("kind"), str) else None,
-                rec.get("scope") if isinstance(rec.get("scope"), str) else None,
-                rec.get("ts") if isinstance(rec.get("ts"), str) else None,
-                rec.get("client_op_id") if isinstance(rec.get("client_op_id"), str) else None,
+                seq, line.offset, line.length, line.hash,
+                kind if type(kind) is str else None,
+                scope if type(scope) is str else None,
+                ts if type(ts) is str else None,
+                op if type(op) is str else None,
                 redacted,
             ))
             if not redacted:
-                docs.append((line.seq, line.offset, fresh, *documents(rec)))
-                for rel in ("supersedes", "retracts", "redacts"):
-                    for target in _seqs(rec.get(rel)):
-                        if target < line.seq:
-                            links.append((target, line.seq, rel))
+                docs.append((seq, line.offset, fresh, *documents(rec)))
+                if "supersedes" in rec or "retracts" in rec or "redacts" in rec:
+                    for rel in ("supersedes", "retracts", "redacts"):
+                        for target in _seqs(rec.get(rel)):
+                            if target < seq:
+                                links.append((target, seq, rel))
             count += 1
             if len(rows) + len(dupes) >= BATCH_ROWS:
                 self._flush(db, rows, docs, links, dupes)

@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import re
 import resource
 import statistics
@@ -104,13 +105,17 @@ def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, emb
         dense_ms: list[float] = []
         qvec_ms: list[float] = []
         modes = set()
+        lex_cpu: list[float] = []
+        hyb_cpu: list[float] = []
         for q in asked:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             index.search(q, k=10)
             lex_ms.append((time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter()
+            lex_cpu.append((time.process_time() - c0) * 1000)
+            t0, c0 = time.perf_counter(), time.process_time()
             reply = hybrid.search(q, k=10)
             hyb_ms.append((time.perf_counter() - t0) * 1000)
+            hyb_cpu.append((time.process_time() - c0) * 1000)
             modes.add(reply["mode"])
             t0 = time.perf_counter()
             qv = emb.embed([q], purpose="query")[0]
@@ -126,6 +131,11 @@ def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, emb
             "lexical_ms": pct(lex_ms),
             "hybrid_ms": pct(hyb_ms),
             "hybrid_over_lexical_p50": round(statistics.median(hyb_ms) / statistics.median(lex_ms), 2),
+            # CPU time of this process (all its threads): less sensitive to other load on the machine.
+            "lexical_cpu_ms": pct(lex_cpu),
+            "hybrid_cpu_ms": pct(hyb_cpu),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+            "cpus": os.cpu_count(),
             "dense_top50_ms": pct(dense_ms),
             "query_vector_in_process_ms": pct(qvec_ms),
             "first_hybrid_search_ms": round(cold_ms, 1),

@@ -5,8 +5,10 @@ replicated under distinct speaker names, so the vocabulary grows with N like a
 real store's; the lines are sealed with ``record.seal`` exactly as an append
 would, written in one pass without the per-record fsync), rebuilds the index,
 then asks the LoCoMo questions (names swapped to match a replica) through
-``Index.search`` with k=10: p50/p95 per query, match count included. Also
-times ``Index.rebuild`` and ``Index.verify`` at that size.
+``Index.search`` with k=10: p50/p95 per query, match count included, and
+recall@5/@10 of the question's evidence turns in its own replica (the other
+replicas are near-identical distractors). Also times ``Index.rebuild`` and
+``Index.verify`` at that size.
 
     python harness/bench_search.py [--sizes 10000,100000] [--queries 500] [--json]
 
@@ -38,8 +40,8 @@ DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 CLIENT = {"name": "bench", "version": "0"}
 
 
-def build_log(directory: Path, n: int, data: Path) -> list[str]:
-    """Write a valid chained log of n records; returns the questions to ask."""
+def build_log(directory: Path, n: int, data: Path) -> list[tuple[str, set[int]]]:
+    """Write a valid chained log of n records; returns the questions to ask, with their evidence seqs."""
     turns = [json.loads(line) for line in open(data / "memories.jsonl", encoding="utf-8")]
     questions = [json.loads(line) for line in open(data / "questions.jsonl", encoding="utf-8")]
     speakers = sorted({t["speaker"] for t in turns})
@@ -68,14 +70,18 @@ def build_log(directory: Path, n: int, data: Path) -> list[str]:
             f.write(sealed.line)
             prev = sealed.hash
     replicas = max(1, n // len(turns))
+    place = {(t["conv"], t["dia_id"]): i for i, t in enumerate(turns)}
     asked = []
     for q in questions:
+        if not q["evidence"]:
+            continue
         r = rng.randrange(replicas)
         text = q["question"]
         if r:
             for s in speakers:
                 text = text.replace(s, f"{s}{r}")
-        asked.append(text)
+        evidence = {r * len(turns) + place[(q["conv"], e)] + 1 for e in q["evidence"]}
+        asked.append((text, {s for s in evidence if s <= n}))
     rng.shuffle(asked)
     return asked
 
@@ -94,17 +100,24 @@ def bench(n: int, queries: int, data: Path, workdir: Path | None = None) -> dict
         t0, c0 = time.perf_counter(), time.process_time()
         findings = index.verify()
         verify_s, verify_cpu = time.perf_counter() - t0, time.process_time() - c0
-        for q in asked[:20]:  # warm the page cache as a long-running server would be
+        for q, _ in asked[:20]:  # warm the page cache as a long-running server would be
             index.search(q)
         lat = []
         cpu = []
         matches = []
-        for q in asked:
+        hits = {5: 0, 10: 0}
+        judged = 0
+        for q, evidence in asked:
             t0, c0 = time.perf_counter(), time.process_time()
             reply = index.search(q, k=10)
             lat.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
             matches.append(reply["total_matches"])
+            if evidence:
+                judged += 1
+                got = [r["seq"] for r in reply["results"]]
+                for k in hits:
+                    hits[k] += bool(evidence & set(got[:k]))
         index.close()
         lat.sort()
         cpu.sort()
@@ -127,6 +140,9 @@ def bench(n: int, queries: int, data: Path, workdir: Path | None = None) -> dict
             "rebuild_cpu_s": round(rebuild_cpu, 3),
             "verify_cpu_s": round(verify_cpu, 3),
             "total_matches": {"p50": int(statistics.median(matches)), "max": max(matches)},
+            # Recall against the question's own replica, among every other
+            # replica's near-identical turns: a hard case for lexical search.
+            "recall": {f"r@{k}": round(v / judged, 3) for k, v in hits.items()} if judged else None,
             "rebuild_s": round(rebuild_s, 3),
             "verify_s": round(verify_s, 3),
             "verify_findings": len(findings),
@@ -155,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                   f" (matches p50 {r['total_matches']['p50']}, max {r['total_matches']['max']});"
                   f" rebuild {r['rebuild_s']:.2f} s (cpu {r['rebuild_cpu_s']:.2f});"
                   f" verify {r['verify_s']:.2f} s (cpu {r['verify_cpu_s']:.2f}, {r['verify_findings']} findings);"
-                  f" index {r['index_bytes'] / 1e6:.1f} MB for a {r['log_bytes'] / 1e6:.1f} MB log")
+                  f" index {r['index_bytes'] / 1e6:.1f} MB for a {r['log_bytes'] / 1e6:.1f} MB log;"
+                  f" recall {r['recall']}")
     return 0
 
 

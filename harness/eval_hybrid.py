@@ -48,9 +48,10 @@ from retained.hybrid import DENSE_N, LEXICAL_N, Hybrid  # noqa: E402
 from retained.index import Index  # noqa: E402
 from retained.store import Store  # noqa: E402
 
-WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.5)
+WEIGHTS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5)
 # (context gamma, neighbour beta) pairs tried for the dense scores; (0, 0) is plain cosine.
-CONTEXTS = ((0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.3, 0.3), (0.5, 0.3), (0.3, 0.5), (0.5, 0.5))
+CONTEXTS = ((0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.3, 0.3), (0.5, 0.3), (0.3, 0.5), (0.5, 0.5),
+            (0.7, 0.5), (0.5, 0.7), (0.7, 0.7), (1.0, 0.5))
 
 
 def split(convs: list[str]) -> tuple[list[str], list[str]]:

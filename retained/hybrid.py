@@ -55,9 +55,9 @@ from .errors import EmbedConfigError, EmbedError, InvalidRecord
 from .index import K_MAX, Index, estimate_tokens
 
 # Bounds and defaults, each with its reason.
-DENSE_WEIGHT = 0.5  # RRF weight of the dense list; see harness/eval_hybrid.py for how it was chosen
-CONTEXT_WEIGHT = 0.3  # gamma: a record is read with the one before it in its scope (harness/eval_hybrid.py)
-NEIGHBOUR_WEIGHT = 0.3  # beta: a record gains from its best-scoring neighbour in its scope
+DENSE_WEIGHT = 0.15  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
+CONTEXT_WEIGHT = 0.7  # gamma: a record is read with the one before it in its scope (chosen likewise)
+NEIGHBOUR_WEIGHT = 0.7  # beta: a record gains from its best-scoring neighbour in its scope (likewise)
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request

@@ -27,9 +27,9 @@ an estimate on the generous side for English and code.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -104,9 +104,6 @@ DROP TABLE IF EXISTS links;
 DROP TABLE IF EXISTS records;
 DROP TABLE IF EXISTS meta;
 """
-
-_SEQ_RE = re.compile(rb'"seq":(\d{1,19})[,}]')
-_HASH_RE = re.compile(rb'"hash":"([0-9a-f]{64})"')
 
 _REL_COLUMN = {"supersedes": "superseded", "retracts": "retracted", "redacts": "redacted"}
 
@@ -892,19 +889,25 @@ class Index:
             hwm = int(mark["hwm_offset"])
             seen = bytearray((int(mark["hwm_seq"]) >> 3) + 1)
             batch: list[tuple[int, bytes]] = []
+            ranges: list[tuple[int, int]] = []
             for offset, raw in self._raw_lines(min(hwm, size)):
                 batch.append((offset, raw))
                 if len(batch) >= BATCH_ROWS:
-                    findings.extend(self._verify_batch(db, batch, seen))
+                    findings.extend(self._verify_batch(db, batch, seen, ranges))
                     batch.clear()
-            findings.extend(self._verify_batch(db, batch, seen))
+            findings.extend(self._verify_batch(db, batch, seen, ranges))
             # Every seq marked in `seen` is an index row a log line matched;
             # when they are all of the rows there is no ghost to look for.
             indexed = db.execute("SELECT count(*) FROM records").fetchone()[0]
-            matched = int.from_bytes(seen, "little").bit_count()
+            matched = int.from_bytes(seen, "little").bit_count() + sum(b - a + 1 for a, b in ranges)
             ghosts = db.execute("SELECT seq, offset, hash FROM records ORDER BY seq") if matched != indexed else ()
+            ranges.sort()
+            starts = [a for a, _ in ranges]
             for seq, offset, h in ghosts:
                 if seq >> 3 < len(seen) and seen[seq >> 3] & (1 << (seq & 7)):
+                    continue
+                i = bisect.bisect_right(starts, seq) - 1
+                if i >= 0 and ranges[i][0] <= seq <= ranges[i][1]:
                     continue
                 findings.append(_finding(
                     "index_ghost", seq, offset, "absent", h,
@@ -951,8 +954,9 @@ class Index:
                 data = data[i:]
 
     def _verify_batch(
-        self, db: sqlite3.Connection, batch: list[tuple[int, bytes]], seen: bytearray
+        self, db: sqlite3.Connection, batch: list[tuple[int, bytes]], seen: bytearray, ranges: list[tuple[int, int]]
     ) -> list[dict[str, Any]]:
+        """Findings for one batch of lines; matched seqs go to `ranges` (whole runs) or `seen` (bits)."""
         claims = []
         for offset, raw in batch:
             # In canonical JSON a key is never escaped and a string's quotes
@@ -960,11 +964,15 @@ class Index:
             # nested object has such keys; only then is the line parsed. A
             # wrong claim can only disagree with the index, and every
             # disagreement is re-checked by classifying the line.
-            seqs = _SEQ_RE.findall(raw)
-            hashes = _HASH_RE.findall(raw)
-            if len(seqs) == 1 and len(hashes) == 1:
-                claims.append((int(seqs[0]), hashes[0].decode("ascii"), offset, raw))
-                continue
+            h = raw.find(b'"hash":"')
+            q = raw.find(b'"seq":')
+            if h >= 0 and q >= 0 and raw.find(b'"hash":"', h + 8) < 0 and raw.find(b'"seq":', q + 6) < 0:
+                end = q + 6
+                while 48 <= raw[end] <= 57:
+                    end += 1
+                if end > q + 6:
+                    claims.append((int(raw[q + 6 : end]), raw[h + 8 : h + 72].decode("ascii", "replace"), offset, raw))
+                    continue
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -973,6 +981,17 @@ class Index:
                 claims.append((obj["seq"], obj["hash"], offset, raw))
         if not claims:
             return []
+        # The common case: the batch is a run of consecutive seqs that the
+        # index holds exactly (place and hash). One range query and one list
+        # comparison settle it; anything else is examined line by line.
+        lo, hi = claims[0][0], claims[-1][0]
+        if hi - lo + 1 == len(claims):
+            expected = [(c[0], c[2], len(c[3]), c[1]) for c in claims]
+            if db.execute(
+                "SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi)
+            ).fetchall() == expected:
+                ranges.append((lo, hi))
+                return []
         rows = {}
         for i in range(0, len(claims), 500):
             part = claims[i : i + 500]

@@ -2,7 +2,46 @@
 
 import sys
 
-from .cli import main
+
+def _brief() -> int | None:
+    """``python -m retained --brief`` with plain options, without importing the command line.
+
+    The brief runs at every session start, and argparse with every command's
+    parser costs about as much as the brief itself. The options are read by
+    ``brief.parse_args``; anything else (help, a malformed option) returns
+    None and goes through ``cli.main``, which reports it. The store is
+    ``--dir``, else ``$RETAINED_DIR``, else ``~/.retained``, as in cli.py.
+    """
+    argv = sys.argv[1:]
+    if not argv or not (argv[0] in ("--brief", "brief") or argv[0].startswith("--brief=")):
+        return None
+    from . import brief
+
+    rest = argv[1:] if "=" not in argv[0] else ["--budget" + argv[0][len("--brief") :], *argv[1:]]
+    opts = brief.parse_args(rest)
+    if opts is None:
+        return None
+    import os
+    from pathlib import Path
+
+    directory = Path(opts["dir"] or os.environ.get("RETAINED_DIR") or Path.home() / ".retained").expanduser()
+    budget = brief.DEFAULT_BUDGET if opts["budget"] is None else opts["budget"]
+    try:
+        result = brief.build_brief(directory, budget, opts["scope"])
+    except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
+        result = brief.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=opts["scope"])
+    try:
+        sys.stdout.buffer.write(brief.output(result, "json" if opts["json"] else opts["format"]))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 1
+    return 0
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = _brief()
+    if code is None:
+        from .cli import main
+
+        code = main()
+    sys.exit(code)

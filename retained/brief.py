@@ -798,6 +798,53 @@ def render_text(result: dict[str, Any]) -> str:
     return "\n".join([opening_line(result), *blocks, closing_line(result)])
 
 
+def parse_args(argv: list[str]) -> dict[str, Any] | None:
+    """The options of ``retained brief`` (the words after ``brief``), or None when argparse must handle them.
+
+    The brief runs at every session start, where importing and building the
+    full command line costs more than the brief itself. Only ``--budget N``
+    (digits), ``--scope S``, ``--format text|claude|json``, ``--dir D`` (each
+    also as ``--opt=value``) and ``--json`` are taken; anything else (help,
+    an unknown or malformed option) returns None. Returns ``{"dir", "json",
+    "budget", "scope", "format"}`` with argparse's defaults; a test checks the
+    two agree.
+    """
+    values: dict[str, Any] = {"dir": None, "json": False, "budget": None, "scope": None, "format": "text"}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        key = name[2:] if name.startswith("--") else ""
+        if key == "json" and not eq:
+            values["json"] = True
+            i += 1
+            continue
+        if key not in ("budget", "scope", "format", "dir"):
+            return None
+        if not eq:
+            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+                return None
+            i += 1
+            value = argv[i]
+        values[key] = value
+        i += 1
+    if values["budget"] is not None:
+        if not values["budget"].isdigit():
+            return None
+        values["budget"] = int(values["budget"])
+    if values["format"] not in ("text", "claude", "json"):
+        return None
+    return values
+
+
+def output(result: dict[str, Any], form: str) -> bytes:
+    """What a command prints for ``result``: ``text``, ``claude`` (the hook JSON) or ``json``, with a final newline."""
+    if form == "json":
+        return orjson.dumps(result) + b"\n"
+    if form == "claude":
+        return orjson.dumps(hook_output(render_text(result))) + b"\n"
+    return render_text(result).encode("utf-8", "replace") + b"\n"
+
+
 def hook_output(text: str) -> dict[str, Any]:
     """The JSON a Claude Code SessionStart hook prints to add ``text`` as context."""
     return {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
@@ -809,6 +856,8 @@ __all__ = [
     "build_brief",
     "estimate_tokens",
     "hook_output",
+    "output",
+    "parse_args",
     "render_text",
     "unavailable",
 ]

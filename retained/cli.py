@@ -390,12 +390,7 @@ def cmd_brief(args: argparse.Namespace) -> int:
         raise
     except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
         result = brief.unavailable(store_dir(args), f"{type(exc).__name__}: {exc}", budget=budget, scope=args.scope)
-    if args.json or args.format == "json":
-        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
-    elif args.format == "claude":
-        sys.stdout.buffer.write(orjson.dumps(brief.hook_output(brief.render_text(result))) + b"\n")
-    else:
-        sys.stdout.write(brief.render_text(result) + "\n")
+    sys.stdout.buffer.write(brief.output(result, "json" if args.json else args.format))
     sys.stdout.flush()
     return 0
 
@@ -412,40 +407,11 @@ def _brief_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _brief_args(argv: list[str]) -> argparse.Namespace | None:
-    """``brief``'s options parsed without building a parser, or None to let argparse do it.
+    """``brief``'s plain options without building a parser (see ``brief.parse_args``), or None."""
+    from . import brief
 
-    The brief runs at every session start, where building argparse parsers
-    (and the shutil import of their help formatter) costs more than the brief
-    itself. Only ``--budget N``, ``--scope S``, ``--format F``, ``--dir D``
-    (each also as ``--opt=value``) and ``--json`` are taken; anything else
-    (help, an unknown or malformed option) returns None and goes through
-    `_brief_parser`, which reports it. A test checks both agree.
-    """
-    values: dict[str, Any] = {"dir": None, "json": False, "budget": None, "scope": None, "format": "text"}
-    i = 0
-    while i < len(argv):
-        name, eq, value = argv[i].partition("=")
-        key = name[2:] if name.startswith("--") else ""
-        if key == "json" and not eq:
-            values["json"] = True
-            i += 1
-            continue
-        if key not in ("budget", "scope", "format", "dir"):
-            return None
-        if not eq:
-            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
-                return None
-            i += 1
-            value = argv[i]
-        values[key] = value
-        i += 1
-    if values["budget"] is not None:
-        if not values["budget"].isdigit():
-            return None
-        values["budget"] = int(values["budget"])
-    if values["format"] not in ("text", "claude", "json"):
-        return None
-    return argparse.Namespace(**values, func=cmd_brief)
+    values = brief.parse_args(argv)
+    return None if values is None else argparse.Namespace(**values, func=cmd_brief)
 
 
 def _brief_parser() -> argparse.ArgumentParser:

@@ -530,6 +530,31 @@ def test_cli_brief_negative_budget_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "budget" in proc.stderr
 
 
+@pytest.mark.parametrize("argv", [
+    ["--brief"],
+    ["--brief=120", "--scope", "a"],
+    ["brief", "--format", "claude", "--budget", "60"],
+    ["--brief", "--json", "--scope=b"],
+])
+def test_python_m_brief_fast_path_prints_what_the_command_line_prints(mixed: Store, store_dir: Path, argv: list[str]) -> None:
+    mixed.close()
+    fast = run_cli(*argv, env_dir=store_dir)  # python -m retained: retained/__main__.py's fast path
+    env = {**os.environ, "RETAINED_DIR": str(store_dir)}
+    full = subprocess.run([sys.executable, "-c", "import sys; from retained.cli import main; sys.exit(main())", *argv],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
+    assert fast.returncode == full.returncode == 0, (fast.stderr, full.stderr)
+    assert fast.stdout == full.stdout
+    with_dir = run_cli(*argv, "--dir", str(store_dir), env_dir=store_dir.parent / "elsewhere")
+    assert with_dir.stdout == full.stdout
+
+
+def test_python_m_brief_falls_back_to_the_command_line_for_help_and_errors(tmp_path: Path) -> None:
+    helped = run_cli("--brief", "--help", env_dir=tmp_path)
+    assert helped.returncode == 0 and "example: retained brief" in helped.stdout
+    wrong = run_cli("--brief", "--budget", "-3", env_dir=tmp_path)
+    assert wrong.returncode == 2 and "budget" in wrong.stderr
+
+
 def test_brief_path_imports_neither_mcp_nor_portalocker(mixed: Store, store_dir: Path) -> None:
     mixed.close()
     env = {**os.environ, "RETAINED_DIR": str(store_dir)}
@@ -540,7 +565,7 @@ def test_brief_path_imports_neither_mcp_nor_portalocker(mixed: Store, store_dir:
     assert proc.returncode == 0, proc.stderr
     modules = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in proc.stderr.splitlines() if line.startswith("import time:") and "|" in line}
     assert "retained" in modules
-    for heavy in ("mcp", "portalocker", "pydantic", "anyio", "httpx", "numpy", "starlette"):
+    for heavy in ("mcp", "portalocker", "pydantic", "anyio", "httpx", "numpy", "starlette", "argparse", "shutil"):
         assert heavy not in modules
 
 

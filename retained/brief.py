@@ -115,7 +115,7 @@ def estimate_tokens(text: str) -> int:
 
 # Control characters (other than tab and newline) are shown as U+FFFD: a
 # record's text must not be able to move a terminal's cursor or hide a line.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _clean(text: str) -> str:
@@ -169,7 +169,7 @@ def _client(value: Any) -> str:
 class _Candidate:
     """An eligible, current record the brief may show, with its full cost."""
 
-    __slots__ = ("block", "body", "entry", "nbytes", "rec", "seq", "text", "tokens")
+    __slots__ = ("body", "entry", "nbytes", "rec", "seq", "text", "tokens")
 
     def __init__(self, seq: int, rec: dict[str, Any]) -> None:
         self.seq = seq
@@ -178,8 +178,7 @@ class _Candidate:
         self.text = _clean(text) if isinstance(text, str) else ""
         self.body = _body_text(rec.get("body"))
         self.entry = _entry(seq, rec, self.text, self.body or None, None)
-        self.block = render_block(self.entry)
-        self.tokens, self.nbytes = _cost(self.entry, self.block)
+        self.tokens, self.nbytes = _cost(self.entry, render_block(self.entry))
         self.entry["tokens"] = self.tokens
 
 

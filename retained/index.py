@@ -341,6 +341,9 @@ class Index:
 
         ``on_replaced`` is ``"rebuild"`` (reads: the answer must reflect the
         log) or ``"report"`` (verify: keep the drift so it can be shown).
+        The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
+        not rebuilt) or ``stale`` (another process held the index past the
+        busy timeout; the answer comes from the index as it was).
         """
         with self._mutex:
             db = self.connection()
@@ -350,7 +353,14 @@ class Index:
             if int(mark["hwm_offset"]) == size and self._mark_state(mark, size) == "ok":
                 self.last_catch_up = {"state": "ok", "indexed": 0}
                 return self.last_catch_up
-            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                # Another process holds the index for longer than the busy
+                # timeout (a rebuild of a large log). Answer from the index
+                # as it is and say so; the next read catches up.
+                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
+                return self.last_catch_up
             try:
                 mark = self._mark(db)  # another process may have moved it meanwhile
                 size = self.log.size()

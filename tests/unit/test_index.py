@@ -355,3 +355,21 @@ def test_ranked_gives_the_lexical_list_for_fusion(store):
     assert [s for s, _ in ranked][:2] in ([2, 1], [1, 2]) and all(isinstance(x, float) for _, x in ranked)
     assert isinstance(index.connection(), sqlite3.Connection)
     assert Path(index.path).name == INDEX_NAME
+
+
+def test_a_search_answers_while_another_process_holds_the_index(store, store_dir):
+    store.write("first note")
+    store.search("first")
+    store.write("second note")
+    holder = sqlite3.connect(store_dir / INDEX_NAME, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with Store(store_dir) as s:
+            s.index.busy_timeout_s = 0.1
+            reply = s.search("note")
+            assert reply["index"]["state"] == "stale"
+            assert reply["total_matches"] == 1 and identity(reply)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.search("note")["total_matches"] == 2

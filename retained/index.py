@@ -682,19 +682,27 @@ class Index:
         if len(found) <= 1:
             return found, found
         db = self.connection()
-        sized = []
-        for term in found:
-            n = db.execute(
-                "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)", (term, RANK_ROWS_MAX + 1)
+
+        def capped(term: str, cap: int) -> int:
+            return db.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)", (term, cap)
             ).fetchone()[0]
-            if n:
-                sized.append((n, term))
+
+        # A first pass with a quarter of the budget tells rare terms from
+        # common ones cheaply; a term at that cap is counted further only if
+        # what is left of the budget could still take it.
+        first_cap = RANK_ROWS_MAX // 4 + 1
+        sized = sorted((n, term) for term in found if (n := capped(term, first_cap)))
         if not sized:
             return [], []
-        sized.sort()
         kept = [sized[0][1]]
-        rows = sized[0][0]
+        rows = sized[0][0] if sized[0][0] < first_cap else capped(sized[0][1], RANK_ROWS_MAX + 1)
         for n, term in sized[1:]:
+            if n >= first_cap:
+                left = RANK_ROWS_MAX - rows
+                if left < first_cap:
+                    break
+                n = capped(term, left + 1)
             if rows + n > RANK_ROWS_MAX:
                 break
             kept.append(term)

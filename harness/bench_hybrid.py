@@ -80,7 +80,9 @@ def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, emb
           workdir: Path | None, log: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         d = Path(tmp) / "store"
-        asked = build_log(d, n, data)[:queries]
+        built = build_log(d, n, data)[:queries]
+        # build_log gives (question, evidence seqs) pairs (older versions: bare questions).
+        asked = [b[0] if isinstance(b, tuple) else b for b in built]
         lg = Log(d)
         index = Index(lg)
         t0 = time.perf_counter()

@@ -323,12 +323,29 @@ def test_context_and_neighbour_scores_match_their_definition() -> None:
     plain = unit @ q
     assert np.allclose(m.scores(q.astype(np.float32), 0.0, 0.0), plain, atol=1e-5)
     g = 0.5
-    blended = unit.copy()
+    z = plain - plain.mean()
+    ctx = z.copy()
     for row, prev in ((2, 0), (3, 2), (4, 1)):
-        v = unit[row] + g * unit[prev]
-        blended[row] = v / np.linalg.norm(v)
-    ctx = blended @ q
+        ctx[row] = z[row] + g * z[prev]
     assert np.allclose(m.scores(q.astype(np.float32), g, 0.0), ctx, atol=1e-5)
     b = 0.3
     best = [ctx[2], ctx[4], max(ctx[0], ctx[3]), ctx[2], ctx[1]]
     assert np.allclose(m.scores(q.astype(np.float32), g, b), ctx + b * np.array(best), atol=1e-5)
+
+
+def test_an_unrelated_neighbour_never_outranks_the_match() -> None:
+    """Embedding models give unrelated texts a high baseline cosine; context must not ride on it."""
+    import numpy as np
+
+    from retained import vectors
+    from retained.hybrid import CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT, _Matrix
+
+    rng = np.random.default_rng(9)
+    base = rng.standard_normal(384)
+    raw = [base * 2.0 + rng.standard_normal(384) for _ in range(6)]  # anisotropic: cosines near 0.8
+    m = _Matrix("m", 0)
+    m.extend([(i + 1, i + 1, f"h{i}", 384, vectors.pack(raw[i]), None) for i in range(6)])
+    for match in range(6):
+        q = raw[match] / np.linalg.norm(raw[match])
+        scores = m.scores(q.astype(np.float32), CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT)
+        assert int(np.argmax(scores)) == match

@@ -10,33 +10,42 @@ from hypothesis import strategies as st
 
 from retained import Store, limits, record
 from retained.errors import InvalidRecord
+from retained.guard import Guard
+
+# The guard removes <private> spans under every policy (tested in test_guard);
+# this property is about the log keeping what it is given, so such text is
+# left out and the secret policy is off.
+def _plain(s: str) -> bool:
+    return "private" not in s.lower()
 
 json_scalars = (
     st.none()
     | st.booleans()
     | st.integers(min_value=limits.INT_MIN, max_value=limits.INT_MAX)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40)
+    | st.text(max_size=40).filter(_plain)
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8).filter(_plain), children, max_size=4),
     max_leaves=20,
 )
-field_names = st.text(min_size=1, max_size=12).filter(lambda k: k not in record.RESERVED_FIELDS | record.API_FIELDS)
+field_names = st.text(min_size=1, max_size=12).filter(
+    lambda k: k not in record.RESERVED_FIELDS | record.API_FIELDS and _plain(k)
+)
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
 @given(
-    text=st.text(max_size=300),
+    text=st.text(max_size=300).filter(_plain),
     fields=st.dictionaries(field_names, json_values, max_size=5),
-    scope=st.none() | st.text(min_size=1, max_size=20),
+    scope=st.none() | st.text(min_size=1, max_size=20).filter(_plain),
 )
 def test_any_valid_record_round_trips_byte_exact(text, fields, scope):
     with tempfile.TemporaryDirectory() as d:
-        store = Store(Path(d) / "s")
+        store = Store(Path(d) / "s", guard=Guard("off"))
         proof = store.write(text, fields=fields, scope=scope)
         (entry,) = store.get([proof["seq"]])
         rec = entry["record"]

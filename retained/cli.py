@@ -165,10 +165,35 @@ def cmd_search(args: argparse.Namespace) -> int:
         lines = [f"{r['score']:.2f} " + _record_text(r) for r in reply["results"]]
         left = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in reply["left_out"].items() if v)
         lines.append(f"({reply['returned']} of {reply['total_matches']} matches" + (f"; left out: {left})" if left else ")"))
+        if reply.get("mode"):
+            lines.append(f"(mode: {reply['mode']}" + (f"; {reply['mode_reason']})" if reply.get("mode_reason") else ")"))
         return "\n".join(lines)
 
     emit(args, reply, text)
     return 0
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        hybrid = store.hybrid
+        if hybrid.embedder is None:
+            raise UsageError(hybrid.off_reason or "embeddings are off: set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
+        if not args.backfill:
+            result = {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
+            emit(args, result, lambda: "\n".join(f"{k}: {v}" for k, v in {**result["counts"], **result["embedder"]}.items()))
+            return 0
+
+        def report(done: int, total: int) -> None:
+            progress(f"embedded {done}/{total} records")
+
+        result = hybrid.backfill(report)
+    emit(
+        args,
+        result,
+        lambda: f"embedded {result['embedded']} records with {result['model']}; {result['pending']} still without a vector"
+        + (f" ({result['error']})" if result.get("error") else ""),
+    )
+    return 1 if result["pending"] else 0
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
@@ -522,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", required=True, help="why the record is erased (kept in the redaction record)")
 
     _brief_arguments(command("brief", BRIEF_HELP, BRIEF_EXAMPLE, cmd_brief))
+
+    p = command("embed", "vectors for records that lack them (optional embeddings)", "retained embed --backfill", cmd_embed)
+    p.add_argument("--backfill", action="store_true", help="embed every record without a vector for the configured model (progress on stderr)")
 
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")

@@ -821,7 +821,9 @@ def main(
     from retained.settings import store_options
 
     try:
-        options = store_options()
+        # A long-lived server embeds new records on a background thread when
+        # embeddings are configured; the acknowledgement never waits for it.
+        options = {**store_options(), "follow_writes": True}
     except RetainedError as exc:
         print(f"retained: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ class Store:
         lock_wait_s: float = limits.LOCK_WAIT_S,
         guard: Any = None,
         embed_settings: Mapping[str, str] | None = None,
+        follow_writes: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.client = dict(client or DEFAULT_CLIENT)
@@ -44,12 +45,20 @@ class Store:
         # refuse. Built on first write: compiling its patterns costs more than
         # a read-only caller (the brief, search) should pay.
         self._guard = guard
+        # Embeddings are optional (retained/hybrid.py): the RETAINED_EMBED_*
+        # settings the edge passed; a long-lived process (the MCP server) sets
+        # follow_writes so new records get vectors on a background thread.
         self.embed_settings = dict(embed_settings or {})
+        self._follow = follow_writes
+        self._hybrid: Any = None
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s)
         self._index: Any = None  # the derived index (retained/index.py), opened on first use
 
     def close(self) -> None:
         self.log.close()
+        if self._hybrid is not None:
+            self._hybrid.close()
+            self._hybrid = None
         if self._index is not None:
             self._index.close()
             self._index = None
@@ -88,6 +97,8 @@ class Store:
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
         proof = self.log.append(content, client=client or self.client)
+        if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
+            self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         return {**proof, **notes} if notes else proof
 
     def write(
@@ -211,6 +222,9 @@ class Store:
             db = idx.connection()
             db.execute("PRAGMA secure_delete=ON")
             idx.rebuild()
+            from .hybrid import prune
+
+            prune(idx)  # a redacted line keeps its hash, so its vector must go by seq
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -299,11 +313,21 @@ class Store:
             from .index import Index
 
             empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
+            empty.update(mode="lexical", mode_reason="the store has no log yet")
             return empty
-        return self.index.search(
+        return self.hybrid.search(
             query, k=k, max_tokens=max_tokens, scope=scope,
             include_superseded=include_superseded, include_retracted=include_retracted,
         )
+
+    @property
+    def hybrid(self) -> Any:
+        """Vector search beside the index (retained/hybrid.py); lexical when embeddings are off."""
+        if self._hybrid is None:
+            from .hybrid import from_settings
+
+            self._hybrid = from_settings(self.index, self.embed_settings)
+        return self._hybrid
 
     def rebuild(self, progress: Any = None) -> dict[str, Any]:
         """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``."""
@@ -339,6 +363,13 @@ class Store:
         report["log"] = str(self.log.path)
         report["exists"] = self.log.exists()
         report["index"] = self._verify_index(report)
+        if self.embed_settings.get("RETAINED_EMBED_URL") or self.embed_settings.get("RETAINED_EMBED_MODEL"):
+            # Records without a current vector are reported, not failures: they
+            # are backfilled, and search says when it is lexical because of them.
+            try:
+                report["vectors"] = self.hybrid.verify()
+            except (RetainedError, sqlite3.Error) as exc:
+                report["vectors"] = {"error": str(exc)}
         return report
 
 

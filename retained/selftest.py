@@ -806,6 +806,48 @@ def check_index_damaged(ctx: Context) -> str:
     )
 
 
+def _dead_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def check_embedder_down(ctx: Context) -> str:
+    """With the embedder unreachable, writes land and search answers lexically, saying why."""
+    port = _dead_port()
+    settings = {"RETAINED_EMBED_URL": f"http://127.0.0.1:{port}/api/embed", "RETAINED_EMBED_MODEL": "selftest-model"}
+    try:
+        s = ctx.store(embed_settings=settings, follow_writes=True)
+    except TypeError:
+        raise NotAvailable("Store takes no embed_settings (embeddings are not wired into the store)") from None
+    need(s, "search", "search")
+    proofs = [s.write(f"epsilon record {i}") for i in range(5)]
+    for p in proofs:
+        check_proof(ctx.log_path, p)
+    ctx.fault("after_write")
+    found = s.search("epsilon", k=10)
+    if "mode" not in found:
+        raise NotAvailable("Store.search ignores embed_settings (its reply has no mode)")
+    expect(found["mode"] == "lexical", f"search with the embedder down answered in mode {found['mode']!r}")
+    reason = str(found.get("mode_reason") or "")
+    expect(bool(reason), "search fell back to lexical without saying why")
+    expect(found["total_matches"] == 5 and found["returned"] == 5, f"search found {found['returned']} of {found['total_matches']} matched, the log has 5")
+    returned, left, total = _accounting(found)
+    expect(returned + left == total, f"returned {returned} + left out {left} != matched {total}")
+    report = s.verify()
+    expect(report["ok"], f"verify with the embedder down: {len(report['findings'])} findings")
+    vectors = report.get("vectors") or {}
+    expect(vectors.get("missing") == 5, f"verify does not say that the 5 records lack vectors: {vectors.get('missing')!r}")
+    breaker = (found.get("vectors") or {}).get("breaker")
+    return (
+        f"embedder at 127.0.0.1:{port} unreachable: 5 writes acked, search answers lexically with 5/5 "
+        f"(breaker {breaker}; reason: {reason.split(':')[0]}), verify ok and reports 5 records without vectors"
+    )
+
+
 def _brief_function() -> Callable[..., Any]:
     try:
         from . import brief as brief_module
@@ -1156,6 +1198,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "search_hostile": check_search_hostile,
     "index_rebuild": check_index_rebuild,
     "index_damaged": check_index_damaged,
+    "embedder_down": check_embedder_down,
     "brief_accounting": check_brief_accounting,
     "brief_degraded": check_brief_degraded,
     "bad_input": check_bad_input,

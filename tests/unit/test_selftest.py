@@ -246,6 +246,27 @@ def test_index_damaged_fails_when_a_bad_index_file_stops_search():
     assert _fail("index_damaged", store_factory=Fragile).startswith("index_unavailable: index cannot be opened")
 
 
+def test_embedder_down_fails_when_search_hides_why_it_is_lexical():
+    class Silent(Store):
+        def search(self, query, **kw):
+            return {**super().search(query, **kw), "mode_reason": None}
+
+    assert "fell back to lexical without saying why" in _fail("embedder_down", store_factory=Silent)
+
+
+def test_embedder_down_fails_when_the_embedder_stops_search():
+    from retained.errors import EmbedUnavailable
+
+    class Dependent(Store):
+        def search(self, query, **kw):
+            found = super().search(query, **kw)
+            if found.get("mode") == "lexical" and self.embed_settings:
+                raise EmbedUnavailable("cannot connect to the embedder")
+            return found
+
+    assert _fail("embedder_down", store_factory=Dependent) == "embed_unavailable: cannot connect to the embedder"
+
+
 def test_supersede_fails_when_search_shows_the_superseded_record():
     class ShowsAll(Store):
         def search(self, query, **kw):

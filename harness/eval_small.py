@@ -6,13 +6,17 @@ words. A lexical search should find the first six; the paraphrases show what
 only meaning-based retrieval (embeddings) can find.
 
     python -m harness eval            # with the larger eval, when present
-    python harness/eval_small.py --json
+    python -m harness eval small --json
+
+RETAINED_EMBED_URL and RETAINED_EMBED_MODEL (and the other RETAINED_EMBED_*
+settings) make it embed the memories and search in hybrid mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from typing import Any
@@ -60,17 +64,29 @@ def _seq(entry: dict[str, Any]) -> int | None:
     return record.get("seq") if isinstance(record, dict) else None
 
 
-def run(k: int = 3) -> dict[str, Any]:
-    """Write the memories into a temporary store, ask every question, count the hits."""
+def run(k: int = 3, embed_settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write the memories into a temporary store, ask every question, count the hits.
+
+    With ``embed_settings`` (the RETAINED_EMBED_* variables) the store embeds
+    the memories first and searches in hybrid mode when the embedder answers.
+    """
     from retained.store import Store
 
     rows = []
     mode = None
-    with tempfile.TemporaryDirectory(prefix="retained-eval-small-") as directory, Store(directory) as store:
+    settings = dict(embed_settings or {})
+    with (
+        tempfile.TemporaryDirectory(prefix="retained-eval-small-") as directory,
+        Store(directory, embed_settings=settings) as store,
+    ):
         seqs = [store.write(text)["seq"] for text in MEMORIES]
+        if settings:
+            store.hybrid.backfill()
         for question, want, group in QUESTIONS:
             reply = store.search(question, k=k)
             mode = mode or reply.get("mode")
+            if reply.get("mode_reason"):
+                mode = f"{reply.get('mode')} ({reply['mode_reason']})"
             ranked = [_seq(entry) for entry in reply.get("results", [])]
             rank = ranked.index(seqs[want]) + 1 if seqs[want] in ranked else None
             rows.append({"question": question, "group": group, "rank": rank, "returned": len(ranked)})
@@ -89,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = parser.parse_known_args(argv)
+    embed = {key: value for key, value in os.environ.items() if key.startswith("RETAINED_EMBED_")}
     try:
-        result = run()
+        result = run(embed_settings=embed)
     except ImportError as exc:
         print(f"eval_small: skipped, retained's Store.search is not importable ({exc})", file=sys.stderr)
         return 0

@@ -147,7 +147,7 @@ def test_restart_fails_when_an_acknowledged_line_is_lost_after_the_kill():
         ctx.log_path.write_bytes(b"".join(lines[:-1]))
 
     detail = _fail("restart", faults={"restart.after_kill": lose_last})
-    assert "killed with 10 acks" in detail and "no record with seq 10" in detail
+    assert "killed with 10 acks" in detail and "no record with seq 11" in detail
 
 
 def test_concurrent_writers_fails_when_a_write_is_dropped():

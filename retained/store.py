@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import chain, limits, record
-from .errors import InvalidRecord, NotFound, RetainedError
+from .errors import InvalidRecord, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 
 DEFAULT_CLIENT = {"name": "retained", "version": "0.1.0"}
@@ -80,7 +80,22 @@ class Store:
         return self._guard
 
     def _guarded(self, content: record.Content) -> tuple[record.Content, dict[str, Any]]:
-        """Apply the write guard; returns the content to store and what the reply should say."""
+        """Apply the write guard; returns the content to store and what the reply should say.
+
+        A record already over the size limit is refused first: scanning 16 MiB
+        for secrets only to refuse it afterwards would cost seconds.
+        """
+        try:
+            size = len(record.canonical(content.fields))
+        except TypeError:
+            size = 0  # left to seal(), which names the bad field
+        if size > self.log.record_bytes_max:
+            raise RecordTooLarge(
+                f"record is at least {size} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "
+                "split it or raise record_bytes_max; nothing was written",
+                observed=size,
+                expected=self.log.record_bytes_max,
+            )
         result = self.guard.apply(content.fields)
         notes: dict[str, Any] = {}
         if result.private_spans_removed:
@@ -257,6 +272,12 @@ class Store:
         """Newest records first, with how many more match (I2)."""
         if type(limit) is not int or limit < 0:
             raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        if self.log.exists():
+            try:
+                # The index counts and orders without reading the whole log.
+                return self.index.recent(limit, kind=kind, scope=scope)
+            except (RetainedError, sqlite3.Error, OSError):
+                pass  # an unusable index: the log alone answers, more slowly
         out: list[dict[str, Any]] = []
         matched = 0
         for line in self.log.scan_reverse():
@@ -358,7 +379,7 @@ class Store:
 
     def verify(self) -> dict[str, Any]:
         """Walk the whole chain and report every finding (memory flat in log size)."""
-        report = chain.walk(self.log.scan(), self.log.path.name).to_dict()
+        report = chain.verify_file(self.log).to_dict()
         report["quarantined"] = self.log.quarantined()
         report["log"] = str(self.log.path)
         report["exists"] = self.log.exists()

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # harness/ is a top-level folder, not part of the installed package
-
 from harness import logcheck
+
+ROOT = Path(__file__).resolve().parents[2]
 
 VECTORS = next((p for p in (ROOT.parent / "shared" / "vectors", ROOT / "shared" / "vectors") if p.is_dir()), None)
 pytestmark = pytest.mark.skipif(VECTORS is None, reason="the shared vectors are not beside the repository")

@@ -15,13 +15,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # harness/ is a top-level folder, not part of the installed package
-
 from harness.adapters.retained import RetainedAdapter
 from harness.probes import FAIL, PASS, PROBES, Context, Outcome
 from harness.runner import run_all, run_probe
 
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "harness_fixtures"
 JOBS = 2
 

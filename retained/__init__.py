@@ -2,24 +2,15 @@
 
 An append-only, hash-chained JSONL log is the store of record; everything else
 (the search index, vectors, the brief) is derived from it. Importing this
-package never imports ``mcp``.
+package never imports ``mcp``, and imports nothing else until a name is used:
+the session-start brief imports only the modules it needs.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from typing import TYPE_CHECKING, Any
 
-from .errors import (  # noqa: E402
-    InvalidRecord,
-    LockTimeout,
-    NotFound,
-    ReadBackMismatch,
-    RecordTooLarge,
-    ReservedField,
-    RetainedError,
-    WriteFailed,
-)
-from .store import Store  # noqa: E402
+__version__ = "0.1.0"
 
 __all__ = [
     "InvalidRecord",
@@ -33,3 +24,30 @@ __all__ = [
     "WriteFailed",
     "__version__",
 ]
+
+if TYPE_CHECKING:
+    from .errors import (
+        InvalidRecord,
+        LockTimeout,
+        NotFound,
+        ReadBackMismatch,
+        RecordTooLarge,
+        ReservedField,
+        RetainedError,
+        WriteFailed,
+    )
+    from .store import Store
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: ``from retained import Store`` works as ever, but only loads
+    # the storage core when someone asks for it.
+    if name == "Store":
+        from .store import Store
+
+        return Store
+    if name in __all__:
+        from . import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'retained' has no attribute {name!r}")

@@ -13,12 +13,15 @@ rule (link to the last *valid* record) is accepted as well.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from array import array
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import record
-from .log import Line
+from .log import Line, Log
 
 _PROBLEM_KINDS = {
     "not JSON": "not_json",
@@ -70,97 +73,348 @@ class ChainReport:
 
 def walk(lines: Iterable[Line], log_name: str = "log.jsonl") -> ChainReport:
     """Verify a sequence of lines (a whole log, oldest first)."""
-    report = ChainReport()
-    last_seq, last_hash = 0, record.ZERO_HASH
-    # Predecessors the next chained line may link to: the last valid record,
-    # plus any damaged lines after it that still claim a seq and hash.
-    candidates: list[tuple[int, str]] = [(0, record.ZERO_HASH)]
-    # Targets named by redaction records: each must be redacted by the end,
-    # or an erasure was interrupted (running it again finishes it).
-    redaction_targets: dict[int, int] = {}
-    RECORD = record.RECORD
+    linker = _Linker(log_name)
+    add = linker.add
+    RECORD, REDACTION = record.RECORD, "redaction"
     for line in lines:
-        report.bytes = line.offset + len(line.raw)
-        if line.status == RECORD and line.seq == last_seq + 1 and line.record["prev"] == last_hash:
+        rec = line.record
+        redacts = None
+        prev = None
+        if line.status == RECORD or line.status == record.REDACTED:
+            prev = rec["prev"]
+            if line.status == RECORD and rec.get("kind") == REDACTION and type(rec.get("redacts")) is int:
+                redacts = rec["redacts"]
+        add(line.offset, len(line.raw), line.status, line.seq, line.hash, prev, line.problem, redacts)
+    return linker.finish()
+
+
+class _Linker:
+    """The sequential half of the walk: links classified lines in file order.
+
+    Fed one line at a time (``add``) or, for a run of records already known
+    to link one to the next, its first line and then the rest in one step
+    (``extend``). Both feeds give the same report line for line.
+    """
+
+    def __init__(self, log_name: str) -> None:
+        self.log_name = log_name
+        self.report = ChainReport()
+        self.last_seq, self.last_hash = 0, record.ZERO_HASH
+        # Predecessors the next chained line may link to: the last valid record,
+        # plus any damaged lines after it that still claim a seq and hash.
+        self.candidates: list[tuple[int, str]] = [(0, record.ZERO_HASH)]
+        # Targets named by redaction records: each must be redacted by the end,
+        # or an erasure was interrupted (running it again finishes it).
+        self.redaction_targets: dict[int, int] = {}
+
+    def add(
+        self,
+        offset: int,
+        length: int,
+        status: str,
+        seq: int | None,
+        h: str | None,
+        prev: str | None,
+        problem: str | None,
+        redacts: int | None,
+    ) -> None:
+        """One line: ``prev`` is the record's for a chained line; ``redacts``
+        the target of a redaction record (a record, not a redacted line)."""
+        report = self.report
+        report.bytes = offset + length
+        if status == record.RECORD and seq == self.last_seq + 1 and prev == self.last_hash:
             # The common case, decided without building anything.
             report.records += 1
-            rec = line.record
-            if rec.get("kind") == "redaction" and type(rec.get("redacts")) is int:
-                redaction_targets[rec["redacts"]] = line.seq
-            last_seq, last_hash = line.seq, line.hash
-            candidates = [(last_seq, last_hash)]
-            continue
-        where = f"{log_name} byte {line.offset}"
-        if line.status == record.TORN:
+            if redacts is not None:
+                self.redaction_targets[redacts] = seq
+            self.last_seq, self.last_hash = seq, h  # type: ignore[assignment]
+            self.candidates = [(seq, h)]  # type: ignore[list-item]
+            return
+        where = f"{self.log_name} byte {offset}"
+        if status == record.TORN:
             report.torn_tail = {
-                "offset": line.offset,
-                "bytes": line.length,
+                "offset": offset,
+                "bytes": length,
                 "note": "unterminated last line: never acknowledged; the next append sets it aside, then truncates",
             }
-            continue
-        if line.status == record.FOREIGN:
-            report.foreign.append(line.offset)
-            continue
-        if line.status == record.DAMAGED:
+            return
+        if status == record.FOREIGN:
+            report.foreign.append(offset)
+            return
+        if status == record.DAMAGED:
             report.damaged += 1
-            kind = _PROBLEM_KINDS.get(line.problem or "", "damaged_line")
-            label = f"seq {line.seq}" if line.seq is not None else "a line"
+            kind = _PROBLEM_KINDS.get(problem or "", "damaged_line")
+            label = f"seq {seq}" if seq is not None else "a line"
             report.findings.append(
                 {
                     "kind": kind,
-                    "seq": line.seq,
-                    "offset": line.offset,
-                    "message": f"{label} ({where}): {line.problem}; the line is kept in place and skipped by the chain",
+                    "seq": seq,
+                    "offset": offset,
+                    "message": f"{label} ({where}): {problem}; the line is kept in place and skipped by the chain",
                 }
             )
-            if line.seq is not None and line.hash is not None:
-                candidates.append((line.seq, line.hash))
-            continue
-        assert line.seq is not None and line.hash is not None
-        rec = line.record
-        prev = rec["prev"]
-        if not any(seq + 1 == line.seq and h == prev for seq, h in candidates):
+            if seq is not None and h is not None:
+                self.candidates.append((seq, h))
+            return
+        assert seq is not None and h is not None
+        last_seq, last_hash = self.last_seq, self.last_hash
+        if not any(s + 1 == seq and c == prev for s, c in self.candidates):
             problems = []
-            if prev != last_hash and not any(h == prev for _, h in candidates):
+            if prev != last_hash and not any(c == prev for _, c in self.candidates):
                 problems.append(
                     f"prev is {_short(prev)}, expected {_short(last_hash)} (hash of seq {last_seq})"
                     if last_seq
                     else f"prev is {_short(prev)}, expected 64 zeros (the first record)"
                 )
-            if line.seq != last_seq + 1:
-                if line.seq > last_seq + 1:
-                    problems.append(f"seq jumps from {last_seq} to {line.seq}")
+            if seq != last_seq + 1:
+                if seq > last_seq + 1:
+                    problems.append(f"seq jumps from {last_seq} to {seq}")
                 else:
-                    problems.append(f"seq {line.seq} follows seq {last_seq} (out of order or repeated)")
+                    problems.append(f"seq {seq} follows seq {last_seq} (out of order or repeated)")
             kind = "prev_mismatch" if problems and problems[0].startswith("prev") else "seq_gap"
             report.findings.append(
                 {
                     "kind": kind,
-                    "seq": line.seq,
-                    "offset": line.offset,
+                    "seq": seq,
+                    "offset": offset,
                     "expected": last_hash,
                     "observed": prev,
-                    "message": f"chain broken at seq {line.seq} ({where}): " + "; ".join(problems or ["does not link"]),
+                    "message": f"chain broken at seq {seq} ({where}): " + "; ".join(problems or ["does not link"]),
                 }
             )
         report.records += 1
-        if line.status == record.RECORD and rec.get("kind") == "redaction" and type(rec.get("redacts")) is int:
-            redaction_targets[rec["redacts"]] = line.seq
-        if line.status == record.REDACTED:
-            report.redacted.append(line.seq)
-        last_seq, last_hash = line.seq, line.hash
-        candidates = [(last_seq, last_hash)]
-    report.head_seq, report.head_hash = last_seq, last_hash
-    done = set(report.redacted)
-    for target, by in sorted(redaction_targets.items()):
-        if target not in done:
-            report.findings.append(
-                {
-                    "kind": "redaction_pending",
-                    "seq": target,
-                    "offset": None,
-                    "message": f"seq {by} records the erasure of seq {target}, but seq {target} still holds its content; "
-                    f"run `retained redact {target} --reason ...` again to finish it",
-                }
-            )
-    return report
+        if redacts is not None:
+            self.redaction_targets[redacts] = seq
+        if status == record.REDACTED:
+            report.redacted.append(seq)
+        self.last_seq, self.last_hash = seq, h
+        self.candidates = [(seq, h)]
+
+    def extend(self, count: int, last_seq: int, last_hash: str, end: int, redactions: list[tuple[int, int]]) -> None:
+        """``count`` more records after the last one added, each linking to the one before.
+
+        Every one of them takes ``add``'s common case, so only the totals
+        change; ``redactions`` is ``(target, seq)`` for the run, in file order.
+        """
+        assert last_seq == self.last_seq + count
+        self.report.records += count
+        for target, by in redactions:
+            self.redaction_targets[target] = by
+        self.last_seq, self.last_hash = last_seq, last_hash
+        self.candidates = [(last_seq, last_hash)]
+        self.report.bytes = end
+
+    def finish(self) -> ChainReport:
+        report = self.report
+        report.head_seq, report.head_hash = self.last_seq, self.last_hash
+        done = set(report.redacted)
+        for target, by in sorted(self.redaction_targets.items()):
+            if target not in done:
+                report.findings.append(
+                    {
+                        "kind": "redaction_pending",
+                        "seq": target,
+                        "offset": None,
+                        "message": f"seq {by} records the erasure of seq {target}, but seq {target} still holds its content; "
+                        f"run `retained redact {target} --reason ...` again to finish it",
+                    }
+                )
+        return report
+
+
+# -- the whole file, classified in parallel ----------------------------------
+#
+# Classifying a line (parse, canonical bytes, content digest, chain hash) needs
+# nothing but the line, so byte ranges of the file are classified in worker
+# processes; only the linking (seq, prev) is sequential, and runs in the
+# caller. A worker returns compact items, not records:
+#
+#   (_RUN, offset, seq, prev, count, lengths, hashes, redactions, end)
+#       ``count`` records from ``offset`` on, each linking to the one before;
+#       ``lengths`` their line lengths (array "Q" bytes), ``hashes`` their
+#       hashes concatenated (64 characters each), ``redactions`` the
+#       ``(target, seq)`` of the redaction records among them.
+#   (_LINE, offset, length, status, seq, hash, prev, problem, None)
+#       any other line (redacted, foreign, damaged, torn), as ``_Linker.add``
+#       takes it.
+
+_RUN = 0
+_LINE = 1
+
+# Ranges of at most this many bytes, one task each: large enough that a range
+# costs far more than handing it over, small enough that the ranges in flight
+# (two per worker) stay a few MiB each.
+RANGE_BYTES = 8 * 1024 * 1024
+# Below this log size the walk classifies in its own process: starting workers
+# (tens of ms each, more under spawn) would cost more than they save.
+PARALLEL_MIN_BYTES = 8 * 1024 * 1024
+
+
+def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
+    """Classify the lines in ``[start, stop)`` of the file at ``path`` (a worker's task).
+
+    ``start`` is a line boundary; so is ``stop`` unless it is the end of the
+    scan, where bytes after the last newline are a torn tail.
+    """
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(stop - start)
+    classify = record.classify
+    RECORD, REDACTED = record.RECORD, record.REDACTED
+    items: list[tuple[Any, ...]] = []
+    run_offset = run_seq = run_count = 0
+    run_prev = ""
+    last_seq, last_hash = -1, ""
+    lengths = array("Q")
+    hashes: list[str] = []
+    redactions: list[tuple[int, int]] = []
+
+    def close_run(end: int) -> None:
+        items.append((_RUN, run_offset, run_seq, run_prev, run_count, lengths.tobytes(), "".join(hashes), redactions, end))
+
+    i, size = 0, len(data)
+    while i < size:
+        nl = data.find(b"\n", i)
+        if nl == -1:
+            if run_count:
+                close_run(start + i)
+                run_count = 0
+            items.append((_LINE, start + i, size - i, record.TORN, None, None, None, "unterminated last line", None))
+            break
+        status, obj, seq, h, problem = classify(data[i:nl])
+        length = nl + 1 - i
+        if status == RECORD:
+            prev = obj["prev"]
+            if not (run_count and seq == last_seq + 1 and prev == last_hash):
+                if run_count:
+                    close_run(start + i)
+                run_offset, run_seq, run_prev, run_count = start + i, seq, prev, 0
+                lengths, hashes, redactions = array("Q"), [], []
+            run_count += 1
+            lengths.append(length)
+            hashes.append(h)
+            if obj.get("kind") == "redaction" and type(obj.get("redacts")) is int:
+                redactions.append((obj["redacts"], seq))
+            last_seq, last_hash = seq, h
+        else:
+            if run_count:
+                close_run(start + i)
+                run_count = 0
+            prev = obj["prev"] if status == REDACTED else None
+            items.append((_LINE, start + i, length, status, seq, h, prev, problem, None))
+        i = nl + 1
+    if run_count:
+        close_run(start + i)
+    return items
+
+
+def _range_bounds(f: Any, size: int, range_bytes: int) -> list[int]:
+    """Offsets that cut ``[0, size)`` into ranges of about ``range_bytes``, each at a line start."""
+    bounds = [0]
+    cut = range_bytes
+    while cut < size:
+        # The first line boundary at or after `cut`: just past the next newline
+        # at or after cut - 1. Reads grow, as a line may be longer than a chunk.
+        pos, chunk = cut - 1, 64 * 1024
+        found = -1
+        while pos < size:
+            f.seek(pos)
+            data = f.read(min(chunk, size - pos))
+            if not data:
+                break
+            nl = data.find(b"\n")
+            if nl >= 0:
+                found = pos + nl + 1
+                break
+            pos += len(data)
+            chunk *= 2
+        if found < 0 or found >= size:
+            break
+        if found > bounds[-1]:
+            bounds.append(found)
+        cut = max(found, cut) + range_bytes
+    bounds.append(size)
+    return bounds
+
+
+def _classified(
+    path: str, bounds: list[int], workers: int, parallel: bool, mp_context: Any
+) -> Iterator[list[tuple[Any, ...]]]:
+    """Each range's items, in file order; at most ``2 * workers`` ranges in flight."""
+    ranges = list(zip(bounds, bounds[1:]))
+    done = 0
+    if parallel and len(ranges) > 1:
+        # Imported here: multiprocessing costs the read-only paths (the brief)
+        # more than they can spend.
+        import multiprocessing
+        import threading
+        from concurrent.futures import Future, ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        if mp_context is None:
+            mp_context = multiprocessing.get_context()
+            if mp_context.get_start_method() == "fork" and threading.active_count() > 1:
+                # A forked child keeps only the forking thread, and a lock
+                # another thread held at that moment stays held in the child
+                # forever; a server calling verify from a thread spawns.
+                mp_context = multiprocessing.get_context("spawn")
+        try:
+            with ProcessPoolExecutor(max_workers=min(workers, len(ranges)), mp_context=mp_context) as pool:
+                pending: deque[Future[list[tuple[Any, ...]]]] = deque()
+                for start, stop in ranges:
+                    pending.append(pool.submit(_classify_range, path, start, stop))
+                    if len(pending) >= 2 * workers:
+                        yield pending.popleft().result()
+                        done += 1
+                while pending:
+                    yield pending.popleft().result()
+                    done += 1
+        except (BrokenProcessPool, OSError, NotImplementedError):
+            # No worker processes here (a sandbox without semaphores, a
+            # killed worker): the ranges not yet linked are classified in
+            # this process, which gives the same items.
+            pass
+    for start, stop in ranges[done:]:
+        yield _classify_range(path, start, stop)
+
+
+def verify_file(
+    log: Log,
+    *,
+    workers: int | None = None,
+    range_bytes: int = RANGE_BYTES,
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    mp_context: Any = None,
+) -> ChainReport:
+    """The report ``walk(log.scan())`` gives, with lines classified in worker processes.
+
+    The file is cut at line starts into ranges of at most ``range_bytes``
+    (fewer, larger ones never exceed it; at least one per worker), read up
+    to its size when the walk begins. Ranges are classified in ``workers``
+    processes (default: one per CPU) and linked here in file order; memory
+    holds the ranges in flight, not the log. A log under
+    ``parallel_min_bytes``, or one CPU, is classified in this process, where
+    starting processes would cost more than it saves. ``mp_context`` is a
+    ``multiprocessing`` context (fork, spawn, forkserver); None takes the
+    platform's default.
+    """
+    linker = _Linker(log.path.name)
+    f = log._open_read()
+    if f is None:
+        return linker.finish()
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+        parallel = workers > 1 and size >= parallel_min_bytes
+        per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
+        bounds = _range_bounds(f, size, max(1, per_range))
+    for items in _classified(str(log.path), bounds, workers, parallel, mp_context):
+        for item in items:
+            if item[0] == _RUN:
+                _, offset, seq, prev, count, lengths, hashes, redactions, end = item
+                first = array("Q", lengths[:8])[0]
+                linker.add(offset, first, record.RECORD, seq, hashes[:64], prev, None, None)
+                linker.extend(count - 1, seq + count - 1, hashes[-64:], end, redactions)
+            else:
+                linker.add(*item[1:])
+    return linker.finish()

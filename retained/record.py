@@ -40,7 +40,7 @@ STORE_KINDS = frozenset({"checkpoint", "retract", "redaction"})
 CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
 REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
 
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def canonical(obj: Any) -> bytes:
@@ -66,7 +66,17 @@ def chain_hash(cd: str, prev: str, seq: int) -> str:
 
 
 def is_hash(value: Any) -> bool:
-    return isinstance(value, str) and _HEX64.match(value) is not None
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
+def _link_hash(cd: str, prev: str, seq: int) -> str:
+    """``chain_hash`` for a ``cd`` and ``prev`` already known to be lowercase hex.
+
+    Hex needs no JSON escaping, so the canonical bytes of
+    ``{"cd", "prev", "seq"}`` can be written out directly: the same bytes
+    ``canonical`` gives (pinned by test_record), at a third of the cost.
+    """
+    return blake3.blake3(f'{{"cd":"{cd}","prev":"{prev}","seq":{seq}}}'.encode()).hexdigest()
 
 
 def utc_now() -> str:
@@ -317,6 +327,12 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
     Returns ``(status, parsed, seq, hash, problem)``. ``seq`` and ``hash`` are
     the values the line *claims* when it has chain fields, even if damaged, so
     that a verifier can localise damage to one record.
+
+    Checks in order: JSON, chain fields (``seq`` an integer from 1, ``prev``
+    and ``hash`` 64 lowercase hex digits), the redacted form, the hash
+    recomputes, the bytes are canonical; the first failure is the problem.
+    ``hash`` is matched against the hex pattern only when it does not
+    recompute: a value equal to a fresh hex digest is one.
     """
     try:
         obj = orjson.loads(content)
@@ -325,11 +341,11 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
     if not isinstance(obj, dict) or not (CHAIN_FIELDS & obj.keys()):
         return FOREIGN, obj, None, None, None
     seq, prev, h = obj.get("seq"), obj.get("prev"), obj.get("hash")
-    if type(seq) is not int or seq < 1 or not is_hash(prev) or not is_hash(h):
-        claimed_seq = seq if type(seq) is int else None
-        claimed_hash = h if is_hash(h) else None
-        return DAMAGED, obj, claimed_seq, claimed_hash, "chain fields missing or malformed"
+    if type(seq) is not int or seq < 1 or not is_hash(prev) or type(h) is not str:
+        return _malformed(obj, seq, h)
     if obj.get("redacted") is True:
+        if not is_hash(h):
+            return _malformed(obj, seq, h)
         if obj.keys() != REDACTED_FIELDS or not is_hash(obj.get("cd")):
             return DAMAGED, obj, seq, h, "redacted line has fields other than v, seq, prev, hash, cd, redacted"
         cd = obj["cd"]
@@ -337,8 +353,17 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
     else:
         cd = content_digest(obj)
         status = RECORD
-    if chain_hash(cd, prev, seq) != h:
+    # cd and prev are lowercase hex here (a fresh digest, or checked above).
+    if _link_hash(cd, prev, seq) != h:
+        if not is_hash(h):
+            return _malformed(obj, seq, h)
         return DAMAGED, obj, seq, h, "hash does not recompute"
     if canonical(obj) != content:
         return DAMAGED, obj, seq, h, "bytes are not canonical"
     return status, obj, seq, h, None
+
+
+def _malformed(obj: dict[str, Any], seq: Any, h: Any) -> tuple[str, Any, int | None, str | None, str | None]:
+    claimed_seq = seq if type(seq) is int else None
+    claimed_hash = h if is_hash(h) else None
+    return DAMAGED, obj, claimed_seq, claimed_hash, "chain fields missing or malformed"

@@ -1,0 +1,193 @@
+"""The parallel chain walk (chain.verify_file) reports exactly what chain.walk reports (L1, L2, L3).
+
+Logs are cut into tiny ranges so that every kind of damage lands on, just
+before, or just after a range boundary, and both process start methods are
+run for real.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from retained import chain, record
+from retained.log import Log
+
+from ..conftest import VECTORS
+
+CLIENT = {"name": "test", "version": "0"}
+TS = "2026-11-29T12:00:00.000000Z"
+# Range sizes in bytes: one line per range or less, a few lines, many lines.
+RANGE_SIZES = [1, 150, 333, 1000, 1 << 20]
+
+
+def _lines(n: int, redactions: dict[int, int] | None = None) -> list[bytes]:
+    """``n`` valid chained lines; ``redactions`` maps a seq to the seq its redaction record names."""
+    redactions = redactions or {}
+    out, prev = [], record.ZERO_HASH
+    for seq in range(1, n + 1):
+        if seq in redactions:
+            content = record.make_content(
+                text=None, kind="redaction", fields={"redacts": redactions[seq], "reason": "test"}, store_kind=True
+            )
+        else:
+            content = record.make_content(text=f"note {seq} " + "word " * (seq % 7), scope=f"s{seq % 3}")
+        sealed = record.seal(content, seq=seq, prev=prev, ts=TS, client=CLIENT)
+        out.append(sealed.line)
+        prev = sealed.hash
+    return out
+
+
+def _redact(line: bytes) -> bytes:
+    return record.canonical(record.redacted_form(orjson.loads(line))) + b"\n"
+
+
+def _flip(line: bytes) -> bytes:
+    i = line.index(b"note") + 1
+    return line[:i] + bytes([line[i] ^ 0x01]) + line[i + 1 :]
+
+
+def _walk_report(directory: Path) -> dict:
+    return chain.walk(Log(directory).scan()).to_dict()
+
+
+def _assert_same(directory: Path, **kw) -> dict:
+    want = _walk_report(directory)
+    for size in RANGE_SIZES:
+        got = chain.verify_file(Log(directory), range_bytes=size, **kw).to_dict()
+        assert got == want, f"range_bytes={size}"
+    return want
+
+
+def _write(directory: Path, lines: list[bytes]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "log.jsonl").write_bytes(b"".join(lines))
+    return directory
+
+
+# Each case damages a 12-line log (seq 6 is a redaction record naming seq 3).
+DAMAGE: dict[str, Callable[[list[bytes]], list[bytes]]] = {
+    "clean": lambda ls: ls[:2] + [_redact(ls[2])] + ls[3:],
+    "flipped_byte": lambda ls: ls[:4] + [_flip(ls[4])] + ls[5:],
+    "flipped_first_and_last": lambda ls: [_flip(ls[0])] + ls[1:-1] + [_flip(ls[-1])],
+    "deleted_line": lambda ls: ls[:4] + ls[5:],
+    "swapped_lines": lambda ls: ls[:4] + [ls[5], ls[4]] + ls[6:],
+    "repeated_line": lambda ls: ls[:5] + [ls[4]] + ls[5:],
+    "foreign_line": lambda ls: ls[:7] + [b'{"from":"another program"}\n', b"[1,2]\n"] + ls[7:],
+    "not_json": lambda ls: ls[:7] + [b"not json at all\n"] + ls[7:],
+    "non_canonical": lambda ls: ls[:2] + [ls[2].replace(b'","', b'", "', 1)] + ls[3:],
+    "malformed_prev": lambda ls: ls[:8] + [ls[8].replace(b'"prev":"', b'"prev":"G', 1)] + ls[9:],
+    "torn_tail": lambda ls: ls + [ls[0][:40]],
+    "redacted_line": lambda ls: ls[:2] + [_redact(ls[2])] + ls[3:],
+    "pending_redaction": lambda ls: ls,  # seq 6 names seq 3, which still holds its content
+    "redacted_then_damaged": lambda ls: ls[:2] + [_redact(ls[2]).replace(b'"redacted":true', b'"redacted":true,"x":1')] + ls[3:],
+    "everything": lambda ls: (
+        [ls[0], ls[1], _redact(ls[2]), _flip(ls[3])]
+        + [b'{"from":"another program"}\n', ls[5], ls[4]]
+        + ls[7:9]
+        + [b"garbage\n"]
+        + ls[10:]
+        + [b'{"seq":13,"prev":"' + b"0" * 64 + b'"}\n', ls[0][:33]]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_every_kind_of_damage_across_range_boundaries_gives_the_walk_report(tmp_path, case):
+    """L1/L2/L3: each finding, count and offset is the walk's, wherever the ranges cut."""
+    lines = DAMAGE[case](_lines(12, {6: 3}))
+    directory = _write(tmp_path / case, lines)
+    report = _assert_same(directory, workers=1)
+    if case == "pending_redaction":
+        assert [f["kind"] for f in report["findings"]] == ["redaction_pending"]
+    if case in ("clean", "redacted_line"):
+        assert report["ok"] and report["redacted"] == [3]
+
+
+@pytest.mark.skipif(not VECTORS.is_dir(), reason="shared/vectors not beside the repository")
+@pytest.mark.parametrize("name", sorted(p.name for p in VECTORS.glob("*.jsonl")) if VECTORS.is_dir() else [])
+def test_shared_vectors_give_the_walk_report_in_any_ranges(tmp_path, name):
+    """The shared vectors pin the format; the parallel walk agrees on each of them."""
+    shutil.copy(VECTORS / name, tmp_path / "log.jsonl")
+    _assert_same(tmp_path, workers=1)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_processes_under_each_start_method_give_the_walk_report(tmp_path, method):
+    """The ranges classified in real worker processes, linked here, match the walk."""
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    lines = DAMAGE["everything"](_lines(12, {6: 3})) + _lines(30)[20:]
+    directory = _write(tmp_path, lines)
+    want = _walk_report(directory)
+    got = chain.verify_file(
+        Log(directory), workers=2, range_bytes=700, parallel_min_bytes=0, mp_context=multiprocessing.get_context(method)
+    ).to_dict()
+    assert got == want
+    assert not got["ok"]
+
+
+def test_a_long_valid_log_in_many_ranges_is_one_clean_chain(tmp_path):
+    """L2/L3: runs linked across range boundaries leave no finding and the walk's head."""
+    lines = _lines(400, {50: 7, 300: 7})
+    lines[6] = _redact(lines[6])
+    directory = _write(tmp_path, lines)
+    want = _assert_same(directory, workers=1)
+    assert want["ok"] and want["records"] == 400 and want["redacted"] == [7]
+
+
+def test_missing_and_empty_logs_give_the_walk_report(tmp_path):
+    assert chain.verify_file(Log(tmp_path)).to_dict() == _walk_report(tmp_path)
+    _write(tmp_path, [])
+    assert chain.verify_file(Log(tmp_path)).to_dict() == _walk_report(tmp_path)
+
+
+def test_range_bounds_fall_on_line_starts_and_cover_the_file(tmp_path):
+    lines = _lines(40) + [b"x" * 5000 + b"\n"] + _lines(3)[:1] + [b"torn"]
+    directory = _write(tmp_path, lines)
+    data = (directory / "log.jsonl").read_bytes()
+    for size in (1, 64, 999, 4096, 1 << 20):
+        with open(directory / "log.jsonl", "rb") as f:
+            bounds = chain._range_bounds(f, len(data), size)
+        assert bounds[0] == 0 and bounds[-1] == len(data)
+        assert bounds == sorted(set(bounds))
+        assert all(b == 0 or data[b - 1 : b] == b"\n" for b in bounds[:-1])
+
+
+def test_link_hash_writes_the_canonical_bytes_chain_hash_hashes():
+    """The formatted link bytes are canonical({"cd", "prev", "seq"}) for hex inputs."""
+    for seq in (1, 9, 10, 12345, 2**63, 2**64 - 1):
+        cd, prev = "ab" * 32, "0f" * 32
+        assert record._link_hash(cd, prev, seq) == record.chain_hash(cd, prev, seq)
+
+
+@pytest.mark.parametrize(
+    "mutate, problem",
+    [
+        (lambda o: o.update(hash=o["hash"].upper()), "chain fields missing or malformed"),
+        (lambda o: o.update(hash=o["hash"][:-1]), "chain fields missing or malformed"),
+        (lambda o: o.update(hash=7), "chain fields missing or malformed"),
+        (lambda o: o.update(prev=o["prev"].upper()), "chain fields missing or malformed"),
+        (lambda o: o.update(seq=0), "chain fields missing or malformed"),
+        (lambda o: o.update(hash="e" * 64), "hash does not recompute"),
+    ],
+)
+def test_classify_still_names_malformed_chain_fields_before_a_hash_mismatch(mutate, problem):
+    """L1: dropping the hex pattern on a recomputed hash changes no classification."""
+    obj = orjson.loads(_lines(2)[1])
+    mutate(obj)
+    status, _, _, h, found = record.classify(record.canonical(obj))
+    assert (status, found) == (record.DAMAGED, problem)
+    assert h == (obj["hash"] if record.is_hash(obj["hash"]) else None)
+
+
+def test_classify_names_a_redacted_line_with_a_bad_hash_as_malformed():
+    red = record.redacted_form(orjson.loads(_lines(1)[0]))
+    red["hash"] = "Z" * 64
+    status, _, _, h, problem = record.classify(record.canonical(red))
+    assert (status, h, problem) == (record.DAMAGED, None, "chain fields missing or malformed")

@@ -8,14 +8,19 @@ Each measurement runs in a fresh child process so its peak RSS is its own:
   through the store), from no index;
 - ``verify``: ``Store.verify()``, what ``retained verify`` runs: the chain
   walk plus the two-way index check;
-- ``chain``: the chain walk alone (``chain.walk(Log.scan())``);
+- ``chain``: the chain walk alone in one process (``chain.walk(Log.scan())``);
+- ``chain_parallel``: the chain walk as ``verify`` runs it (``chain.verify_file``:
+  byte ranges classified in one worker process per CPU, linked in order);
+- ``verify_walk``: the previous ``Store.verify`` path, in the same run: the
+  one-process walk, then the same index check;
 - baselines in the same run: ``parse`` reads the log and ``orjson.loads``
   every line (the floor for anything that looks at each record), and
   ``import`` is a child that only imports retained (the RSS floor).
 
 Imports happen before the clock starts, as in a long-running process.
 
-Seconds and RSS come from a run without tracing; the Python heap peak from a
+CPU seconds include the worker processes (``RUSAGE_CHILDREN``), and RSS is the
+parent's and, separately, the largest worker's. Seconds and RSS come from a run without tracing; the Python heap peak from a
 second run under ``tracemalloc`` (slower, so its time is not reported).
 Targets (DESIGN): verify <= 1.5 s, rebuild <= 6 s at 100k; memory flat.
 
@@ -55,7 +60,10 @@ from retained.log import Log
 from retained.index import Index  # noqa: F401 - imported before the clock, as a running server has it
 if trace:
     tracemalloc.start()
-u0 = resource.getrusage(resource.RUSAGE_SELF)
+def cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+c0 = cpu()
 t0 = time.perf_counter()
 out = {}
 if op == "import":
@@ -70,6 +78,14 @@ elif op == "parse":
 elif op == "chain":
     r = chain.walk(Log(directory).scan())
     out["records"], out["findings"] = r.records, len(r.findings)
+elif op == "chain_parallel":
+    r = chain.verify_file(Log(directory))
+    out["records"], out["findings"] = r.records, len(r.findings)
+elif op == "verify_walk":
+    s = Store(directory)
+    r = chain.walk(s.log.scan(), s.log.path.name).to_dict()
+    r["index"] = s._verify_index(r)
+    out["records"], out["findings"] = r["records"], len(r["findings"])
 elif op == "verify":
     r = Store(directory).verify()
     out["records"], out["findings"] = r["records"], len(r["findings"])
@@ -77,9 +93,9 @@ elif op == "rebuild":
     r = Store(directory).rebuild()
     out["rebuild"] = {k: v for k, v in r.items() if isinstance(v, (int, float, str))}
 out["seconds"] = time.perf_counter() - t0
-u1 = resource.getrusage(resource.RUSAGE_SELF)
-out["cpu_seconds"] = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+out["cpu_seconds"] = cpu() - c0
 out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+out["worker_max_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 if trace:
     out["tracemalloc_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
 print(json.dumps(out))
@@ -115,7 +131,7 @@ def measure(op: str, directory: Path) -> dict[str, Any]:
     plain = _child(op, directory, False)
     traced = _child(op, directory, True)
     out = {"seconds": round(plain["seconds"], 3), "cpu_seconds": round(plain["cpu_seconds"], 3), "max_rss_mb": round(plain["max_rss_mb"], 1),
-           "tracemalloc_peak_mb": round(traced["tracemalloc_peak_mb"], 2)}
+           "worker_max_rss_mb": round(plain["worker_max_rss_mb"], 1), "tracemalloc_peak_mb": round(traced["tracemalloc_peak_mb"], 2)}
     for key in ("records", "findings", "lines"):
         if key in plain:
             out[key] = plain[key]
@@ -134,6 +150,7 @@ def bench(sizes: list[int], workdir: Path | None = None) -> dict[str, Any]:
             row: dict[str, Any] = {"records": n, "log_bytes": log_bytes, "generate_s": round(generate_s, 2)}
             row["parse_baseline"] = measure("parse", d)
             row["chain"] = measure("chain", d)
+            row["chain_parallel"] = measure("chain_parallel", d)
             try:
                 row["rebuild"] = measure("rebuild", d)
             except RuntimeError as exc:  # no index code in this tree: report verify only
@@ -141,17 +158,19 @@ def bench(sizes: list[int], workdir: Path | None = None) -> dict[str, Any]:
             for p in d.glob("index.sqlite3*"):
                 row.setdefault("index_bytes", 0)
                 row["index_bytes"] += p.stat().st_size
+            row["verify_walk"] = measure("verify_walk", d)
             row["verify"] = measure("verify", d)
             runs.append(row)
     big = runs[-1]
     verdict = {
         "verify_s": big["verify"]["seconds"], "verify_cpu_s": big["verify"]["cpu_seconds"], "verify_target_s": TARGET_S["verify"],
+        "verify_walk_s": big["verify_walk"]["seconds"], "verify_walk_cpu_s": big["verify_walk"]["cpu_seconds"],
         "rebuild_s": big["rebuild"].get("seconds"), "rebuild_cpu_s": big["rebuild"].get("cpu_seconds"),
         "rebuild_target_s": TARGET_S["rebuild"],
     }
     if len(runs) > 1:
         small = runs[0]
-        for op in ("chain", "verify", "rebuild"):
+        for op in ("chain", "chain_parallel", "verify", "rebuild"):
             if "tracemalloc_peak_mb" in small[op] and "tracemalloc_peak_mb" in big[op]:
                 verdict[f"{op}_heap_peak_growth"] = round(big[op]["tracemalloc_peak_mb"] / max(small[op]["tracemalloc_peak_mb"], 1e-6), 2)
                 verdict[f"{op}_rss_growth"] = round(big[op]["max_rss_mb"] / small[op]["max_rss_mb"], 2)
@@ -184,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for row in r["runs"]:
             parts = [f"{row['records']:>7} records ({row['log_bytes'] / 1e6:.1f} MB):"]
-            for op in ("parse_baseline", "chain", "verify", "rebuild"):
+            for op in ("parse_baseline", "chain", "chain_parallel", "verify_walk", "verify", "rebuild"):
                 m = row[op]
                 if "seconds" in m:
                     parts.append(f"{op} {m['seconds']:.2f} s (cpu {m['cpu_seconds']:.2f} s) rss {m['max_rss_mb']:.0f} MB heap {m['tracemalloc_peak_mb']:.1f} MB;")
@@ -192,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                     parts.append(f"{op} unavailable;")
             print(" ".join(parts))
         s = r["summary"]
-        print(f"targets at {r['runs'][-1]['records']}: verify {s['verify_s']} s (<= {s['verify_target_s']}), "
+        print(f"targets at {r['runs'][-1]['records']}: verify {s['verify_s']} s, cpu {s['verify_cpu_s']} s (<= {s['verify_target_s']} s; "
+              f"previous path {s['verify_walk_s']} s, cpu {s['verify_walk_cpu_s']} s), "
               f"rebuild {s['rebuild_s']} s (<= {s['rebuild_target_s']}); load average {r['loadavg']}")
     return 0
 

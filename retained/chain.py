@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from . import record
@@ -248,6 +249,9 @@ RANGE_BYTES = 8 * 1024 * 1024
 # Below this log size the walk classifies in its own process: starting workers
 # (tens of ms each, more under spawn) would cost more than they save.
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
+# Log bytes whose ranges may be classified ahead of the linking: their items
+# are about a tenth of their size, so this bounds memory whatever the log's size.
+IN_FLIGHT_BYTES = 64 * 1024 * 1024
 
 
 def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
@@ -338,42 +342,72 @@ def _range_bounds(f: Any, size: int, range_bytes: int) -> list[int]:
 
 
 def _classified(
-    path: str, bounds: list[int], workers: int, parallel: bool, mp_context: Any
+    path: str, bounds: list[int], workers: int, parallel: bool, mp_context: Any, meanwhile: Callable[[], Any] | None
 ) -> Iterator[list[tuple[Any, ...]]]:
-    """Each range's items, in file order; at most ``2 * workers`` ranges in flight."""
-    ranges = list(zip(bounds, bounds[1:]))
-    done = 0
-    if parallel and len(ranges) > 1:
-        # Imported here: multiprocessing costs the read-only paths (the brief)
-        # more than they can spend.
-        import multiprocessing
-        import threading
-        from concurrent.futures import Future, ProcessPoolExecutor
-        from concurrent.futures.process import BrokenProcessPool
+    """Each range's items, in file order; ``meanwhile()`` runs once the workers have their first ranges.
 
-        if mp_context is None:
-            mp_context = multiprocessing.get_context()
-            if mp_context.get_start_method() == "fork" and threading.active_count() > 1:
-                # A forked child keeps only the forking thread, and a lock
-                # another thread held at that moment stays held in the child
-                # forever; a server calling verify from a thread spawns.
-                mp_context = multiprocessing.get_context("spawn")
+    Ranges in flight are bounded by ``IN_FLIGHT_BYTES`` of log (and at least
+    one per worker), so memory stays flat in the log's size.
+    """
+    ranges = list(pairwise(bounds))
+    done = 0
+    if not (parallel and len(ranges) > 1):
+        if meanwhile is not None:
+            meanwhile()
+        for start, stop in ranges:
+            yield _classify_range(path, start, stop)
+        return
+    # Imported here: multiprocessing costs the read-only paths (the brief)
+    # more than they can spend.
+    import multiprocessing
+    import threading
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    if mp_context is None:
+        mp_context = multiprocessing.get_context()
+        if mp_context.get_start_method() == "fork" and threading.active_count() > 1:
+            # A forked child keeps only the forking thread, and a lock another
+            # thread held at that moment stays held in the child forever; a
+            # server calling verify from a thread spawns.
+            mp_context = multiprocessing.get_context("spawn")
+    pending: deque[tuple[Future[list[tuple[Any, ...]]], int]] = deque()
+    pool = None
+    submitted = in_flight = 0
+
+    def top_up() -> None:
+        nonlocal submitted, in_flight
+        while submitted < len(ranges) and (len(pending) < workers or in_flight < IN_FLIGHT_BYTES):
+            start, stop = ranges[submitted]
+            assert pool is not None
+            pending.append((pool.submit(_classify_range, path, start, stop), stop - start))
+            submitted += 1
+            in_flight += stop - start
+
+    try:
         try:
-            with ProcessPoolExecutor(max_workers=min(workers, len(ranges)), mp_context=mp_context) as pool:
-                pending: deque[Future[list[tuple[Any, ...]]]] = deque()
-                for start, stop in ranges:
-                    pending.append(pool.submit(_classify_range, path, start, stop))
-                    if len(pending) >= 2 * workers:
-                        yield pending.popleft().result()
-                        done += 1
-                while pending:
-                    yield pending.popleft().result()
-                    done += 1
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(ranges)), mp_context=mp_context)
+            top_up()
         except (BrokenProcessPool, OSError, NotImplementedError):
-            # No worker processes here (a sandbox without semaphores, a
-            # killed worker): the ranges not yet linked are classified in
-            # this process, which gives the same items.
+            pending.clear()  # no worker processes here: classified below, in this process
+        if meanwhile is not None:
+            meanwhile()
+        try:
+            while pending:
+                future, nbytes = pending.popleft()
+                items = future.result()
+                in_flight -= nbytes
+                top_up()
+                yield items
+                done += 1
+        except (BrokenProcessPool, OSError, NotImplementedError):
+            # A worker died, or a sandbox forbids what the pool needs: the
+            # ranges not yet linked are classified in this process, which
+            # gives the same items (an error reading the log recurs there).
             pass
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     for start, stop in ranges[done:]:
         yield _classify_range(path, start, stop)
 
@@ -385,6 +419,7 @@ def verify_file(
     range_bytes: int = RANGE_BYTES,
     parallel_min_bytes: int = PARALLEL_MIN_BYTES,
     mp_context: Any = None,
+    meanwhile: Callable[[], Any] | None = None,
 ) -> ChainReport:
     """The report ``walk(log.scan())`` gives, with lines classified in worker processes.
 
@@ -396,11 +431,16 @@ def verify_file(
     ``parallel_min_bytes``, or one CPU, is classified in this process, where
     starting processes would cost more than it saves. ``mp_context`` is a
     ``multiprocessing`` context (fork, spawn, forkserver); None takes the
-    platform's default.
+    platform's default (spawn instead of fork when this process runs other
+    threads). ``meanwhile()``, if given, is called once in this process
+    while the workers classify (``Store.verify`` checks the index then); it
+    is called before classifying when there are no workers.
     """
     linker = _Linker(log.path.name)
     f = log._open_read()
     if f is None:
+        if meanwhile is not None:
+            meanwhile()
         return linker.finish()
     with f:
         size = os.fstat(f.fileno()).st_size
@@ -408,7 +448,7 @@ def verify_file(
         parallel = workers > 1 and size >= parallel_min_bytes
         per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
         bounds = _range_bounds(f, size, max(1, per_range))
-    for items in _classified(str(log.path), bounds, workers, parallel, mp_context):
+    for items in _classified(str(log.path), bounds, workers, parallel, mp_context, meanwhile):
         for item in items:
             if item[0] == _RUN:
                 _, offset, seq, prev, count, lengths, hashes, redactions, end = item

@@ -141,6 +141,44 @@ def test_a_long_valid_log_in_many_ranges_is_one_clean_chain(tmp_path):
     assert want["ok"] and want["records"] == 400 and want["redacted"] == [7]
 
 
+@pytest.mark.parametrize("workers, parallel_min_bytes", [(1, 0), (2, 0), (2, 1 << 30)])
+def test_meanwhile_runs_once_whichever_way_the_log_is_classified(tmp_path, workers, parallel_min_bytes):
+    """Store.verify checks the index in ``meanwhile``: it must run exactly once, also with no log."""
+    calls = []
+    chain.verify_file(Log(tmp_path / "absent"), meanwhile=lambda: calls.append("absent"))
+    directory = _write(tmp_path / "log", _lines(30))
+    report = chain.verify_file(
+        Log(directory), workers=workers, range_bytes=500, parallel_min_bytes=parallel_min_bytes,
+        mp_context=multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"),
+        meanwhile=lambda: calls.append("log"),
+    )
+    assert calls == ["absent", "log"]
+    assert report.to_dict() == _walk_report(directory)
+
+
+def test_store_verify_reports_index_findings_after_the_chain_findings(tmp_path):
+    """Both checks still run and both report: a flipped byte (chain) and a missing index row (index)."""
+    from retained import Store
+
+    with Store(tmp_path) as store:
+        for i in range(5):
+            store.write(f"note {i}")
+        store.rebuild()
+    path = tmp_path / "log.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2] + [_flip(lines[2])] + lines[3:] + _lines(0)))
+    with Store(tmp_path) as store:
+        db = store.index.connection()
+        db.execute("DELETE FROM records WHERE seq = 4")
+        db.commit()
+        report = store.verify()
+    kinds = [f["kind"] for f in report["findings"]]
+    assert not report["ok"]
+    assert kinds[0] == "hash_mismatch"
+    assert "index_missing" in kinds[1:]
+    assert report["index"] == {"checked": True, "findings": len(kinds) - 1}
+
+
 def test_missing_and_empty_logs_give_the_walk_report(tmp_path):
     assert chain.verify_file(Log(tmp_path)).to_dict() == _walk_report(tmp_path)
     _write(tmp_path, [])

@@ -59,7 +59,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import orjson
+import json
 
 from . import record
 from .errors import InvalidRecord, StoreDamaged
@@ -122,8 +122,14 @@ def _clean(text: str) -> str:
     return _CONTROLS.sub("\ufffd", text) if _CONTROLS.search(text) else text
 
 
+def _dumps(value: Any, *, sort_keys: bool = False) -> str:
+    # The standard library's encoder: the brief never writes a record, and
+    # importing the fast one would cost as much as the rest of the brief.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
+
+
 def _short(value: Any, limit: int = FIELD_CHARS_MAX) -> str:
-    text = _clean(value if isinstance(value, str) else orjson.dumps(value).decode())
+    text = _clean(value if isinstance(value, str) else _dumps(value))
     text = text.replace("\n", " ").replace("\t", " ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -142,7 +148,7 @@ def _body_text(body: Any) -> str:
         return ""
     if isinstance(body, str):
         return _clean(body)
-    return _clean(orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode())
+    return _clean(_dumps(body, sort_keys=True))
 
 
 def _ts(value: Any) -> str:
@@ -224,7 +230,7 @@ def _cost(entry: dict[str, Any], block: str) -> tuple[int, int]:
     """(tokens, bytes): the estimate for the block, and its size in the largest output form."""
     tokens = estimate_tokens(block)
     # The JSON entry gains a "tokens" field later: count it now (at most 20 bytes).
-    nbytes = max(len(orjson.dumps(block)), len(orjson.dumps(entry)) + 20) + 1
+    nbytes = max(len(_dumps(block).encode()), len(_dumps(entry).encode()) + 20) + 1
     return tokens, nbytes
 
 
@@ -382,7 +388,7 @@ class _Brief:
 
     def scan(self, size: int, index: _IndexView) -> None:
         """Read lines backwards from ``size``: down to the index's mark, or up to the scan cap."""
-        for line in self.log.scan_reverse(stop=size):
+        for line in self.log.scan_reverse(stop=size, fast_start=True):
             self.scanned_bytes += line.length
             status = line.status
             if status == record.TORN:
@@ -524,7 +530,8 @@ class _Brief:
                     if seq in flagged:
                         continue  # hidden by a record the index has not reached
                     f.seek(offset)
-                    status, rec, line_seq, line_hash, _ = record.classify(f.read(length).removesuffix(b"\n"))
+                    raw = f.read(length).removesuffix(b"\n")
+                    status, rec, line_seq, line_hash, _ = record.classify_for_display(raw)
                     if status != record.RECORD or line_seq != seq or line_hash != h:
                         self.unreadable += 1
                         continue
@@ -838,9 +845,9 @@ def parse_args(argv: list[str]) -> dict[str, Any] | None:
 def output(result: dict[str, Any], form: str) -> bytes:
     """What a command prints for ``result``: ``text``, ``claude`` (the hook JSON) or ``json``, with a final newline."""
     if form == "json":
-        return orjson.dumps(result) + b"\n"
+        return _dumps(result).encode() + b"\n"
     if form == "claude":
-        return orjson.dumps(hook_output(render_text(result))) + b"\n"
+        return _dumps(hook_output(render_text(result))).encode() + b"\n"
     return render_text(result).encode("utf-8", "replace") + b"\n"
 
 

@@ -16,14 +16,32 @@ gains ``"redacted": true``; its ``cd`` is taken as stored.
 
 from __future__ import annotations
 
+import json as _stdlib_json
 import math
 import re
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 import blake3
-import orjson
+
+
+class _LazyOrjson:
+    """orjson, imported on first use.
+
+    Its import (with the dataclasses and inspect modules it pulls in) costs
+    about as much as the whole session-start brief, which only reads lines and
+    never encodes one (it uses ``classify_for_display``). The first attribute
+    access replaces this stand-in with the module itself.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        import orjson as module
+
+        globals()["orjson"] = module
+        return getattr(module, name)
+
+
+orjson: Any = _LazyOrjson()
 
 from . import limits
 from .errors import InvalidRecord, RecordTooLarge, ReservedField
@@ -54,9 +72,10 @@ def digest(data: bytes) -> str:
 
 def content_digest(record: dict[str, Any]) -> str:
     """``cd``: the digest of the record without its chain fields."""
-    content = dict(record)
-    for name in CHAIN_FIELDS:
-        content.pop(name, None)
+    content = dict(record)  # a shallow copy: the caller's dict keeps its fields
+    content.pop("seq", None)
+    content.pop("prev", None)
+    content.pop("hash", None)
     return blake3.blake3(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -175,8 +194,7 @@ def encode_checked(obj: dict[str, Any]) -> bytes:
         ) from exc
 
 
-@dataclass(frozen=True, slots=True)
-class Content:
+class Content(NamedTuple):
     """A caller's record content, validated and ready to be chained."""
 
     fields: dict[str, Any]
@@ -253,8 +271,7 @@ def make_content(
     return Content(content)
 
 
-@dataclass(frozen=True, slots=True)
-class Sealed:
+class Sealed(NamedTuple):
     """A record with its chain fields, and the exact line that stores it."""
 
     record: dict[str, Any]
@@ -338,7 +355,7 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
         obj = orjson.loads(content)
     except orjson.JSONDecodeError:
         return DAMAGED, None, None, None, "not JSON"
-    if not isinstance(obj, dict) or not (CHAIN_FIELDS & obj.keys()):
+    if type(obj) is not dict or not ("seq" in obj or "prev" in obj or "hash" in obj):
         return FOREIGN, obj, None, None, None
     seq, prev, h = obj.get("seq"), obj.get("prev"), obj.get("hash")
     if type(seq) is not int or seq < 1 or not is_hash(prev) or type(h) is not str:
@@ -358,7 +375,7 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
         if not is_hash(h):
             return _malformed(obj, seq, h)
         return DAMAGED, obj, seq, h, "hash does not recompute"
-    if canonical(obj) != content:
+    if orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) != content:
         return DAMAGED, obj, seq, h, "bytes are not canonical"
     return status, obj, seq, h, None
 
@@ -367,3 +384,44 @@ def _malformed(obj: dict[str, Any], seq: Any, h: Any) -> tuple[str, Any, int | N
     claimed_seq = seq if type(seq) is int else None
     claimed_hash = h if is_hash(h) else None
     return DAMAGED, obj, claimed_seq, claimed_hash, "chain fields missing or malformed"
+
+
+def _std_canonical(obj: Any) -> bytes:
+    return _stdlib_json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def classify_for_display(content: bytes) -> tuple[str, Any, int | None, str | None, str | None]:
+    """``classify`` for paths that must start fast (the session-start brief).
+
+    Same checks and same answer, but the line is parsed and re-encoded with
+    the standard library, so orjson is never imported for it. The standard
+    encoder agrees byte for byte with the canonical one except on a few float
+    and escape spellings; wherever the quick check does not pass, ``classify``
+    (orjson) decides, so a damaged line is never shown as a record.
+    """
+    try:
+        obj = _stdlib_json.loads(content)
+    except ValueError:
+        return classify(content)
+    if not isinstance(obj, dict) or not (CHAIN_FIELDS & obj.keys()):
+        return FOREIGN, obj, None, None, None
+    seq, prev, h = obj.get("seq"), obj.get("prev"), obj.get("hash")
+    if type(seq) is not int or seq < 1 or not isinstance(prev, str) or not isinstance(h, str):
+        return classify(content)
+    try:
+        if _std_canonical(obj) != content:
+            return classify(content)
+        if obj.get("redacted") is True:
+            if obj.keys() != REDACTED_FIELDS or not isinstance(obj.get("cd"), str):
+                return classify(content)
+            cd, status = obj["cd"], REDACTED
+        else:
+            body = dict(obj)
+            for name in CHAIN_FIELDS:
+                del body[name]
+            cd, status = blake3.blake3(_std_canonical(body)).hexdigest(), RECORD
+        if blake3.blake3(_std_canonical({"cd": cd, "prev": prev, "seq": seq})).hexdigest() != h:
+            return classify(content)
+    except (TypeError, ValueError):
+        return classify(content)
+    return status, obj, seq, h, None

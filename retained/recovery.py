@@ -25,11 +25,10 @@ skipped by the chain; the next record links to the last valid record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
     name: str
     empty: bool | None  # None: either
     ends_with_newline: bool | None

@@ -28,7 +28,11 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from collections import namedtuple
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 from . import limits, record, recovery
 from .errors import LogUnusable, NotFound, ReadBackMismatch, StoreDamaged, WriteFailed
@@ -39,24 +43,22 @@ LOCK_NAME = "log.lock"
 _O_BINARY = getattr(os, "O_BINARY", 0)
 
 
-class Line(NamedTuple):
+class Line(namedtuple("Line", "offset raw status record seq hash problem")):
     """One line of the log as found on disk, with what it is.
 
     ``status`` is record / redacted (a valid chained line), foreign (JSON
     without chain fields, written by another program), damaged (a complete
     line that fails to parse or verify) or torn (bytes after the last
     newline). ``seq`` and ``hash`` are what the line claims, also when damaged.
-    A NamedTuple: scans build one per line, and tuple construction is the
-    cheapest immutable record Python has.
+    A named tuple: scans build one per line, and tuple construction is the
+    cheapest immutable record Python has (collections', not typing's: the
+    brief path does not import typing).
+
+    Fields: offset (int), raw (bytes), status (str), record (the parsed
+    object or None), seq (int | None), hash (str | None), problem (str | None).
     """
 
-    offset: int
-    raw: bytes
-    status: str
-    record: Any
-    seq: int | None
-    hash: str | None
-    problem: str | None
+    __slots__ = ()
 
     @property
     def length(self) -> int:

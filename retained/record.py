@@ -20,9 +20,13 @@ import json as _stdlib_json
 import math
 import re
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from collections import namedtuple
 
 import blake3
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class _LazyOrjson:
@@ -194,10 +198,10 @@ def encode_checked(obj: dict[str, Any]) -> bytes:
         ) from exc
 
 
-class Content(NamedTuple):
-    """A caller's record content, validated and ready to be chained."""
+class Content(namedtuple("Content", "fields")):
+    """A caller's record content (``fields``: a dict), validated and ready to be chained."""
 
-    fields: dict[str, Any]
+    __slots__ = ()
 
 
 def make_content(
@@ -271,13 +275,10 @@ def make_content(
     return Content(content)
 
 
-class Sealed(NamedTuple):
-    """A record with its chain fields, and the exact line that stores it."""
+class Sealed(namedtuple("Sealed", "record line cd hash")):
+    """A record with its chain fields (``record``), the exact ``line`` that stores it, its ``cd`` and ``hash``."""
 
-    record: dict[str, Any]
-    line: bytes
-    cd: str
-    hash: str
+    __slots__ = ()
 
 
 def seal(

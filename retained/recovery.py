@@ -25,15 +25,11 @@ skipped by the chain; the next record links to the last valid record.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 
-class Row(NamedTuple):
-    name: str
-    empty: bool | None  # None: either
-    ends_with_newline: bool | None
-    action: str  # "accept" | "quarantine"
-    crash: str
+# empty / ends_with_newline: bool, or None for either; action: "accept" | "quarantine".
+Row = namedtuple("Row", "name empty ends_with_newline action crash")
 
 
 TABLE = (

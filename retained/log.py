@@ -188,6 +188,8 @@ class Log:
         self._ops_end = 0
         self._ops_ino: int | None = None
         self.recovered: list[dict[str, Any]] = []
+        # One lock descriptor per Log, reused by every append (see lock.py).
+        self._lock = StoreLock(self.lock_path, lock_wait_s, keep_open=True)
 
     # -- reading -----------------------------------------------------------
 
@@ -319,6 +321,7 @@ class Log:
     def close(self) -> None:
         with self._mutex:
             self._close_fd()
+            self._lock.close()
 
     def _close_fd(self) -> None:
         if self._fd is not None:
@@ -453,7 +456,7 @@ class Log:
                 )
             if not self.directory.is_dir():
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with StoreLock(self.lock_path, self.lock_wait_s):
+            with self._lock:
                 return self._append_locked(content, client, ts)
 
     def _append_locked(self, content: record.Content, client: dict[str, Any], ts: str | None) -> dict[str, Any]:
@@ -600,7 +603,7 @@ class Log:
                 )
             if not self.directory.is_dir():
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with StoreLock(self.lock_path, self.lock_wait_s):
+            with self._lock:
                 return self._append_batch_locked(contents, client)
 
     def _append_batch_locked(self, contents: list[record.Content], client: dict[str, Any]) -> list[dict[str, Any]]:

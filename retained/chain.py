@@ -9,6 +9,13 @@ Linking after damage: a damaged line that still claims a seq and hash is a
 valid predecessor for the next line too, so one flipped byte is reported as
 one finding (at the record it hit), not as a cascade; and the next append's
 rule (link to the last *valid* record) is accepted as well.
+
+Two entry points give the same report: ``walk(lines)`` over any lines (a
+scan, an import file), and ``verify_file(log)``, which ``verify`` uses: the
+per-line work (parse, canonical bytes, digests) needs only the line, so byte
+ranges of the file are classified in worker processes, and only the linking
+(seq, prev) runs in order, here. tests/unit/test_chain_parallel.py holds the
+two to the same report on every kind of damage, across range boundaries.
 """
 
 from __future__ import annotations
@@ -235,9 +242,9 @@ class _Linker:
 #       ``lengths`` their line lengths (array "Q" bytes), ``hashes`` their
 #       hashes concatenated (64 characters each), ``redactions`` the
 #       ``(target, seq)`` of the redaction records among them.
-#   (_LINE, offset, length, status, seq, hash, prev, problem, None)
+#   (_LINE, offset, length, status, seq, hash, prev, problem, None, raw)
 #       any other line (redacted, foreign, damaged, torn), as ``_Linker.add``
-#       takes it.
+#       takes it, with its bytes (few, and a second check may need them).
 
 _RUN = 0
 _LINE = 1
@@ -283,7 +290,7 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
             if run_count:
                 close_run(start + i)
                 run_count = 0
-            items.append((_LINE, start + i, size - i, record.TORN, None, None, None, "unterminated last line", None))
+            items.append((_LINE, start + i, size - i, record.TORN, None, None, None, "unterminated last line", None, b""))
             break
         status, obj, seq, h, problem = classify(data[i:nl])
         length = nl + 1 - i
@@ -305,7 +312,7 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
                 close_run(start + i)
                 run_count = 0
             prev = obj["prev"] if status == REDACTED else None
-            items.append((_LINE, start + i, length, status, seq, h, prev, problem, None))
+            items.append((_LINE, start + i, length, status, seq, h, prev, problem, None, data[i : nl + 1]))
         i = nl + 1
     if run_count:
         close_run(start + i)
@@ -342,9 +349,9 @@ def _range_bounds(f: Any, size: int, range_bytes: int) -> list[int]:
 
 
 def _classified(
-    path: str, bounds: list[int], workers: int, parallel: bool, mp_context: Any, meanwhile: Callable[[], Any] | None
+    path: str, bounds: list[int], workers: int, parallel: bool, mp_context: Any
 ) -> Iterator[list[tuple[Any, ...]]]:
-    """Each range's items, in file order; ``meanwhile()`` runs once the workers have their first ranges.
+    """Each range's items, in file order.
 
     Ranges in flight are bounded by ``IN_FLIGHT_BYTES`` of log (and at least
     one per worker), so memory stays flat in the log's size.
@@ -352,8 +359,6 @@ def _classified(
     ranges = list(pairwise(bounds))
     done = 0
     if not (parallel and len(ranges) > 1):
-        if meanwhile is not None:
-            meanwhile()
         for start, stop in ranges:
             yield _classify_range(path, start, stop)
         return
@@ -390,8 +395,6 @@ def _classified(
             top_up()
         except (BrokenProcessPool, OSError, NotImplementedError):
             pending.clear()  # no worker processes here: classified below, in this process
-        if meanwhile is not None:
-            meanwhile()
         try:
             while pending:
                 future, nbytes = pending.popleft()
@@ -419,7 +422,7 @@ def verify_file(
     range_bytes: int = RANGE_BYTES,
     parallel_min_bytes: int = PARALLEL_MIN_BYTES,
     mp_context: Any = None,
-    meanwhile: Callable[[], Any] | None = None,
+    check: Callable[[Iterator[tuple[Any, ...]]], Any] | None = None,
 ) -> ChainReport:
     """The report ``walk(log.scan())`` gives, with lines classified in worker processes.
 
@@ -432,15 +435,21 @@ def verify_file(
     starting processes would cost more than it saves. ``mp_context`` is a
     ``multiprocessing`` context (fork, spawn, forkserver); None takes the
     platform's default (spawn instead of fork when this process runs other
-    threads). ``meanwhile()``, if given, is called once in this process
-    while the workers classify (``Store.verify`` checks the index then); it
-    is called before classifying when there are no workers.
+    threads).
+
+    ``check(places)``, if given, is called once with an iterator over every
+    complete line in file order, so that a second check reads the log once
+    with the walk, in this process while the workers classify the ranges
+    ahead (``Store.verify`` checks the index so):
+    ``(offset, length, seq, hash)`` for a record the walk verified,
+    ``(offset, raw)`` (the line's bytes) for any other line. It may stop
+    early; the walk links the rest after it returns.
     """
     linker = _Linker(log.path.name)
     f = log._open_read()
     if f is None:
-        if meanwhile is not None:
-            meanwhile()
+        if check is not None:
+            check(iter(()))
         return linker.finish()
     with f:
         size = os.fstat(f.fileno()).st_size
@@ -448,13 +457,37 @@ def verify_file(
         parallel = workers > 1 and size >= parallel_min_bytes
         per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
         bounds = _range_bounds(f, size, max(1, per_range))
-    for items in _classified(str(log.path), bounds, workers, parallel, mp_context, meanwhile):
+    ranges = _classified(str(log.path), bounds, workers, parallel, mp_context)
+    if check is None:
+        for items in ranges:
+            _link(linker, items)
+        return linker.finish()
+    places = _places(linker, ranges)
+    check(places)
+    for _ in places:
+        pass  # link what the check left
+    return linker.finish()
+
+
+def _link(linker: _Linker, items: list[tuple[Any, ...]]) -> None:
+    for item in items:
+        if item[0] == _RUN:
+            _, offset, seq, prev, count, lengths, hashes, redactions, end = item
+            linker.add(offset, array("Q", lengths[:8])[0], record.RECORD, seq, hashes[:64], prev, None, None)
+            linker.extend(count - 1, seq + count - 1, hashes[-64:], end, redactions)
+        else:
+            linker.add(*item[1:9])
+
+
+def _places(linker: _Linker, ranges: Iterable[list[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+    """Link each range's items in order, yielding each complete line's place (see ``verify_file``)."""
+    for items in ranges:
+        _link(linker, items)
         for item in items:
             if item[0] == _RUN:
-                _, offset, seq, prev, count, lengths, hashes, redactions, end = item
-                first = array("Q", lengths[:8])[0]
-                linker.add(offset, first, record.RECORD, seq, hashes[:64], prev, None, None)
-                linker.extend(count - 1, seq + count - 1, hashes[-64:], end, redactions)
-            else:
-                linker.add(*item[1:])
-    return linker.finish()
+                offset, seq, hashes = item[1], item[2], item[6]
+                for k, length in enumerate(array("Q", item[5])):
+                    yield offset, length, seq + k, hashes[64 * k : 64 * k + 64]
+                    offset += length
+            elif item[3] != record.TORN:
+                yield item[1], item[9]

@@ -32,7 +32,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -878,8 +878,14 @@ class Index:
 
     # -- verify ---------------------------------------------------------------
 
-    def verify(self) -> list[dict[str, Any]]:
+    def verify(self, lines: Iterable[tuple[Any, ...]] | None = None) -> list[dict[str, Any]]:
         """Compare the index with the log in both directions; every finding, none if clean.
+
+        ``lines``, if given, are the log's complete lines in file order as the
+        chain walk passes them (``chain.verify_file``'s ``check``), so the log
+        is read once for both checks: ``(offset, length, seq, hash)`` for a
+        record the walk verified, ``(offset, raw)`` for any other line. None
+        reads the log here.
 
         Findings are dicts with ``kind``, ``seq``, ``offset``, ``expected``,
         ``observed`` and ``message``. Kinds: ``index_log_replaced`` (the mark
@@ -906,10 +912,11 @@ class Index:
                 ))
             hwm = int(mark["hwm_offset"])
             seen = bytearray((int(mark["hwm_seq"]) >> 3) + 1)
-            batch: list[tuple[int, bytes]] = []
+            batch: list[tuple[Any, ...]] = []
             ranges: list[tuple[int, int]] = []
-            for offset, raw in self._raw_lines(min(hwm, size)):
-                batch.append((offset, raw))
+            stop = min(hwm, size)
+            for item in self._raw_lines(stop) if lines is None else _lines_before(lines, stop):
+                batch.append(item)
                 if len(batch) >= BATCH_ROWS:
                     findings.extend(self._verify_batch(db, batch, seen, ranges))
                     batch.clear()
@@ -972,11 +979,16 @@ class Index:
                 data = data[i:]
 
     def _verify_batch(
-        self, db: sqlite3.Connection, batch: list[tuple[int, bytes]], seen: bytearray, ranges: list[tuple[int, int]]
+        self, db: sqlite3.Connection, batch: list[tuple[Any, ...]], seen: bytearray, ranges: list[tuple[int, int]]
     ) -> list[dict[str, Any]]:
         """Findings for one batch of lines; matched seqs go to `ranges` (whole runs) or `seen` (bits)."""
         claims = []
-        for offset, raw in batch:
+        for item in batch:
+            if len(item) == 4:
+                # (offset, length, seq, hash) of a record the chain walk verified.
+                claims.append((item[2], item[3], item[0], item[1]))
+                continue
+            offset, raw = item
             # In canonical JSON a key is never escaped and a string's quotes
             # are, so `"seq":` and `"hash":"` occur once per line unless a
             # nested object has such keys; only then is the line parsed. A
@@ -989,14 +1001,14 @@ class Index:
                 while 48 <= raw[end] <= 57:
                     end += 1
                 if end > q + 6:
-                    claims.append((int(raw[q + 6 : end]), raw[h + 8 : h + 72].decode("ascii", "replace"), offset, raw))
+                    claims.append((int(raw[q + 6 : end]), raw[h + 8 : h + 72].decode("ascii", "replace"), offset, len(raw)))
                     continue
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 continue  # damaged: the chain walk reports it
             if isinstance(obj, dict) and type(obj.get("seq")) is int and isinstance(obj.get("hash"), str):
-                claims.append((obj["seq"], obj["hash"], offset, raw))
+                claims.append((obj["seq"], obj["hash"], offset, len(raw)))
         if not claims:
             return []
         # The common case: the batch is a run of consecutive seqs that the
@@ -1004,7 +1016,7 @@ class Index:
         # comparison settle it; anything else is examined line by line.
         lo, hi = claims[0][0], claims[-1][0]
         if hi - lo + 1 == len(claims):
-            expected = [(c[0], c[2], len(c[3]), c[1]) for c in claims]
+            expected = [(c[0], c[2], c[3], c[1]) for c in claims]
             if db.execute(
                 "SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi)
             ).fetchall() == expected:
@@ -1018,14 +1030,14 @@ class Index:
                 [c[0] for c in part],
             ))
         out = []
-        for seq, h, offset, raw in claims:
+        for seq, h, offset, length in claims:
             row = rows.get(seq)
-            if row is not None and row == (offset, len(raw), h):
+            if row is not None and row == (offset, length, h):
                 if seq >> 3 >= len(seen):
                     seen.extend(bytes((seq >> 3) + 1 - len(seen)))
                 seen[seq >> 3] |= 1 << (seq & 7)
                 continue
-            line = self.log.line_at(offset, len(raw))
+            line = self.log.line_at(offset, length)
             if not line.chained:
                 continue  # foreign or damaged: the chain walk reports it
             if seq >> 3 >= len(seen):
@@ -1047,9 +1059,9 @@ class Index:
                 ))
             else:
                 out.append(_finding(
-                    "index_offset_mismatch", seq, offset, f"{offset}+{len(raw)}", f"{row[0]}+{row[1]}",
+                    "index_offset_mismatch", seq, offset, f"{offset}+{length}", f"{row[0]}+{row[1]}",
                     f"seq {seq}: the index places it at byte {row[0]} ({row[1]} bytes), the log has it at byte "
-                    f"{offset} ({len(raw)} bytes); run `retained rebuild`",
+                    f"{offset} ({length} bytes); run `retained rebuild`",
                 ))
         return out
 
@@ -1070,6 +1082,14 @@ def _check_search_args(text: Any, k: Any, max_tokens: Any) -> None:
         raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
         raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+
+
+def _lines_before(lines: Iterable[tuple[Any, ...]], stop: int) -> Iterator[tuple[Any, ...]]:
+    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(stop)`` reads them."""
+    for item in lines:
+        if item[0] + (item[1] if len(item) == 4 else len(item[1])) > stop:
+            return
+        yield item
 
 
 def _finding(kind: str, seq: int | None, offset: int | None, expected: Any, observed: Any, message: str) -> dict[str, Any]:

@@ -360,11 +360,11 @@ class Store:
 
         return brief.build_brief(self.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope)
 
-    def _verify_index(self, report: dict[str, Any]) -> dict[str, Any]:
+    def _verify_index(self, report: dict[str, Any], lines: Any = None) -> dict[str, Any]:
         if not self.log.exists():
             return {"checked": False, "findings": 0}
         try:
-            findings = self.index.verify()
+            findings = self.index.verify(lines)
         except (RetainedError, sqlite3.Error) as exc:
             findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
                          "observed": str(exc), "message": f"the index cannot be read ({exc}); run `retained rebuild`"}]
@@ -379,10 +379,11 @@ class Store:
 
     def verify(self) -> dict[str, Any]:
         """Walk the whole chain and report every finding (memory flat in log size)."""
-        # The index is checked in this process while worker processes
-        # classify the log; its findings follow the chain's.
+        # The index check reads the lines the chain walk passes it (one read
+        # of the log) while worker processes classify the next ranges; its
+        # findings follow the chain's.
         index: dict[str, Any] = {"findings": []}
-        report = chain.verify_file(self.log, meanwhile=lambda: index.update(checked=self._verify_index(index))).to_dict()
+        report = chain.verify_file(self.log, check=lambda lines: index.update(checked=self._verify_index(index, lines))).to_dict()
         report["quarantined"] = self.log.quarantined()
         report["log"] = str(self.log.path)
         report["exists"] = self.log.exists()

@@ -142,17 +142,17 @@ def test_a_long_valid_log_in_many_ranges_is_one_clean_chain(tmp_path):
 
 
 @pytest.mark.parametrize("workers, parallel_min_bytes", [(1, 0), (2, 0), (2, 1 << 30)])
-def test_meanwhile_runs_once_whichever_way_the_log_is_classified(tmp_path, workers, parallel_min_bytes):
-    """Store.verify checks the index in ``meanwhile``: it must run exactly once, also with no log."""
+def test_check_runs_once_whichever_way_the_log_is_classified(tmp_path, workers, parallel_min_bytes):
+    """Store.verify checks the index in ``check``: it must run exactly once, also with no log."""
     calls = []
-    chain.verify_file(Log(tmp_path / "absent"), meanwhile=lambda: calls.append("absent"))
+    chain.verify_file(Log(tmp_path / "absent"), check=lambda places: calls.append(("absent", list(places))))
     directory = _write(tmp_path / "log", _lines(30))
     report = chain.verify_file(
         Log(directory), workers=workers, range_bytes=500, parallel_min_bytes=parallel_min_bytes,
         mp_context=multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"),
-        meanwhile=lambda: calls.append("log"),
+        check=lambda places: calls.append(("log", len(list(places)))),
     )
-    assert calls == ["absent", "log"]
+    assert calls == [("absent", []), ("log", 30)]
     assert report.to_dict() == _walk_report(directory)
 
 
@@ -177,6 +177,30 @@ def test_store_verify_reports_index_findings_after_the_chain_findings(tmp_path):
     assert kinds[0] == "hash_mismatch"
     assert "index_missing" in kinds[1:]
     assert report["index"] == {"checked": True, "findings": len(kinds) - 1}
+
+
+@pytest.mark.parametrize("case", ["everything", "torn_tail", "clean"])
+@pytest.mark.parametrize("stop_after", [None, 0, 5])
+def test_check_sees_every_complete_line_once_and_the_report_is_unchanged(tmp_path, case, stop_after):
+    """A second check reading places from the walk sees what a scan sees; stopping early changes no finding."""
+    directory = _write(tmp_path, DAMAGE[case](_lines(12, {6: 3})))
+    want = [
+        (line.offset, line.length, line.seq, line.hash) if line.status == record.RECORD else (line.offset, line.raw)
+        for line in Log(directory).scan()
+        if line.status != record.TORN
+    ]
+
+    def take(seen, places):
+        for place in places:
+            if stop_after is not None and len(seen) >= stop_after:
+                return
+            seen.append(place)
+
+    for size in RANGE_SIZES:
+        seen: list[tuple] = []
+        report = chain.verify_file(Log(directory), workers=1, range_bytes=size, check=lambda places, seen=seen: take(seen, places))
+        assert seen == (want if stop_after is None else want[:stop_after])
+        assert report.to_dict() == _walk_report(directory)
 
 
 def test_missing_and_empty_logs_give_the_walk_report(tmp_path):
@@ -229,3 +253,34 @@ def test_classify_names_a_redacted_line_with_a_bad_hash_as_malformed():
     red["hash"] = "Z" * 64
     status, _, _, h, problem = record.classify(record.canonical(red))
     assert (status, h, problem) == (record.DAMAGED, None, "chain fields missing or malformed")
+
+
+@pytest.mark.parametrize("size", [1, 300, 1 << 20])
+def test_index_check_on_the_walks_lines_finds_what_it_finds_reading_the_log(tmp_path, size):
+    """The index check fed by the chain walk (one read) reports exactly what it reports reading the log itself."""
+    from retained import Store
+
+    with Store(tmp_path) as store:
+        for i in range(12):
+            store.write(f"note {i}", fields={"nested": {"hash": "a" * 64, "seq": i}} if i == 8 else None)
+        store.rebuild()
+    path = tmp_path / "log.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines = lines[:2] + [_flip(lines[2])] + lines[3:7] + [b'{"from":"another program"}\n', b"garbage\n"] + lines[7:]
+    path.write_bytes(b"".join(lines) + lines[0][:30])
+    with Store(tmp_path) as store:
+        db = store.index.connection()
+        db.execute("DELETE FROM records WHERE seq = 4")
+        db.execute("UPDATE records SET hash = ? WHERE seq = 5", ("e" * 64,))
+        db.execute("UPDATE records SET offset = offset + 1 WHERE seq = 6")
+        db.execute("CREATE TEMP TABLE ghost AS SELECT * FROM records WHERE seq = 7")
+        db.execute("UPDATE ghost SET seq = 99")
+        db.execute("INSERT INTO records SELECT * FROM ghost")
+        db.commit()
+        reading = store.index.verify()
+        fed: list = []
+        walked = chain.verify_file(store.log, workers=1, range_bytes=size, check=lambda ls: fed.extend(store.index.verify(ls)))
+    kinds = {f["kind"] for f in reading}
+    assert {"index_missing", "index_hash_mismatch", "index_offset_mismatch", "index_ghost"} <= kinds
+    assert fed == reading
+    assert walked.to_dict() == _walk_report(tmp_path)

@@ -43,7 +43,6 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import socket
 import threading
 import time
 import urllib.parse

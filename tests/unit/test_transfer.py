@@ -111,7 +111,7 @@ def test_an_imported_record_keeps_its_earlier_provenance_nested(tmp_path):
 
 
 def test_redacted_lines_are_skipped_and_links_to_them_dropped(tmp_path):
-    src = _source_store(tmp_path / "src")
+    _source_store(tmp_path / "src")
     log_path = tmp_path / "src" / "log.jsonl"
     lines = log_path.read_bytes().splitlines(keepends=True)
     # Erase seq 1 the way the redaction flow does: its redacted form keeps the chain.

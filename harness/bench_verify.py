@@ -4,7 +4,7 @@ For each size a valid chained log is written in one pass (lines sealed with
 ``record.seal`` exactly as an append would, without the per-record fsync).
 Each measurement runs in a fresh child process so its peak RSS is its own:
 
-- ``rebuild``: ``Store.rebuild()`` (the index engineer's ``Index.rebuild``
+- ``rebuild``: ``Store.rebuild()`` (``Index.rebuild``
   through the store), from no index;
 - ``verify``: ``Store.verify()``, what ``retained verify`` runs: the chain
   walk plus the two-way index check;

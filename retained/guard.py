@@ -680,6 +680,16 @@ _LONG_TEXT_CHARS = 4096
 # text with none of them is done at once.
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")
+
+
+def _has_long_run(text: str) -> bool:
+    """``_LONG_RUN.search(text)``, answered without the regex for ordinary prose.
+
+    Whitespace is outside the token class, so a run of 16 token characters
+    needs a whitespace-free piece at least that long; ``str.split`` finds the
+    longest piece in C, several times faster than the regex tries every start.
+    """
+    return max(map(len, text.split()), default=0) >= 16 and _LONG_RUN.search(text) is not None
 _HINTS = frozenset(h for rule in _RULES if not rule.fold for h in rule.hints)
 _GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
 _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
@@ -744,7 +754,7 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
         len(text) < _LONG_TEXT_CHARS
         and ":" not in text
         and "=" not in text
-        and not _LONG_RUN.search(text)
+        and not _has_long_run(text)
         and not any(name in folded for name in _NAMES)
     ):
         return []  # no "name: value", URL, "password is ..." or run long enough for a token

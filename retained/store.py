@@ -85,10 +85,19 @@ class Store:
         A record already over the size limit is refused first: scanning 16 MiB
         for secrets only to refuse it afterwards would cost seconds.
         """
-        try:
-            size = len(record.canonical(content.fields))
-        except TypeError:
-            size = 0  # left to seal(), which names the bad field
+        fields = content.fields
+        if all(type(v) is str for v in fields.values()):
+            # An upper bound without encoding: a character takes at most 6
+            # bytes in JSON (an escape), and the keys and punctuation are few.
+            rough = sum(len(k) + 6 * len(v) + 6 for k, v in fields.items()) + 4096
+        else:
+            rough = self.log.record_bytes_max + 1
+        size = 0
+        if rough > self.log.record_bytes_max:
+            try:
+                size = len(record.canonical(fields))
+            except TypeError:
+                size = 0  # left to seal(), which names the bad field
         if size > self.log.record_bytes_max:
             raise RecordTooLarge(
                 f"record is at least {size} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "

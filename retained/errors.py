@@ -165,3 +165,33 @@ class VectorsUnavailable(RetainedError):
     """Vector math needs numpy, which is not installed (``pip install 'retained[vectors]'``)."""
 
     code = "vectors_unavailable"
+
+
+class ImportRefused(InvalidRecord):
+    """The import file has bad lines; nothing was written. ``line`` is the first bad line."""
+
+    code = "invalid_argument"
+
+
+class SourceChainBroken(RetainedError):
+    """An export's chain does not verify (tampered or damaged); nothing was written."""
+
+    code = "chain_broken"
+
+
+class ExportRefused(RetainedError):
+    """The log has verify findings; nothing was exported (``force`` exports the valid records anyway)."""
+
+    code = "verify_failed"
+
+
+class BackupRefused(RetainedError):
+    """The backup destination is unsafe or already holds a backup; nothing was copied."""
+
+    code = "invalid_argument"
+
+
+class BackupFailed(RetainedError):
+    """The copy did not verify against the source head; the copy is left for inspection."""
+
+    code = "backup_failed"

@@ -361,6 +361,16 @@ class Log:
         self._ino = os.fstat(fd).st_ino
         return fd, created
 
+    def _make_durable(self, fd: int, created: bool) -> None:
+        """fsync the log; on its first creation its directory entry too.
+
+        Without the directory fsync a power cut could lose the whole file
+        after seq 1 was acknowledged.
+        """
+        os.fsync(fd)
+        if created:
+            fsync_dir(self.directory)
+
     def _recover_tail(self, fd: int, size: int) -> int:
         """Apply recovery.py's table to the log's end; returns the size after it."""
         ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
@@ -513,11 +523,7 @@ class Log:
                 observed=written,
             )
         try:
-            os.fsync(fd)
-            if created:
-                # The log's directory entry must be durable too, or a power cut
-                # could lose the whole file after we acknowledged seq 1.
-                fsync_dir(self.directory)
+            self._make_durable(fd, created)
         except OSError as exc:
             self._poison(f"fsync failed: {exc.strerror or exc}")
             raise WriteFailed(
@@ -649,9 +655,7 @@ class Log:
                 if n <= 0:
                     raise OSError(0, "write returned 0")
                 view = view[n:]
-            os.fsync(fd)
-            if created:
-                fsync_dir(self.directory)
+            self._make_durable(fd, created)
         except OSError as exc:
             self._poison(f"batch write failed: {exc.strerror or exc}")
             raise WriteFailed(

@@ -59,7 +59,15 @@ from typing import Any, BinaryIO
 import orjson
 
 from . import chain, record
-from .errors import InvalidRecord, RetainedError
+from .errors import (  # the classes live in errors.py; named here too for callers of transfer
+    BackupFailed,
+    BackupRefused,
+    ExportRefused,
+    ImportRefused,
+    InvalidRecord,
+    RetainedError,
+    SourceChainBroken,
+)
 from .lock import StoreLock
 from .log import LOG_NAME, Log, fsync_dir, make_line
 
@@ -73,36 +81,6 @@ _NOT_PLAIN_FIELDS = record.RESERVED_FIELDS | {"text", *_PLAIN_API}
 BACKUP_MANIFEST = "backup.json"
 
 Progress = Callable[[int, int], None]
-
-
-class ImportRefused(InvalidRecord):
-    """The import file has bad lines; nothing was written. ``line`` is the first bad line."""
-
-    code = "invalid_argument"
-
-
-class SourceChainBroken(RetainedError):
-    """An export's chain does not verify (tampered or damaged); nothing was written."""
-
-    code = "chain_broken"
-
-
-class ExportRefused(RetainedError):
-    """The log has verify findings; nothing was exported (``force`` exports the valid records anyway)."""
-
-    code = "verify_failed"
-
-
-class BackupRefused(RetainedError):
-    """The backup destination is unsafe or already holds a backup; nothing was copied."""
-
-    code = "invalid_argument"
-
-
-class BackupFailed(RetainedError):
-    """The copy did not verify against the source head; the copy is left for inspection."""
-
-    code = "backup_failed"
 
 
 # -- reading an import file -------------------------------------------------

@@ -679,7 +679,7 @@ _LONG_TEXT_CHARS = 4096
 # name ("password is ...") or a run of 16 or more token characters; a short
 # text with none of them is done at once.
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
-_NAMES = ("pass", "pwd", "secret", "token", "credential")
+_NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
 
 
 def _has_long_run(text: str) -> bool:
@@ -690,6 +690,47 @@ def _has_long_run(text: str) -> bool:
     longest piece in C, several times faster than the regex tries every start.
     """
     return max(map(len, text.split()), default=0) >= 16 and _LONG_RUN.search(text) is not None
+_NESTED = (dict, list, tuple)
+_DIGEST_STRING = re.compile(rb'"[0-9a-f]{64}"')
+_TIMESTAMP_STRING = re.compile(rb'"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"')
+
+
+def _keys_inside(value: Any, depth: int) -> int | None:
+    """How many dict keys a nested value holds.
+
+    None past the nesting ``apply`` accepts, or for a secret-named key (whose
+    value the secret-name rule judges).
+    """
+    if depth > limits.DEPTH_MAX - 1:
+        return None
+    n = 0
+    if isinstance(value, dict):
+        for key in value:
+            if type(key) is not str or _SECRET_KEY_NAME.search(key):
+                return None
+        n = len(value)
+        items: Iterable[Any] = value.values()
+    else:
+        items = value
+    for item in items:
+        if type(item) in _NESTED:
+            inner = _keys_inside(item, depth + 1)
+            if inner is None:
+                return None
+            n += inner
+    return n
+_RUN_BREAKS = b' \t\n\r\x0b\x0c{}[]":,'
+_RUN_CHARS = bytes(b" "[0] if i in _RUN_BREAKS else b"a"[0] for i in range(256))
+_RUN_16 = b"a" * 16
+
+
+def _orjson_dumps(obj: Any) -> bytes:
+    # Imported here: the guard module stays importable without orjson (the brief path).
+    import orjson
+
+    return orjson.dumps(obj)
+
+
 _HINTS = frozenset(h for rule in _RULES if not rule.fold for h in rule.hints)
 _GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
 _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
@@ -849,6 +890,53 @@ class Guard:
             )
         self.policy = policy
         self.allow = frozenset(allow)
+
+    def untouched(self, fields: dict[str, Any]) -> bool:
+        """Whether :meth:`apply` would return ``fields`` as they are: no span, no finding.
+
+        A cheap test on the record's JSON that answers for the common case
+        (ASCII prose, ids, digests) in a few microseconds; False means "run
+        :meth:`apply`", never "there is a secret". It is exact by construction:
+        every rule of :func:`find_secrets` needs a ``:`` or ``=`` in the
+        string, a secret's name, a run of 16 token characters, or 4,096
+        characters; a private span needs ``<``; the secret-name rule for values
+        needs a nested key with a secret's name. In the JSON
+        the only ``:`` are one per key, and the punctuation (quotes, commas,
+        braces) splits runs. Let through besides: a whole string that is an
+        RFC 3339 UTC timestamp (its two ``:``), and a whole string of 64
+        lowercase hex digits (a digest, as in an import's provenance); no rule
+        reports either outside a secret-named key.
+        """
+        if "client_op_id" in fields:
+            fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}
+        keys = len(fields)
+        for value in fields.values():
+            if type(value) in _NESTED:
+                inner = _keys_inside(value, 1)
+                if inner is None:
+                    return False  # deeper than apply() accepts: let it say so
+                keys += inner
+        try:
+            data = _orjson_dumps(fields)
+        except TypeError:  # a non-string key, a bad string: apply() or validation names it
+            return False
+        if len(data) >= _LONG_TEXT_CHARS or not data.isascii():
+            return False
+        colons = data.count(b":")
+        if colons != keys and colons != keys + 2 * len(_TIMESTAMP_STRING.findall(data)):
+            return False
+        if b"<" in data or b"\\" in data or (self.policy != "off" and b"=" in data):
+            return False
+        if self.policy == "off":
+            return True
+        folded = data.lower()
+        if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
+            return False
+        # Runs of characters other than whitespace and JSON punctuation, as "a"s:
+        # a substring test then finds one of 16 without splitting the text.
+        if _RUN_16 not in data.translate(_RUN_CHARS):
+            return True
+        return _RUN_16 not in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS)
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.

@@ -105,7 +105,9 @@ class Store:
                 observed=size,
                 expected=self.log.record_bytes_max,
             )
-        result = self.guard.apply(content.fields)
+        if self.guard.untouched(fields):
+            return content, {}
+        result = self.guard.apply(fields)
         notes: dict[str, Any] = {}
         if result.private_spans_removed:
             notes["private_spans_removed"] = result.private_spans_removed

@@ -447,3 +447,78 @@ def test_a_token_embedded_anywhere_in_prose_is_found(before, after, body, sep):
     text = f"{before}{sep}{token} {after}"
     found = find_secrets(text)
     assert [(text[f.start : f.end], f.kind) for f in found] == [(token, "github_token")]
+
+
+# -- the fast test for untouched records ---------------------------------------------
+
+FAST_ALPHABET = string.ascii_letters + string.digits + " _-+/.~%:=<>\"'\\\n\tpé#{}[],"
+
+
+def _apply_unchanged(g: Guard, fields: dict[str, Any]) -> bool:
+    try:
+        res = g.apply(fields)
+    except SecretDetected:
+        return False
+    return res.fields == fields and res.private_spans_removed == 0 and not res.redactions
+
+
+FAST_KEYS = st.one_of(
+    st.sampled_from(["text", "scope", "kind", "source", "client_op_id", "author", "token", "n", "hash", "api_key",
+                     "private_key", "apikey", "seq"]),
+    st.text(FAST_ALPHABET, max_size=20),
+)
+FAST_LEAVES = st.one_of(
+    st.text(FAST_ALPHABET, max_size=60),
+    st.lists(st.sampled_from(WORDS), max_size=30).map(" ".join),
+    st.text(B62, min_size=10, max_size=48),
+    st.text("0123456789abcdef", min_size=60, max_size=68),
+    st.sampled_from(["2026-11-29T15:24:34.565308Z", "2026-11-29T15:24:34Z", "x 2026-11-29T15:24:34Z",
+                     "2026-11-29T15:24:34+01:00", "password 2026-11-29T15:24:34Z"]),
+    st.text("0123456789abcdefABCDEF", min_size=64, max_size=64),
+    st.builds(lambda a, b: f"{a} {b}", st.sampled_from(WORDS), st.text("0123456789abcdef", min_size=64, max_size=64)),
+    st.integers(-(2**63), 2**63 - 1),
+    st.booleans(),
+    st.none(),
+)
+FAST_VALUES = st.recursive(
+    FAST_LEAVES,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(FAST_KEYS, inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(policy=st.sampled_from(["refuse", "redact", "off"]), fields=st.dictionaries(FAST_KEYS, FAST_VALUES, max_size=6))
+def test_untouched_is_never_true_where_apply_would_change_or_refuse(policy, fields):
+    g = Guard(policy)
+    if g.untouched(fields):
+        assert _apply_unchanged(g, fields)
+
+
+def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
+    g = Guard("refuse")
+    for row in load_corpus():
+        if row["secret"]:
+            assert not g.untouched(as_fields(row["value"])), row["raw"]
+    plain = {"kind": "note", "text": "the deploy moved to friday after the staging fix", "scope": "proj-3",
+             "author": "agent-2", "n": 7, "client_op_id": "0b1f6471-1bf0-4dda-aec3-111122223333"}
+    assert g.untouched(plain)
+    for changed in ("see <private>pin 1234</private>", "password is hunter2hunter2", "a=b c", "url: x",
+                    "run " + "x" * 16, "caf\u00e9 au lait", "tab\there", "y " * 2100):
+        assert not g.untouched({**plain, "text": changed}), changed
+    digest = "99c5aa0cbf6c318315a330dbebfe1cb6769bca8e57da71d7a8e550bd5ec5eaf3"
+    provenance = {"seq": 4, "hash": digest, "ts": "2026-11-29T15:24:34.565308Z",
+                  "client": {"name": "retained-cli", "version": "0.1.0"}}
+    assert g.untouched({**plain, "imported": provenance})
+    assert g.untouched({**plain, "refs": [[1, 2], {"a": "b"}]})
+    assert not g.untouched({**plain, "imported": {**provenance, "api_key": digest}})
+    assert not g.untouched({**plain, "text": f"digest {digest}"})
+    assert not g.untouched({**plain, "hash": digest.upper()})
+    deep: Any = "leaf"
+    for _ in range(guard_module.limits.DEPTH_MAX + 2):
+        deep = [deep]
+    assert not g.untouched({**plain, "deep": deep})
+    assert Guard("off").untouched({**plain, "text": "password=hunter2hunter2"})
+    assert not Guard("off").untouched({**plain, "text": "<private>x</private>"})
+    for name in guard_module._NAMES:  # every secret name find_secrets looks for sends a record to apply()
+        assert not g.untouched({**plain, "text": f"the {name.upper()} moved"}), name

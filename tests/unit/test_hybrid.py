@@ -278,6 +278,13 @@ def test_settings_turn_embeddings_on_and_bad_settings_say_why(tmp_path: Path, se
         weight = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
                                        "RETAINED_EMBED_DENSE_WEIGHT": "heavy"})
         assert "RETAINED_EMBED_DENSE_WEIGHT" in weight.search("settings")["mode_reason"]
+        keep = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
+                                     "RETAINED_EMBED_KEEP_LEXICAL": "0"})
+        assert keep.keep_lexical == 0 and keep.search("settings")["vectors"]["keep_lexical"] == 0
+        for raw in ("-1", "1.5", "all"):
+            bad_keep = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
+                                             "RETAINED_EMBED_KEEP_LEXICAL": raw})
+            assert "RETAINED_EMBED_KEEP_LEXICAL" in bad_keep.search("settings")["mode_reason"], raw
         index.close()
 
 
@@ -352,3 +359,25 @@ def test_an_unrelated_neighbour_never_outranks_the_match() -> None:
         q = raw[match] / np.linalg.norm(raw[match])
         scores = m.scores(q.astype(np.float32), CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT)
         assert int(np.argmax(scores)) == match
+
+
+def test_the_lexical_head_keeps_its_places_in_the_fused_ranking(parts: Any) -> None:
+    store, index, hybrid, _ = parts
+    fill(store)
+    store.write("staging deploy notes: the cluster budget for pizzas")
+    store.write("the finance cluster rolled the deploy key")
+    queries = ("staging deploy", "cluster budget", "deploy key cluster", "pizzas finance", "rolled back staging")
+    hybrid.dense_weight = 1.0  # a heavy dense list, so that plain RRF reorders the head
+    moved = 0
+    for q in queries:
+        lexical = [r["seq"] for r in index.search(q, k=10)["results"]]
+        hybrid.keep_lexical = 0
+        plain = [r["seq"] for r in hybrid.search(q, k=6)["results"]]
+        hybrid.keep_lexical = 2
+        reply = hybrid.search(q, k=6)
+        kept = [r["seq"] for r in reply["results"]]
+        assert reply["vectors"]["keep_lexical"] == 2 and accounted(reply)
+        assert kept[:2] == lexical[:2], q
+        assert kept[2:] == [s for s in plain if s not in lexical[:2]][:4], q  # the rest in fused order
+        moved += plain[:2] != lexical[:2]
+    assert moved, "the dense ranking never reordered the lexical head: the test shows nothing"

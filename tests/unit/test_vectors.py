@@ -102,3 +102,16 @@ def test_importing_vectors_does_not_import_numpy() -> None:
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_rrf_keep_first_holds_the_head_of_the_first_ranking() -> None:
+    lexical, dense = ["a", "b", "c", "d"], ["d", "c", "b"]
+    plain = [i for i, _ in vectors.rrf([lexical, dense], [1.0, 1.0])]
+    assert plain == ["d", "b", "c", "a"]  # the second ranking reorders the head
+    kept = vectors.rrf([lexical, dense], [1.0, 1.0], keep_first=2)
+    assert [i for i, _ in kept] == ["a", "b", "d", "c"]
+    assert dict(kept) == dict(vectors.rrf([lexical, dense], [1.0, 1.0]))  # scores are the fused ones
+    assert [i for i, _ in vectors.rrf([["a", "a", "b"], ["b"]], keep_first=5)] == ["a", "b"]
+    assert vectors.rrf([[], ["x"]], keep_first=1) == [("x", 1 / 61)]
+    with pytest.raises(InvalidRecord):
+        vectors.rrf([["a"]], keep_first=-1)

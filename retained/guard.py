@@ -891,24 +891,27 @@ class Guard:
         self.policy = policy
         self.allow = frozenset(allow)
 
-    def untouched(self, fields: dict[str, Any]) -> bool:
+    def untouched(self, fields: dict[str, Any], encoded: bytes | None = None) -> bool:
         """Whether :meth:`apply` would return ``fields`` as they are: no span, no finding.
 
         A cheap test on the record's JSON that answers for the common case
         (ASCII prose, ids, digests) in a few microseconds; False means "run
-        :meth:`apply`", never "there is a secret". It is exact by construction:
-        every rule of :func:`find_secrets` needs a ``:`` or ``=`` in the
-        string, a secret's name, a run of 16 token characters, or 4,096
-        characters; a private span needs ``<``; the secret-name rule for values
-        needs a nested key with a secret's name. In the JSON
-        the only ``:`` are one per key, and the punctuation (quotes, commas,
-        braces) splits runs. Let through besides: a whole string that is an
-        RFC 3339 UTC timestamp (its two ``:``), and a whole string of 64
-        lowercase hex digits (a digest, as in an import's provenance); no rule
-        reports either outside a secret-named key.
+        :meth:`apply`", never "there is a secret". ``encoded`` is
+        ``orjson.dumps(fields)`` when the caller has it already.
+
+        It is exact by construction: every rule of :func:`find_secrets` needs
+        a ``:`` or ``=`` in the string, a secret's name, a run of 16 token
+        characters, or 4,096 characters; a private span needs ``<``; the
+        secret-name rule for values needs a nested key with a secret's name.
+        In the JSON the only ``:`` are one per key, and the punctuation
+        (quotes, commas, braces) splits runs. Let through besides: a whole
+        string that is an RFC 3339 UTC timestamp (its two ``:``), and a whole
+        string of 64 lowercase hex digits (a digest, as in an import's
+        provenance); no rule reports either outside a secret-named key.
         """
         if "client_op_id" in fields:
             fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}
+            encoded = None
         keys = len(fields)
         for value in fields.values():
             if type(value) in _NESTED:
@@ -917,7 +920,7 @@ class Guard:
                     return False  # deeper than apply() accepts: let it say so
                 keys += inner
         try:
-            data = _orjson_dumps(fields)
+            data = encoded if encoded is not None else _orjson_dumps(fields)
         except TypeError:  # a non-string key, a bad string: apply() or validation names it
             return False
         if len(data) >= _LONG_TEXT_CHARS or not data.isascii():

@@ -83,29 +83,22 @@ class Store:
         """Apply the write guard; returns the content to store and what the reply should say.
 
         A record already over the size limit is refused first: scanning 16 MiB
-        for secrets only to refuse it afterwards would cost seconds.
+        for secrets only to refuse it afterwards would cost seconds. The one
+        encoding serves both the size test and the guard's fast test.
         """
         fields = content.fields
-        if all(type(v) is str for v in fields.values()):
-            # An upper bound without encoding: a character takes at most 6
-            # bytes in JSON (an escape), and the keys and punctuation are few.
-            rough = sum(len(k) + 6 * len(v) + 6 for k, v in fields.items()) + 4096
-        else:
-            rough = self.log.record_bytes_max + 1
-        size = 0
-        if rough > self.log.record_bytes_max:
-            try:
-                size = len(record.canonical(fields))
-            except TypeError:
-                size = 0  # left to seal(), which names the bad field
-        if size > self.log.record_bytes_max:
+        try:
+            encoded: bytes | None = record.orjson.dumps(fields)
+        except TypeError:
+            encoded = None  # left to seal(), which names the bad field
+        if encoded is not None and len(encoded) > self.log.record_bytes_max:
             raise RecordTooLarge(
-                f"record is at least {size} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "
+                f"record is at least {len(encoded)} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "
                 "split it or raise record_bytes_max; nothing was written",
-                observed=size,
+                observed=len(encoded),
                 expected=self.log.record_bytes_max,
             )
-        if self.guard.untouched(fields):
+        if encoded is not None and self.guard.untouched(fields, encoded):
             return content, {}
         result = self.guard.apply(fields)
         notes: dict[str, Any] = {}

@@ -912,34 +912,35 @@ class Guard:
         if "client_op_id" in fields:
             fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}
             encoded = None
+        try:
+            data = encoded if encoded is not None else _orjson_dumps(fields)
+        except TypeError:  # a non-string key, a bad string: apply() or validation names it
+            return False
+        # The byte tests first, most telling first: a record that needs the
+        # full scan should pay as little as possible for having been tested.
+        if len(data) >= _LONG_TEXT_CHARS or not data.isascii() or b"<" in data or b"\\" in data:
+            return False
+        if self.policy != "off":
+            if b"=" in data:
+                return False
+            # Runs of characters other than whitespace and JSON punctuation, as
+            # "a"s: a substring test finds one of 16 without splitting the text.
+            if _RUN_16 in data.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS):
+                return False
+            folded = data.lower()
+            if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
+                return False
         keys = len(fields)
         for value in fields.values():
             if type(value) in _NESTED:
                 inner = _keys_inside(value, 1)
                 if inner is None:
-                    return False  # deeper than apply() accepts: let it say so
+                    return False  # too deep (apply() says so) or a secret-named key
                 keys += inner
-        try:
-            data = encoded if encoded is not None else _orjson_dumps(fields)
-        except TypeError:  # a non-string key, a bad string: apply() or validation names it
-            return False
-        if len(data) >= _LONG_TEXT_CHARS or not data.isascii():
-            return False
-        colons = data.count(b":")
-        if colons != keys and colons != keys + 2 * len(_TIMESTAMP_STRING.findall(data)):
-            return False
-        if b"<" in data or b"\\" in data or (self.policy != "off" and b"=" in data):
-            return False
         if self.policy == "off":
             return True
-        folded = data.lower()
-        if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
-            return False
-        # Runs of characters other than whitespace and JSON punctuation, as "a"s:
-        # a substring test then finds one of 16 without splitting the text.
-        if _RUN_16 not in data.translate(_RUN_CHARS):
-            return True
-        return _RUN_16 not in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS)
+        colons = data.count(b":")
+        return colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data))
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.

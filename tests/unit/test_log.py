@@ -118,6 +118,27 @@ def test_client_op_id_retry_returns_the_first_proof_and_appends_nothing(store_di
     assert (store_dir / "log.jsonl").stat().st_size == size
 
 
+def test_client_op_id_lookup_finds_every_earlier_id_among_records_without_one(store_dir):
+    log = Log(store_dir)
+    firsts = {}
+    for i in range(60):
+        if i % 7 == 0:
+            firsts[f"op-{i}"] = _append(log, f"with an id {i}", client_op_id=f"op-{i}")
+        else:
+            # Lines that mention the field without having it must not confuse the lookup.
+            _append(log, f'text says "client_op_id": op-{i}', fields={"meta": {"client_op_id": f"op-{i}"}})
+    with open(store_dir / "log.jsonl", "ab") as f:
+        f.write(b'{"seq":61,"client_op_id":"op-torn"')  # a torn tail; the next append sets it aside
+    fresh = Log(store_dir)
+    for op, first in firsts.items():
+        again = _append(fresh, "retry", client_op_id=op)
+        assert again["duplicate"] and again["seq"] == first["seq"] and again["hash"] == first["hash"], op
+    for i in (1, 2, 59):
+        assert _append(fresh, "new", client_op_id=f"op-{i}")["duplicate"] is False  # only in a nested field before
+    assert _append(fresh, "new", client_op_id="op-torn")["duplicate"] is False
+    assert chain.walk(Log(store_dir).scan()).ok
+
+
 def test_client_op_id_is_recognised_by_another_process(store_dir):
     Store(store_dir).write("from the parent", client_op_id="shared-op")
     code = textwrap.dedent(

@@ -20,6 +20,33 @@ from .errors import LockTimeout
 _O_BINARY = getattr(os, "O_BINARY", 0)
 
 
+_calls = None  # (lock, unlock, flags), resolved once by _lock_calls
+
+
+def _lock_calls():  # noqa: ANN202 - portalocker is imported lazily
+    """portalocker's lock and unlock for a descriptor, and EXCLUSIVE | NON_BLOCKING.
+
+    Where portalocker has a flock locker object (POSIX) its methods are used:
+    the module-level ``portalocker.lock`` re-validates the flags and resolves
+    the locker on every call, which made a lock cycle 21 us instead of 8.5 us
+    (a tenth of the write path's own cost). Elsewhere (Windows) the
+    module-level functions. The flags are combined once: enum arithmetic
+    costs microseconds a call.
+    """
+    global _calls
+    if _calls is None:
+        import portalocker
+
+        flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
+        flock = getattr(portalocker.portalocker, "FlockLocker", None)
+        if flock is not None:
+            locker = flock()
+            _calls = (locker.lock, locker.unlock, flags)
+        else:
+            _calls = (portalocker.lock, portalocker.unlock, flags)
+    return _calls
+
+
 class StoreLock:
     """Exclusive lock on ``log.lock``; a context manager with a bounded wait, reusable.
 
@@ -36,6 +63,7 @@ class StoreLock:
     def __enter__(self) -> StoreLock:
         import portalocker
 
+        lock, _, flags = _lock_calls()
         # With keep_open the descriptor stays open between acquisitions
         # (opening and closing it on every append cost ~10 us of a ~30 us lock
         # cycle); the owner serialises its own threads, and every StoreLock has
@@ -45,12 +73,11 @@ class StoreLock:
         if fd is None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _O_BINARY, 0o600)
             self._fd = fd
-        flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
         deadline = time.monotonic() + self.wait_s
         pause = 0.0005
         while True:
             try:
-                portalocker.lock(fd, flags)
+                lock(fd, flags)
                 break
             except portalocker.exceptions.LockException:
                 if time.monotonic() >= deadline:
@@ -76,11 +103,9 @@ class StoreLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        import portalocker
-
         assert self._fd is not None
         try:
-            portalocker.unlock(self._fd)
+            _lock_calls()[1](self._fd)
         finally:
             if not self.keep_open:
                 self.close()

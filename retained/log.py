@@ -173,6 +173,7 @@ class Log:
     ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOG_NAME
+        self._path_s = os.fspath(self.path)  # for the stat on every append: a str skips pathlib's conversion
         self.lock_path = self.directory / LOCK_NAME
         self.record_bytes_max = record_bytes_max
         self.lock_wait_s = lock_wait_s
@@ -353,7 +354,7 @@ class Log:
     def _ensure_fd(self) -> tuple[int, bool]:
         """The append descriptor, reopened if the file was replaced (redaction renames a new log in)."""
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._path_s)
         except FileNotFoundError:
             st = None
         if self._fd is not None and st is not None and st.st_ino == self._ino:
@@ -377,6 +378,10 @@ class Log:
 
     def _recover_tail(self, fd: int, size: int) -> int:
         """Apply recovery.py's table to the log's end; returns the size after it."""
+        if self._tail_key == (self._ino or 0, size):
+            # The file ends where this handle's last append or tail read left
+            # it: a whole line, read back, ending in a newline (T0/T1).
+            return size
         ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
         row = recovery.decide(size == 0, ends_with_newline)
         if row.action == "accept":
@@ -472,7 +477,9 @@ class Log:
                     "reopen the log to re-read its state, then retry",
                     path=str(self.path),
                 )
-            if not self.directory.is_dir():
+            if self._fd is None and not self.directory.is_dir():
+                # Once the log is open its directory exists; a stat per append
+                # is a measurable share of the write path.
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             with self._lock:
                 return self._append_locked(content, client, ts)
@@ -615,7 +622,9 @@ class Log:
                     f"an earlier write on this handle failed ({self._unusable}); reopen the log, then retry",
                     path=str(self.path),
                 )
-            if not self.directory.is_dir():
+            if self._fd is None and not self.directory.is_dir():
+                # Once the log is open its directory exists; a stat per append
+                # is a measurable share of the write path.
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             with self._lock:
                 return self._append_batch_locked(contents, client)

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from retained import credentials
 from retained import guard as guard_module
 from retained.errors import InvalidRecord, RetainedError, SecretDetected
 from retained.guard import Guard, find_secrets, remove_private
@@ -109,7 +110,7 @@ def secret_spans(value: Any) -> list[str]:
     if isinstance(value, dict):
         spans = []
         for k, v in value.items():
-            named = isinstance(v, str) and guard_module._SECRET_KEY_NAME.search(k) and not find_secrets(v)
+            named = isinstance(v, str) and credentials._SECRET_KEY_NAME.search(k) and not find_secrets(v)
             spans += [v] if named else secret_spans(v)
         return spans
     if isinstance(value, list):
@@ -408,16 +409,13 @@ def test_retained_hashes_records_and_uuids_are_not_secrets():
 def test_the_module_examples_run():
     result = doctest.testmod(guard_module)
     assert result.failed == 0 and result.attempted >= 4
+    result = doctest.testmod(credentials)
+    assert result.failed == 0 and result.attempted >= 3
 
 
 # -- properties ---------------------------------------------------------------------------
 
-WORDS = (
-    "the a log record index search memory agent store note deploy staging production fix bug test "
-    "key token password secret value write read verify chain hash seq scope brief session client "
-    "server python sqlite fsync lock append retry error message user team meeting friday monday "
-    "is was be will can should not and or but if then with for from into over under about after"
-).split()
+WORDS = ["the", "a", "log", "record", "index", "search", "memory", "agent", "store", "note", "deploy", "staging", "production", "fix", "bug", "test", "key", "token", "password", "secret", "value", "write", "read", "verify", "chain", "hash", "seq", "scope", "brief", "session", "client", "server", "python", "sqlite", "fsync", "lock", "append", "retry", "error", "message", "user", "team", "meeting", "friday", "monday", "is", "was", "be", "will", "can", "should", "not", "and", "or", "but", "if", "then", "with", "for", "from", "into", "over", "under", "about", "after"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -523,5 +521,5 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
     assert not g.untouched({**plain, "deep": deep})
     assert Guard("off").untouched({**plain, "text": "password=hunter2hunter2"})
     assert not Guard("off").untouched({**plain, "text": "<private>x</private>"})
-    for name in guard_module._NAMES:  # every secret name find_secrets looks for sends a record to apply()
+    for name in credentials._NAMES:  # every secret name find_secrets looks for sends a record to apply()
         assert not g.untouched({**plain, "text": f"the {name.upper()} moved"}), name

@@ -319,12 +319,12 @@ def test_context_and_neighbour_scores_match_their_definition() -> None:
     import numpy as np
 
     from retained import vectors
-    from retained.hybrid import _Matrix
+    from retained.dense import Matrix
 
     rng = np.random.default_rng(5)
     raw = rng.standard_normal((5, 8))
     scopes = ["a", "b", "a", "a", "b"]
-    m = _Matrix("m", 0)
+    m = Matrix("m", 0)
     m.extend([(i + 1, i + 1, f"h{i}", 8, vectors.pack(raw[i]), scopes[i]) for i in range(5)])
     unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
     q = unit[2] + unit[4]
@@ -348,12 +348,13 @@ def test_an_unrelated_neighbour_never_outranks_the_match() -> None:
     import numpy as np
 
     from retained import vectors
-    from retained.hybrid import CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT, _Matrix
+    from retained.dense import Matrix
+    from retained.hybrid import CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT
 
     rng = np.random.default_rng(9)
     base = rng.standard_normal(384)
     raw = [base * 2.0 + rng.standard_normal(384) for _ in range(6)]  # anisotropic: cosines near 0.8
-    m = _Matrix("m", 0)
+    m = Matrix("m", 0)
     m.extend([(i + 1, i + 1, f"h{i}", 384, vectors.pack(raw[i]), None) for i in range(6)])
     for match in range(6):
         q = raw[match] / np.linalg.norm(raw[match])

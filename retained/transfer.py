@@ -1,4 +1,4 @@
-"""Data in and out of a store: import (three formats), export (JSONL, Markdown), backup.
+"""Data into a store: import of three formats (export.py and backup.py take data out).
 
 Import validates the whole file before it writes anything (one bad line
 refuses the file, with its line number), then appends in batches through
@@ -48,13 +48,10 @@ correct the one just before imports in small batches: correct, but slower.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -68,17 +65,14 @@ from .errors import (  # the classes live in errors.py; named here too for calle
     RetainedError,
     SourceChainBroken,
 )
-from .lock import StoreLock
-from .log import LOG_NAME, Log, fsync_dir, make_line
+from .log import Log, make_line
 
 FORMATS = ("retained", "jsonl", "memory")
 BATCH_RECORDS = 2000  # records per append_batch: one lock, one fsync each
 BAD_LINES_LISTED = 20  # line numbers named in one refusal
-_COPY_CHUNK = 1024 * 1024
 _LINK_FIELDS = ("supersedes", "retracts")
 _PLAIN_API = ("kind", "scope", "source", "body", "client_op_id")
 _NOT_PLAIN_FIELDS = record.RESERVED_FIELDS | {"text", *_PLAIN_API}
-BACKUP_MANIFEST = "backup.json"
 
 Progress = Callable[[int, int], None]
 
@@ -537,273 +531,26 @@ def import_file(
     return run_import(store, plan, batch=batch, progress=progress)
 
 
-# -- export -----------------------------------------------------------------
+# Export and backup live in their own modules; named here too for callers of transfer.
+from .backup import BACKUP_MANIFEST, backup  # noqa: E402
+from .export import export, export_to_file, markdown_entry  # noqa: E402
 
-
-def _md_text(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
-
-
-def markdown_entry(line: Any) -> str:
-    """One record as Markdown, for reading (not for import)."""
-    rec = line.record
-    if line.status == record.REDACTED:
-        return f"### #{line.seq} · redacted\n\n*content erased; the chain still verifies*\n"
-    kind = rec.get("kind", "note")
-    head = f"### #{line.seq} · {kind}"
-    if rec.get("scope"):
-        head += f" · {rec['scope']}"
-    meta = [f"`{rec.get('ts', '')}`"]
-    for name in ("supersedes", "retracts"):
-        if rec.get(name):
-            meta.append(f"{name} " + ", ".join(f"#{s}" for s in rec[name]))
-    if rec.get("source"):
-        meta.append(f"source: {rec['source']}")
-    parts = [head, "", " · ".join(meta), ""]
-    if rec.get("text") is not None:
-        parts += [_md_text(rec["text"]), ""]
-    if rec.get("body") is not None:
-        parts += ["> " + _md_text(rec["body"]).replace("\n", "\n> "), ""]
-    extra = {k: v for k, v in rec.items() if k not in record.RESERVED_FIELDS and k not in record.API_FIELDS}
-    origin = extra.pop("imported", None)
-    if isinstance(origin, dict) and "seq" in origin:
-        parts += [f"*imported: was seq {origin.get('seq')} ({origin.get('ts')}), hash {str(origin.get('hash'))[:16]}...*", ""]
-    elif origin is not None:
-        extra["imported"] = origin
-    if extra:
-        parts += ["```json", orjson.dumps(extra, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode(), "```", ""]
-    return "\n".join(parts)
-
-
-def export(
-    log: Log,
-    out: BinaryIO,
-    *,
-    format: str = "jsonl",
-    force: bool = False,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Write the log's chained records to ``out`` after verifying them, in one pass.
-
-    ``jsonl`` writes each chained line byte for byte (records and redacted
-    lines), so the export verifies on its own and imports with its chain
-    checked. Foreign lines are left out and counted. The export is spooled to
-    a temporary file while the chain is walked; only when the walk has no
-    finding (or ``force``) is it copied to ``out``.
-
-    Raises:
-        ExportRefused: verify found problems and ``force`` is false; nothing was written to ``out``.
-    """
-    if format not in ("jsonl", "markdown"):
-        raise InvalidRecord(f"format {format!r} is not jsonl or markdown", path="format")
-    size = log.size()
-    counted = {"records": 0, "redacted": 0, "foreign": 0, "damaged": 0}
-
-    with tempfile.TemporaryFile() as spool:
-        if format == "markdown":
-            spool.write(f"# retained export of {log.path}\n\n".encode())
-
-        def tee() -> Iterator[Any]:
-            for line in log.scan(stop=size):
-                yield line
-                if line.chained:
-                    counted["redacted" if line.status == record.REDACTED else "records"] += 1
-                    spool.write(line.raw if format == "jsonl" else markdown_entry(line).encode("utf-8") + b"\n")
-                    if progress is not None and line.seq % 10000 == 0:
-                        progress(line.end, size)
-                elif line.status == record.FOREIGN:
-                    counted["foreign"] += 1
-                elif line.status == record.DAMAGED:
-                    counted["damaged"] += 1
-
-        report = chain.walk(tee(), log.path.name)
-        result = {
-            "ok": report.ok,
-            "format": format,
-            "records": counted["records"],
-            "redacted": counted["redacted"],
-            "foreign_left_out": counted["foreign"],
-            "damaged_left_out": counted["damaged"],
-            "head": {"seq": report.head_seq, "hash": report.head_hash},
-            "log_bytes": size,
-            "findings": report.findings,
-            "forced": bool(report.findings) and force,
-        }
-        if report.findings and not force:
-            first = report.findings[0]
-            raise ExportRefused(
-                f"verify found {len(report.findings)} problems in {log.path}, first: {first['message']}; "
-                "nothing was exported; run `retained verify` for all of them, or export with --force "
-                "to write the valid records only (that export will not verify on import)",
-                findings=len(report.findings),
-            )
-        spool.seek(0)
-        written = 0
-        while chunk := spool.read(_COPY_CHUNK):
-            out.write(chunk)
-            written += len(chunk)
-        out.flush()
-        result["bytes"] = written
-    return result
-
-
-def export_to_file(log: Log, dest: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
-    """``export`` into a new file (0600), written beside it and renamed into place when complete."""
-    dest = Path(dest)
-    tmp = dest.with_name(dest.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            result = export(log, f, **kwargs)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(dest.parent)
-    result["path"] = str(dest)
-    return result
-
-
-# -- backup -----------------------------------------------------------------
-
-
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
-
-
-def _is_backup_dir(path: Path) -> bool:
-    names = os.listdir(path)
-    return all(n == LOG_NAME or n == BACKUP_MANIFEST or n.startswith(LOG_NAME + ".torn-") for n in names)
-
-
-def _copy_file(src: BinaryIO, dest: Path, length: int) -> None:
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-    try:
-        remaining = length
-        while remaining > 0:
-            chunk = src.read(min(_COPY_CHUNK, remaining))
-            if not chunk:
-                break
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
-            remaining -= len(chunk)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if remaining:
-        raise BackupFailed(f"{dest}: the source ended {remaining} bytes early while it was copied under the lock", path=str(dest))
-
-
-def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
-    """Copy the log (and its quarantined tails) to ``dest`` under the store lock, then verify the copy.
-
-    The lock is the appenders' own (``log.lock``), so no record can be added,
-    and no line redacted, while the bytes are copied: the copy is the log as
-    of one moment. The index is not copied (it is derived: ``retained
-    rebuild`` recreates it). The copy is written into a new directory beside
-    ``dest`` and renamed into place; files are 0600, directories 0700. A
-    ``backup.json`` manifest records the head and the log's blake3.
-
-    Raises:
-        BackupRefused: ``dest`` is the store, inside it, holds it, or already
-            holds a backup (pass ``force`` to replace a backup; a directory
-            holding anything else is never replaced).
-        BackupFailed: the copy does not verify or its head differs.
-    """
-    src_dir = log.directory.resolve()
-    dest = Path(dest).expanduser()
-    target = dest.resolve()
-    if _inside(target, src_dir):
-        raise BackupRefused(f"backup destination {dest} is inside the store {src_dir}; choose a directory outside it", path=str(dest))
-    if _inside(src_dir, target):
-        raise BackupRefused(f"backup destination {dest} contains the store {src_dir}; choose a directory of its own", path=str(dest))
-    if not log.exists():
-        raise BackupRefused(f"no log at {log.path}: nothing to back up", path=str(log.path))
-    replacing = False
-    if target.exists():
-        if not target.is_dir():
-            raise BackupRefused(f"backup destination {dest} exists and is not a directory; choose a new path", path=str(dest))
-        if os.listdir(target):
-            if not _is_backup_dir(target):
-                raise BackupRefused(
-                    f"backup destination {dest} holds files that are not a retained backup; nothing was copied; choose a new path",
-                    path=str(dest),
-                )
-            if not force:
-                raise BackupRefused(
-                    f"backup destination {dest} already holds a backup; nothing was copied; pass --force to replace it",
-                    path=str(dest),
-                )
-            replacing = True
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
-    os.chmod(staging, 0o700)
-    try:
-        with StoreLock(log.lock_path, log.lock_wait_s):
-            with open(log.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                seq, head_hash, _ = log.tail(stop=size)
-                _copy_file(f, staging / LOG_NAME, size)
-            quarantined = log.quarantined()
-            for q in quarantined:
-                with open(log.directory / q["file"], "rb") as f:
-                    _copy_file(f, staging / q["file"], q["bytes"])
-        copy = Log(staging)
-        report = chain.walk(copy.scan(), LOG_NAME)
-        if (report.head_seq, report.head_hash) != (seq, head_hash) or copy.size() != size:
-            raise BackupFailed(
-                f"the copy in {staging} does not match the source: head seq {report.head_seq} vs {seq}, "
-                f"{copy.size()} bytes vs {size}; the copy is left there for inspection",
-                path=str(staging),
-            )
-        import blake3
-
-        hasher = blake3.blake3()
-        with open(staging / LOG_NAME, "rb") as f:
-            while chunk := f.read(_COPY_CHUNK):
-                hasher.update(chunk)
-        manifest = {
-            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            "source": str(src_dir),
-            "head": {"seq": seq, "hash": head_hash},
-            "log_bytes": size,
-            "log_blake3": hasher.hexdigest(),
-            "quarantined": [q["file"] for q in quarantined],
-            "verify": {"ok": report.ok, "records": report.records, "findings": len(report.findings)},
-        }
-        fd = os.open(staging / BACKUP_MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as mf:
-            mf.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-            mf.flush()
-            os.fsync(mf.fileno())
-        fsync_dir(staging)
-        if replacing:
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(staging, target)
-            shutil.rmtree(old)
-        elif target.exists():
-            os.rmdir(target)  # empty: checked above
-            os.replace(staging, target)
-        else:
-            os.replace(staging, target)
-        fsync_dir(target.parent)
-    except BackupFailed:
-        raise
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return {
-        "ok": report.ok,
-        "path": str(target),
-        "head": {"seq": seq, "hash": head_hash},
-        "records": report.records,
-        "log_bytes": size,
-        "log_blake3": manifest["log_blake3"],
-        "quarantined": manifest["quarantined"],
-        "findings": report.findings,
-        "replaced": replacing,
-    }
+__all__ = [
+    "BACKUP_MANIFEST",
+    "BATCH_RECORDS",
+    "FORMATS",
+    "BackupFailed",
+    "BackupRefused",
+    "ExportRefused",
+    "ImportPlan",
+    "ImportRefused",
+    "SourceChainBroken",
+    "backup",
+    "detect_format",
+    "export",
+    "export_to_file",
+    "import_file",
+    "markdown_entry",
+    "plan_import",
+    "run_import",
+]

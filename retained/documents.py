@@ -1,0 +1,93 @@
+"""What the index stores for one record: its words, its links, its token cost.
+
+Pure functions over a parsed record, no SQLite: ``index`` writes what they
+return, ``index_search`` and ``hybrid`` charge results with `estimate_tokens`.
+
+Token estimate for ``max_tokens``: ``ceil(utf8 bytes of text and body / 4)``
+per result (a body that is not a string counts as its canonical JSON). It is
+an estimate on the generous side for English and code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import query, record
+
+# Fields never indexed as words: chain and store bookkeeping, and the link
+# fields (their numbers would match unrelated queries).
+_NOT_WORDS = frozenset(record.RESERVED_FIELDS | {"kind", "scope", "supersedes", "retracts", "redacts", "client_op_id"})
+FIELDS_CHARS_MAX = 4096  # caller-field text indexed per record; bounds one record's index cost
+
+
+def estimate_tokens(rec: dict[str, Any]) -> int:
+    """Tokens a result costs against ``max_tokens``: ceil(utf8 bytes of text and body / 4)."""
+    n = 0
+    text = rec.get("text")
+    if isinstance(text, str):
+        n += len(text.encode("utf-8", "surrogatepass"))
+    body = rec.get("body")
+    if isinstance(body, str):
+        n += len(body.encode("utf-8", "surrogatepass"))
+    elif body is not None:
+        n += len(record.canonical(body))
+    return math.ceil(n / 4)
+
+
+def _strings(value: Any, out: list[str], budget: list[int]) -> None:
+    if budget[0] <= 0:
+        return
+    if isinstance(value, str):
+        out.append(value)
+        budget[0] -= len(value)
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out, budget)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out, budget)
+
+
+def documents(rec: dict[str, Any]) -> tuple[str, str, str]:
+    """The (text, body, fields) columns indexed for one record.
+
+    ``fields`` gathers the string values of caller fields (``speaker``,
+    ``date``, ``source``, a retraction's ``reason``...), nested ones too, up
+    to ``FIELDS_CHARS_MAX`` characters.
+    """
+    text = rec.get("text")
+    body = rec.get("body")
+    extra: list[str] = []
+    budget = [FIELDS_CHARS_MAX]
+    # A parsed canonical line keeps its keys sorted, so this order is stable.
+    for key, value in rec.items():
+        if key in _NOT_WORDS or key == "text" or key == "body":
+            continue
+        if type(value) is str:  # the common case, without the recursion
+            if budget[0] > 0:
+                extra.append(value)
+                budget[0] -= len(value)
+        else:
+            _strings(value, extra, budget)
+    if type(body) is str:
+        body_text = body
+    elif body is None:
+        body_text = ""
+    else:
+        body_words: list[str] = []
+        _strings(body, body_words, [FIELDS_CHARS_MAX * 16])
+        body_text = " ".join(body_words)
+    return (
+        query.segment(text) if type(text) is str else "",
+        query.segment(body_text) if body_text else "",
+        query.segment(" ".join(extra)[:FIELDS_CHARS_MAX]) if extra else "",
+    )
+
+
+def _seqs(value: Any) -> list[int]:
+    if type(value) is int and value > 0:
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if type(v) is int and v > 0]
+    return []

@@ -1,0 +1,224 @@
+"""The two-way check of the index against the log (``Index.verify``).
+
+Both directions: every chained log line must have its index row (same place,
+same hash), and every index row must be held by a log line; then the FTS5
+rows must match the records, and FTS5's own integrity check must pass. The
+findings and their kinds are listed on ``Index.verify``.
+
+Imported by ``Index.verify`` when it runs, so this module (and orjson, which
+parses the lines the byte scan cannot settle) stays off the path of every
+other read.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .index import BATCH_ROWS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .index import Index
+    from .log import Log
+
+
+def verify(index: Index, lines: Iterable[tuple[Any, ...]] | None = None) -> list[dict[str, Any]]:
+    """``Index.verify``: the findings, none if the index matches the log (see there)."""
+    findings: list[dict[str, Any]] = []
+    caught = index.catch_up(on_replaced="report")
+    with index.lock:
+        db = index.connection()
+        mark = index._mark(db)
+        size = index.log.size()
+        if caught["state"] == "replaced":
+            findings.append(_finding(
+                "index_log_replaced", int(mark["hwm_seq"]) or None, int(mark["hwm_line_offset"]),
+                mark["hwm_hash"], "other bytes" if int(mark["hwm_offset"]) <= size else f"log of {size} bytes",
+                f"the index was built from another log: it read to byte {mark['hwm_offset']} (seq "
+                f"{mark['hwm_seq']}, hash {str(mark['hwm_hash'])[:12]}...) but the log {index.log.path.name} "
+                f"is {size} bytes and no longer holds that line there; run `retained rebuild`",
+            ))
+        hwm = int(mark["hwm_offset"])
+        seen = bytearray((int(mark["hwm_seq"]) >> 3) + 1)
+        batch: list[tuple[Any, ...]] = []
+        ranges: list[tuple[int, int]] = []
+        stop = min(hwm, size)
+        for item in _raw_lines(index.log.path, stop) if lines is None else _lines_before(lines, stop):
+            batch.append(item)
+            if len(batch) >= BATCH_ROWS:
+                findings.extend(_verify_batch(index.log, db, batch, seen, ranges))
+                batch.clear()
+        findings.extend(_verify_batch(index.log, db, batch, seen, ranges))
+        # Every seq marked in `seen` is an index row a log line matched;
+        # when they are all of the rows there is no ghost to look for.
+        indexed = db.execute("SELECT count(*) FROM records").fetchone()[0]
+        matched = int.from_bytes(seen, "little").bit_count() + sum(b - a + 1 for a, b in ranges)
+        ghosts = db.execute("SELECT seq, offset, hash FROM records ORDER BY seq") if matched != indexed else ()
+        ranges.sort()
+        starts = [a for a, _ in ranges]
+        for seq, offset, h in ghosts:
+            if seq >> 3 < len(seen) and seen[seq >> 3] & (1 << (seq & 7)):
+                continue
+            i = bisect.bisect_right(starts, seq) - 1
+            if i >= 0 and ranges[i][0] <= seq <= ranges[i][1]:
+                continue
+            findings.append(_finding(
+                "index_ghost", seq, offset, "absent", h,
+                f"seq {seq} is in the index (byte {offset}, hash {h[:12]}...) but no log line holds it; "
+                f"the log may have been replaced by an older copy; run `retained rebuild`",
+            ))
+        findings.extend(_verify_words(db))
+        try:
+            db.execute("INSERT INTO fts (fts, rank) VALUES ('integrity-check', 0)")
+        except sqlite3.DatabaseError as exc:
+            findings.append(_finding("index_integrity", None, None, "ok", str(exc),
+                                     f"FTS5 integrity check failed: {exc}; run `retained rebuild`"))
+    return findings
+
+
+def _raw_lines(path: Path, stop: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, bytes)`` of each complete line before ``stop``, memory flat.
+
+    Verify compares places and hashes, which needs no full record check
+    per line (the chain walk does that); a line is classified only when
+    it disagrees with the index.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with f:
+        base = 0
+        data = b""
+        remaining = stop
+        while remaining > 0:
+            chunk = f.read(min(1 << 20, remaining))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+            data = data + chunk if data else chunk
+            i = 0
+            while True:
+                nl = data.find(b"\n", i)
+                if nl == -1:
+                    break
+                yield base + i, data[i : nl + 1]
+                i = nl + 1
+            base += i
+            data = data[i:]
+
+
+def _verify_batch(
+    log: Log, db: sqlite3.Connection, batch: list[tuple[Any, ...]], seen: bytearray, ranges: list[tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """Findings for one batch of lines; matched seqs go to `ranges` (whole runs) or `seen` (bits)."""
+    claims = []
+    for item in batch:
+        if len(item) == 4:
+            # (offset, length, seq, hash) of a record the chain walk verified.
+            claims.append((item[2], item[3], item[0], item[1]))
+            continue
+        offset, raw = item
+        # In canonical JSON a key is never escaped and a string's quotes
+        # are, so `"seq":` and `"hash":"` occur once per line unless a
+        # nested object has such keys; only then is the line parsed. A
+        # wrong claim can only disagree with the index, and every
+        # disagreement is re-checked by classifying the line.
+        h = raw.find(b'"hash":"')
+        q = raw.find(b'"seq":')
+        if h >= 0 and q >= 0 and raw.find(b'"hash":"', h + 8) < 0 and raw.find(b'"seq":', q + 6) < 0:
+            end = q + 6
+            while 48 <= raw[end] <= 57:
+                end += 1
+            if end > q + 6:
+                claims.append((int(raw[q + 6 : end]), raw[h + 8 : h + 72].decode("ascii", "replace"), offset, len(raw)))
+                continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue  # damaged: the chain walk reports it
+        if isinstance(obj, dict) and type(obj.get("seq")) is int and isinstance(obj.get("hash"), str):
+            claims.append((obj["seq"], obj["hash"], offset, len(raw)))
+    if not claims:
+        return []
+    # The common case: the batch is a run of consecutive seqs that the
+    # index holds exactly (place and hash). One range query and one list
+    # comparison settle it; anything else is examined line by line.
+    lo, hi = claims[0][0], claims[-1][0]
+    if hi - lo + 1 == len(claims):
+        expected = [(c[0], c[2], c[3], c[1]) for c in claims]
+        if db.execute(
+            "SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi)
+        ).fetchall() == expected:
+            ranges.append((lo, hi))
+            return []
+    rows = {}
+    for i in range(0, len(claims), 500):
+        part = claims[i : i + 500]
+        rows.update((r[0], r[1:]) for r in db.execute(
+            f"SELECT seq, offset, length, hash FROM records WHERE seq IN ({','.join('?' * len(part))})",
+            [c[0] for c in part],
+        ))
+    out = []
+    for seq, h, offset, length in claims:
+        row = rows.get(seq)
+        if row is not None and row == (offset, length, h):
+            if seq >> 3 >= len(seen):
+                seen.extend(bytes((seq >> 3) + 1 - len(seen)))
+            seen[seq >> 3] |= 1 << (seq & 7)
+            continue
+        line = log.line_at(offset, length)
+        if not line.chained:
+            continue  # foreign or damaged: the chain walk reports it
+        if seq >> 3 >= len(seen):
+            seen.extend(bytes((seq >> 3) + 1 - len(seen)))
+        if row is None:
+            out.append(_finding(
+                "index_missing", seq, offset, "indexed", "absent",
+                f"seq {seq} (log byte {offset}) is in the log but not in the index; run `retained rebuild`",
+            ))
+            continue
+        if seen[seq >> 3] & (1 << (seq & 7)):
+            continue  # a second line claiming this seq: the chain walk reports it
+        seen[seq >> 3] |= 1 << (seq & 7)
+        if row[2] != h:
+            out.append(_finding(
+                "index_hash_mismatch", seq, offset, h, row[2],
+                f"seq {seq}: the index has hash {row[2][:12]}..., the log line at byte {offset} has "
+                f"{h[:12]}...; run `retained rebuild`",
+            ))
+        else:
+            out.append(_finding(
+                "index_offset_mismatch", seq, offset, f"{offset}+{length}", f"{row[0]}+{row[1]}",
+                f"seq {seq}: the index places it at byte {row[0]} ({row[1]} bytes), the log has it at byte "
+                f"{offset} ({length} bytes); run `retained rebuild`",
+            ))
+    return out
+
+
+def _verify_words(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
+    """Records with no FTS5 row, and FTS5 rows with no record (set differences in SQLite)."""
+    for (seq,) in db.execute("SELECT seq FROM records WHERE redacted = 0 EXCEPT SELECT rowid FROM fts ORDER BY 1"):
+        yield _finding("index_words_missing", seq, None, "searchable", "no FTS5 row",
+                       f"seq {seq} is indexed but its words are not searchable; run `retained rebuild`")
+    for (seq,) in db.execute("SELECT rowid FROM fts EXCEPT SELECT seq FROM records WHERE redacted = 0 ORDER BY 1"):
+        yield _finding("index_words_ghost", seq, None, "no FTS5 row", "FTS5 row",
+                       f"FTS5 has words for seq {seq}, which the index does not list; run `retained rebuild`")
+
+
+def _lines_before(lines: Iterable[tuple[Any, ...]], stop: int) -> Iterator[tuple[Any, ...]]:
+    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(stop)`` reads them."""
+    for item in lines:
+        if item[0] + (item[1] if len(item) == 4 else len(item[1])) > stop:
+            return
+        yield item
+
+
+def _finding(kind: str, seq: int | None, offset: int | None, expected: Any, observed: Any, message: str) -> dict[str, Any]:
+    return {"kind": kind, "seq": seq, "offset": offset, "expected": expected, "observed": observed, "message": message}

@@ -463,3 +463,12 @@ def test_every_check_is_shown_failing_in_this_file():
     source = Path(__file__).read_text(encoding="utf-8")
     for name in selftest.CHECKS:
         assert re.search(rf'_fail\(\s*"{name}"', source), f"no test shows the {name} check failing"
+
+
+def test_every_check_has_a_row_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Self-test") : readme.index("\n## ", readme.index("## Self-test") + 1)]
+    rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    assert rows == set(selftest.CHECKS)

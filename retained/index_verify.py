@@ -213,7 +213,7 @@ def _verify_words(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
 
 
 def _lines_before(lines: Iterable[tuple[Any, ...]], stop: int) -> Iterator[tuple[Any, ...]]:
-    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(stop)`` reads them."""
+    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(path, stop)`` reads them."""
     for item in lines:
         if item[0] + (item[1] if len(item) == 4 else len(item[1])) > stop:
             return

@@ -226,6 +226,18 @@ def test_fts_rows_without_records_are_reported(store):
     assert kinds(store.index.verify()) == [("index_words_ghost", 99)]
 
 
+def test_a_damaged_full_text_index_fails_fts5s_own_check(store):
+    _filled(store)
+    db = store.index.connection()
+    # Drop the segments FTS5 keeps its postings in (its structure record, id 10, stays).
+    db.execute("DELETE FROM fts_data WHERE id > 10")
+    report = store.verify()
+    found = [f for f in report["findings"] if f["kind"] == "index_integrity"]
+    assert found and "FTS5 integrity check failed" in found[0]["message"] and not report["ok"]
+    store.rebuild()
+    assert store.verify()["ok"]
+
+
 def test_verify_is_clean_on_the_shared_vectors_with_foreign_and_redacted_lines(tmp_path):
     vectors = REPO.parent / "shared" / "vectors"
     src = vectors / "chain-v1-redacted-foreign.jsonl"

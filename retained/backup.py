@@ -11,13 +11,12 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from . import chain
+from . import chain, limits
 from .errors import BackupFailed, BackupRefused
 from .lock import StoreLock
 from .log import LOG_NAME, Log, fsync_dir
 
 BACKUP_MANIFEST = "backup.json"
-_COPY_CHUNK = 1024 * 1024
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -34,7 +33,7 @@ def _copy_file(src: BinaryIO, dest: Path, length: int) -> None:
     try:
         remaining = length
         while remaining > 0:
-            chunk = src.read(min(_COPY_CHUNK, remaining))
+            chunk = src.read(min(limits.SCAN_CHUNK_BYTES, remaining))
             if not chunk:
                 break
             view = memoryview(chunk)
@@ -114,7 +113,7 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
 
         hasher = blake3.blake3()
         with open(staging / LOG_NAME, "rb") as f:
-            while chunk := f.read(_COPY_CHUNK):
+            while chunk := f.read(limits.SCAN_CHUNK_BYTES):
                 hasher.update(chunk)
         manifest = {
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),

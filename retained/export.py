@@ -16,13 +16,11 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from . import chain, record
+from . import chain, limits, record
 from .errors import ExportRefused, InvalidRecord
 from .log import Log, fsync_dir
 
-_COPY_CHUNK = 1024 * 1024
-
-Progress = Callable[[int, int], None]
+Progress = Callable[[int, int], None]  # (done, total), for callers that show progress
 
 
 def _md_text(value: Any) -> str:
@@ -124,7 +122,7 @@ def export(
             )
         spool.seek(0)
         written = 0
-        while chunk := spool.read(_COPY_CHUNK):
+        while chunk := spool.read(limits.SCAN_CHUNK_BYTES):
             out.write(chunk)
             written += len(chunk)
         out.flush()

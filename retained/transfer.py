@@ -48,7 +48,7 @@ correct the one just before imports in small batches: correct, but slower.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,8 @@ from .errors import (  # the classes live in errors.py; named here too for calle
     RetainedError,
     SourceChainBroken,
 )
+from .backup import BACKUP_MANIFEST, backup  # named here too, for callers of transfer
+from .export import Progress, export, export_to_file, markdown_entry  # likewise
 from .log import Log, make_line
 
 FORMATS = ("retained", "jsonl", "memory")
@@ -74,7 +76,6 @@ _LINK_FIELDS = ("supersedes", "retracts")
 _PLAIN_API = ("kind", "scope", "source", "body", "client_op_id")
 _NOT_PLAIN_FIELDS = record.RESERVED_FIELDS | {"text", *_PLAIN_API}
 
-Progress = Callable[[int, int], None]
 
 
 # -- reading an import file -------------------------------------------------
@@ -530,10 +531,6 @@ def import_file(
     plan = plan_import(path, format=format, scope=scope, on_reserved=on_reserved)
     return run_import(store, plan, batch=batch, progress=progress)
 
-
-# Export and backup live in their own modules; named here too for callers of transfer.
-from .backup import BACKUP_MANIFEST, backup  # noqa: E402
-from .export import export, export_to_file, markdown_entry  # noqa: E402
 
 __all__ = [
     "BACKUP_MANIFEST",

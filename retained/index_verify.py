@@ -52,7 +52,7 @@ def verify(index: Index, lines: Iterable[tuple[Any, ...]] | None = None) -> list
         batch: list[tuple[Any, ...]] = []
         ranges: list[tuple[int, int]] = []
         stop = min(hwm, size)
-        source = iter(_raw_lines(index.log.path, stop) if lines is None else _lines_before(lines, stop))
+        source = iter(_raw_lines(index.log, stop) if lines is None else _lines_before(lines, stop))
         # FTS5's integrity check reads the whole full-text index (0.35-0.45 s
         # at 100k records) and needs nothing from the lines: it runs on its
         # own connection (sqlite3 lets go of the GIL while a statement runs)
@@ -126,36 +126,14 @@ class _IntegrityCheck(threading.Thread):
             db.close()
 
 
-def _raw_lines(path: Path, stop: int) -> Iterator[tuple[int, bytes]]:
+def _raw_lines(log: Log, stop: int) -> Iterator[tuple[int, bytes]]:
     """``(offset, bytes)`` of each complete line before ``stop``, memory flat.
 
     Verify compares places and hashes, which needs no full record check
     per line (the chain walk does that); a line is classified only when
     it disagrees with the index.
     """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return
-    with f:
-        base = 0
-        data = b""
-        remaining = stop
-        while remaining > 0:
-            chunk = f.read(min(1 << 20, remaining))
-            if not chunk:
-                break
-            remaining -= len(chunk)
-            data = data + chunk if data else chunk
-            i = 0
-            while True:
-                nl = data.find(b"\n", i)
-                if nl == -1:
-                    break
-                yield base + i, data[i : nl + 1]
-                i = nl + 1
-            base += i
-            data = data[i:]
+    return ((offset, raw) for offset, raw in log.segments(stop=stop) if raw.endswith(b"\n"))
 
 
 def _verify_batch(
@@ -257,7 +235,7 @@ def _verify_words(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
 
 
 def _lines_before(lines: Iterable[tuple[Any, ...]], stop: int) -> Iterator[tuple[Any, ...]]:
-    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(path, stop)`` reads them."""
+    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(log, stop)`` reads them."""
     for item in lines:
         if item[0] + (item[1] if len(item) == 4 else len(item[1])) > stop:
             return

@@ -212,13 +212,24 @@ class Log:
             raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
 
     def scan(self, start: int = 0, stop: int | None = None, *, containing: bytes | None = None) -> Iterator[Line]:
-        """Every line from ``start`` (a line boundary) up to ``stop``, oldest first.
+        """Every line from ``start`` (a line boundary) up to ``stop``, oldest first, classified.
 
-        ``stop`` defaults to the size when the scan begins, so a scan ends even
+        The lines of :meth:`segments` (same arguments), each made a `Line`.
+        """
+        for offset, raw in self.segments(start, stop, containing=containing):
+            yield make_line(offset, raw)
+
+    def segments(
+        self, start: int = 0, stop: int | None = None, *, containing: bytes | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """``(offset, bytes)`` of every line from ``start`` (a line boundary) up to ``stop``, unparsed.
+
+        ``stop`` defaults to the size when the reading begins, so it ends even
         while writers append. Memory holds one chunk and one line at a time.
+        Bytes after the last newline come last, without one (a torn tail).
         With ``containing``, only the complete lines holding those bytes are
-        classified and yielded (a torn tail always is): a search in the chunk
-        is far cheaper than parsing and hashing every line.
+        yielded (a torn tail always is): a search in the chunk is far cheaper
+        than parsing and hashing every line.
         """
         f = self._open_read()
         if f is None:
@@ -242,12 +253,12 @@ class Log:
                     if nl == -1:
                         break
                     if containing is None or data.find(containing, i, nl) != -1:
-                        yield make_line(base + i, data[i : nl + 1])
+                        yield base + i, data[i : nl + 1]
                     i = nl + 1
                 base += i
                 data = data[i:]
             if data:
-                yield make_line(base, data)
+                yield base, data
 
     def scan_reverse(self, stop: int | None = None, *, fast_start: bool = False) -> Iterator[Line]:
         """Every line before ``stop``, newest first (a torn tail first, if any).

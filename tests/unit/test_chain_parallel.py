@@ -284,3 +284,49 @@ def test_index_check_on_the_walks_lines_finds_what_it_finds_reading_the_log(tmp_
     assert {"index_missing", "index_hash_mismatch", "index_offset_mismatch", "index_ghost"} <= kinds
     assert fed == reading
     assert walked.to_dict() == _walk_report(tmp_path)
+
+
+class _NoProcesses:
+    """A multiprocessing context in a sandbox that forbids starting processes (everything else is fork's)."""
+
+    def __init__(self) -> None:
+        self._fork = multiprocessing.get_context("fork")
+
+    def __getattr__(self, name: str):
+        return getattr(self._fork, name)
+
+    def Process(self, *args, **kwargs):  # noqa: N802 - the context's own name
+        raise PermissionError(1, "starting a process is not permitted here")
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
+def test_where_no_process_can_start_the_ranges_are_classified_here(tmp_path):
+    lines = DAMAGE["everything"](_lines(12, {6: 3})) + _lines(60)[20:]
+    directory = _write(tmp_path, lines)
+    got = chain.verify_file(Log(directory), workers=2, range_bytes=700, parallel_min_bytes=0, mp_context=_NoProcesses())
+    assert got.to_dict() == _walk_report(directory)
+    assert not got.ok
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
+def test_worker_processes_killed_mid_walk_leave_the_rest_to_this_process(tmp_path):
+    import os
+    import signal
+
+    directory = _write(tmp_path, _lines(6000))
+    killed = []
+
+    def kill_workers(places):
+        # SIGKILL every worker as soon as the first line is linked: the ranges
+        # still in flight fail with a broken pool and are classified here.
+        first = next(places)
+        for child in multiprocessing.active_children():
+            os.kill(child.pid, signal.SIGKILL)
+            killed.append(child.pid)
+        return [first, *places]
+
+    got = chain.verify_file(Log(directory), workers=2, range_bytes=16 * 1024, parallel_min_bytes=0,
+                            mp_context=multiprocessing.get_context("fork"), check=kill_workers)
+    assert killed, "no worker process was running: the test shows nothing"
+    assert got.to_dict() == _walk_report(directory)
+    assert got.ok and got.records == 6000

@@ -295,7 +295,7 @@ class _NoProcesses:
     def __getattr__(self, name: str):
         return getattr(self._fork, name)
 
-    def Process(self, *args, **kwargs):  # noqa: N802 - the context's own name
+    def Process(self, *args, **kwargs):  # the name multiprocessing contexts give it
         raise PermissionError(1, "starting a process is not permitted here")
 
 

@@ -13,7 +13,6 @@ import orjson
 
 from . import chain, limits
 from .errors import BackupFailed, BackupRefused
-from .lock import StoreLock
 from .log import LOG_NAME, Log, fsync_dir
 
 BACKUP_MANIFEST = "backup.json"
@@ -92,7 +91,7 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     os.chmod(staging, 0o700)
     try:
-        with StoreLock(log.lock_path, log.lock_wait_s):
+        with log.exclusive():  # a still log: no append lands while it is copied
             with open(log.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 seq, head_hash, _ = log.tail(stop=size)

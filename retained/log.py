@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
 from . import limits, record, recovery
-from .errors import LogUnusable, NotFound, ReadBackMismatch, StoreDamaged, WriteFailed
+from .errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
 from .lock import StoreLock
 
 LOG_NAME = "log.jsonl"
@@ -171,6 +171,7 @@ class Log:
         *,
         record_bytes_max: int = limits.RECORD_BYTES_MAX,
         lock_wait_s: float = limits.LOCK_WAIT_S,
+        group_commit: bool = True,
     ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOG_NAME
@@ -192,6 +193,13 @@ class Log:
         self.recovered: list[dict[str, Any]] = []
         # One lock descriptor per Log, reused by every append (see lock.py).
         self._lock = StoreLock(self.lock_path, lock_wait_s, keep_open=True)
+        # Group commit: threads of this process that call append while another
+        # thread's append is under way queue here, and the next leader writes
+        # and fsyncs all of their records at once (see _commit_grouped).
+        self.group_commit = group_commit
+        self._group = threading.Condition(threading.Lock())
+        self._queue: list[_Request] = []
+        self._leading = False
 
     # -- reading -----------------------------------------------------------
 
@@ -511,6 +519,13 @@ class Log:
         is already in the log (or earlier in the batch) is not appended
         again: its first proof comes back with ``duplicate`` true.
 
+        With ``group_commit`` (the default), calls from other threads of this
+        process that arrive while one is writing join the next write: one
+        write and one fsync for all of them, every record still read back and
+        its link checked, and each caller returns only once its own records
+        are durable. A caller whose records are refused (too large, a missing
+        supersedes target) gets its own error; the others are unaffected.
+
         Returns:
             One proof per content, in order: seq, hash, prev, offset, length,
             ts, duplicate.
@@ -522,14 +537,50 @@ class Log:
             WriteFailed / ReadBackMismatch: nothing acknowledged; handle unusable.
             LogUnusable: an earlier failure on this handle; call reopen().
         """
-        with self._mutex:
+        req = _Request(contents, client, ts)
+        if self.group_commit:
+            self._commit_grouped(req)
+        else:
+            with self._mutex:
+                self._commit([req])
+        return req.result()
+
+    def _commit_grouped(self, req: _Request) -> None:
+        """Queue ``req``; the first caller to find no leader writes everything queued so far."""
+        group = self._group
+        with group:
+            self._queue.append(req)
+            while self._leading and not req.done:
+                group.wait()
+            if req.done:
+                return  # a leader wrote it (or failed it) while this thread waited
+            self._leading = True
+            batch, self._queue = self._queue, []
+        try:
+            with self._mutex:
+                self._commit(batch)
+        finally:
+            with group:
+                self._leading = False
+                for r in batch:
+                    r.done = True
+                group.notify_all()
+
+    def _commit(self, batch: list[_Request]) -> None:
+        """Append the records of ``batch`` (this thread holds ``_mutex``); each request gets its proofs or an error."""
+        try:
             self._check_usable()
             if self._fd is None and not self.directory.is_dir():
                 # Once the log is open its directory exists; a stat per append
                 # is a measurable share of the write path.
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             with self._lock:
-                return self._append_locked(contents, client, ts)
+                self._append_locked(batch)
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller whose records it concerns
+            for req in batch:
+                if req.error is None and (req.proofs is None or req.wrote):
+                    req.error = exc
+                    req.proofs = None
 
     def exclusive(self) -> Exclusive:
         """Hold the log under its lock: ``with log.exclusive() as held: held.append(...); held.replace(...)``.
@@ -543,9 +594,13 @@ class Log:
         """
         return Exclusive(self)
 
-    def _append_locked(
-        self, contents: list[record.Content], client: dict[str, Any], ts: str | None
-    ) -> list[dict[str, Any]]:
+    def _append_locked(self, batch: list[_Request]) -> None:
+        """The pipeline, under the lock: tail, seal, one write, fsync, read-back, link check, then proofs.
+
+        Raises on a failure that concerns every request with records to
+        write (nothing acknowledged); a request refused on its own content
+        gets ``req.error`` and takes no seq.
+        """
         try:
             fd, created = self._ensure_fd()
         except IsADirectoryError as exc:
@@ -558,15 +613,58 @@ class Log:
                 "nothing was written; free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc
-        tail_seq, tail_hash, tail_offset, tail_length = self._current_tail(size)
+        tail = self._current_tail(size)
+        tail_seq, tail_hash = tail[0], tail[1]
 
-        # Seal every record before anything is written: a bad one refuses the batch.
+        # Seal every record before anything is written: a bad one refuses its request.
         seq, prev, offset = tail_seq, tail_hash, size
-        stamp = ts or record.utc_now()
+        stamp = record.utc_now()
         lines: list[bytes] = []
-        proofs: list[dict[str, Any]] = []
         new_ops: dict[str, dict[str, Any]] = {}
+        for req in batch:
+            mark = (seq, prev, offset, len(lines))
+            added: list[str] = []
+            try:
+                req.proofs, (seq, prev, offset) = self._seal(req, stamp, size, (seq, prev, offset), lines, new_ops, added)
+            except RetainedError as exc:
+                # Refused on its own content: its records take no seq.
+                seq, prev, offset, n = mark
+                del lines[n:]
+                for op in added:
+                    del new_ops[op]
+                req.error = exc
+                req.proofs = None
+                continue
+            req.wrote = len(lines) > mark[3]
+        if not lines:
+            return
+        what = f"seq {seq}" if len(lines) == 1 else f"the batch seq {tail_seq + 1}..{seq}"
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        self._write_durable(fd, data, created, what)
+        self._read_back(fd, lines, data, size, tail, what)
+
+        self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
+        self._tail_key = (self._ino or 0, offset)
+        if new_ops and self._ops_ino == self._ino and self._ops_end == size:
+            self._ops.update(new_ops)
+            self._ops_end = offset
+
+    def _seal(
+        self,
+        req: _Request,
+        stamp: str,
+        size: int,
+        at: tuple[int, str, int],
+        lines: list[bytes],
+        new_ops: dict[str, dict[str, Any]],
+        added: list[str],
+    ) -> tuple[list[dict[str, Any]], tuple[int, str, int]]:
+        """Seal one request's records from chain position ``at``: their lines go to ``lines``; returns their proofs and the new position."""
+        seq, prev, offset = at
+        proofs: list[dict[str, Any]] = []
+        contents = req.contents
         batch = len(contents) > 1
+        ts = req.ts or stamp
         for i, content in enumerate(contents):
             fields = content.fields
             op = fields.get("client_op_id")
@@ -585,28 +683,17 @@ class Log:
                         path="supersedes",
                     )
             sealed = record.seal(
-                content, seq=seq + 1, prev=prev, ts=stamp, client=client, record_bytes_max=self.record_bytes_max
+                content, seq=seq + 1, prev=prev, ts=ts, client=req.client, record_bytes_max=self.record_bytes_max
             )
             line = sealed.line
-            proof = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line), "ts": stamp}
+            proof = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line), "ts": ts}
             if op is not None:
                 new_ops[op] = proof
+                added.append(op)
             proofs.append({**proof, "duplicate": False})
             lines.append(line)
             seq, prev, offset = seq + 1, sealed.hash, offset + len(line)
-        if not lines:
-            return proofs
-        what = f"seq {seq}" if len(lines) == 1 else f"the batch seq {tail_seq + 1}..{seq}"
-        data = lines[0] if len(lines) == 1 else b"".join(lines)
-        self._write_durable(fd, data, created, what)
-        self._read_back(fd, lines, data, size, (tail_seq, tail_hash, tail_offset, tail_length), what)
-
-        self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
-        self._tail_key = (self._ino or 0, offset)
-        if new_ops and self._ops_ino == self._ino and self._ops_end == size:
-            self._ops.update(new_ops)
-            self._ops_end = offset
-        return proofs
+        return proofs, (seq, prev, offset)
 
     def _write_durable(self, fd: int, data: bytes, created: bool, what: str) -> None:
         """Write ``data`` at the end with one ``os.write`` (pieces only past 1 GiB), then fsync.
@@ -755,6 +842,28 @@ class Log:
         self._forget_file()
 
 
+class _Request:
+    """One caller's records on their way into the file, and what came of them."""
+
+    __slots__ = ("contents", "client", "ts", "proofs", "error", "wrote", "done")
+
+    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
+        self.contents = contents
+        self.client = client
+        self.ts = ts
+        self.proofs: list[dict[str, Any]] | None = None
+        self.error: BaseException | None = None
+        self.wrote = False  # some of its records are among the lines written
+        self.done = False
+
+    def result(self) -> list[dict[str, Any]]:
+        if self.error is not None:
+            raise self.error
+        if self.proofs is None:
+            raise LogUnusable("an append ended without a proof or an error; reopen the log and retry")
+        return self.proofs
+
+
 class Exclusive:
     """The log held under its lock by one caller (see ``Log.exclusive``): a context manager.
 
@@ -787,7 +896,12 @@ class Exclusive:
 
     def append(self, contents: list[record.Content], *, client: dict[str, Any], ts: str | None = None) -> list[dict[str, Any]]:
         """``Log.append`` without taking the lock again: the same pipeline."""
-        return self._log._append_locked(contents, client, ts)
+        req = _Request(contents, client, ts)
+        try:
+            self._log._append_locked([req])
+        except BaseException as exc:  # noqa: BLE001 - raised below, as for any caller
+            req.error = exc
+        return req.result()
 
     def replace(self, suffix: str, write: Callable[[BinaryIO, int], None], check: Callable[[Path], None]) -> None:
         """Replace the whole file through a temporary named log.jsonl + ``suffix`` (see ``Log._replace_locked``)."""

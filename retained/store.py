@@ -45,6 +45,7 @@ class Store:
         guard: Any = None,
         embed_settings: Mapping[str, str] | None = None,
         follow_writes: bool = False,
+        group_commit: bool = True,
     ) -> None:
         self.directory = Path(directory)
         self.client = dict(client or DEFAULT_CLIENT)
@@ -59,7 +60,8 @@ class Store:
         self.embed_settings = dict(embed_settings or {})
         self._follow = follow_writes
         self._hybrid: Any = None
-        self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s)
+        # group_commit: threads sharing this Store share fsyncs (see Log.append).
+        self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
         self._index: Any = None  # the derived index (retained/index.py), opened on first use
 
     def close(self) -> None:

@@ -35,13 +35,12 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
 from . import limits, record, recovery
+from .files import create_exclusive, fsync_dir, open_fd, open_read, write_all
 from .errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
 from .lock import StoreLock
 
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
-_O_BINARY = getattr(os, "O_BINARY", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class Line(namedtuple("Line", "offset raw status record seq hash problem")):
@@ -108,20 +107,6 @@ def pread(fd: int, length: int, offset: int) -> bytes:
         parts.append(chunk)
         length -= len(chunk)
     return b"".join(parts)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a create, rename or truncate in ``path`` durable (POSIX only).
-
-    Windows cannot open a directory for fsync; NTFS journals the metadata.
-    """
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def segments_reverse(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
@@ -214,7 +199,7 @@ class Log:
 
     def _open_read(self) -> BinaryIO | None:
         try:
-            return open(self.path, "rb")  # noqa: SIM115 - closed by callers' with
+            return open_read(self.path)
         except FileNotFoundError:
             return None
         except IsADirectoryError as exc:
@@ -388,7 +373,7 @@ class Log:
             return self._fd, False
         self._close_fd()
         created = st is None
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_BINARY, 0o600)
+        fd = open_fd(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         self._fd = fd
         self._ino = os.fstat(fd).st_ino
         return fd, created
@@ -418,7 +403,7 @@ class Log:
         while True:
             qpath = self.directory / recovery.quarantine_name(LOG_NAME, start, attempt)
             try:
-                qfd = os.open(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+                qfd = open_fd(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
                 break
             except FileExistsError:
                 attempt += 1
@@ -451,7 +436,7 @@ class Log:
         row = recovery.decide(size == 0, ends_with_newline)
         if row.action == "accept":
             return size
-        with open(self.path, "rb") as f:
+        with open_read(self.path) as f:
             torn_offset, _ = next(segments_reverse(f, size))
         self._set_aside(fd, torn_offset, size)
         return torn_offset
@@ -823,7 +808,7 @@ class Log:
         fd = create_exclusive(tmp)
         try:
             try:
-                with open(self.path, "rb") as source:
+                with open_read(self.path) as source:
                     write(source, fd)
                 # Durable before it may replace the log.
                 os.fsync(fd)
@@ -906,28 +891,6 @@ class Exclusive:
     def replace(self, suffix: str, write: Callable[[BinaryIO, int], None], check: Callable[[Path], None]) -> None:
         """Replace the whole file through a temporary named log.jsonl + ``suffix`` (see ``Log._replace_locked``)."""
         self._log._replace_locked(suffix, write, check)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` to ``fd`` (a new file of the store's own, never the log)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def create_exclusive(path: str | os.PathLike[str]) -> int:
-    """A new file of the store's (0600) for writing, opened exclusively.
-
-    A leftover of an interrupted run under that name is removed first:
-    unlink never follows a symlink, and O_EXCL (with O_NOFOLLOW where it
-    exists) refuses whatever appears there in between, so no write can land
-    on a link's target.
-    """
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_BINARY, 0o600)
 
 
 def _link_fields(raw: bytes) -> tuple[Any, Any, Any]:

@@ -31,7 +31,8 @@ from typing import Any, BinaryIO
 
 from . import record
 from .errors import InvalidRecord, NotFound
-from .log import Exclusive, Log, create_exclusive, fsync_dir, proof_of, write_all
+from .files import create_exclusive, fsync_dir, open_read, write_all
+from .log import Exclusive, Log, proof_of
 
 TMP_SUFFIX = ".redact-tmp"
 _COPY_CHUNK = 1024 * 1024
@@ -153,7 +154,8 @@ def _redact_locked(log: Log, held: Exclusive, seq: int, content: record.Content,
     scrubbed = []
     for q in log.quarantined():
         qpath = log.directory / q["file"]
-        data = qpath.read_bytes()
+        with open_read(qpath) as f:
+            data = f.read()
         cleaned = data
         for v in values:
             cleaned = cleaned.replace(v, b"*" * len(v))

@@ -282,8 +282,9 @@ class Store:
         return result
 
     def _scrub_index(self) -> str:
-        index_path = self.directory / "index.sqlite3"
-        if not index_path.exists():
+        from .index_schema import INDEX_NAME
+
+        if not (self.directory / INDEX_NAME).exists():
             return "absent"
         from .index import Index
 

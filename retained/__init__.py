@@ -11,7 +11,7 @@ from __future__ import annotations
 # Not `typing.TYPE_CHECKING`: importing typing costs the brief ~10 ms.
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml, the Store's default client, the CLI and the server read it
 
 __all__ = [
     "InvalidRecord",

@@ -10,7 +10,7 @@ def _brief() -> int | None:
     parser costs about as much as the brief itself. The options are read by
     ``brief.parse_args``; anything else (help, a malformed option) returns
     None and goes through ``cli.main``, which reports it. The store is
-    ``--dir``, else ``$RETAINED_DIR``, else ``~/.retained``, as in cli.py.
+    ``--dir``, else ``$RETAINED_DIR``, else ``~/.retained`` (``paths.store_dir``).
     """
     argv = sys.argv[1:]
     if not argv or not (argv[0] in ("--brief", "brief") or argv[0].startswith("--brief=")):
@@ -21,10 +21,9 @@ def _brief() -> int | None:
     opts = brief.parse_args(rest)
     if opts is None:
         return None
-    import os
-    from pathlib import Path
+    from .paths import store_dir
 
-    directory = Path(opts["dir"] or os.environ.get("RETAINED_DIR") or Path.home() / ".retained").expanduser()
+    directory = store_dir(opts["dir"])
     budget = brief.DEFAULT_BUDGET if opts["budget"] is None else opts["budget"]
     try:
         result = brief.build_brief(directory, budget, opts["scope"])

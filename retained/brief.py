@@ -57,14 +57,11 @@ counts are exact).
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from pathlib import Path
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost ~10 ms here
 if TYPE_CHECKING:
     from typing import Any
-
-import json
 
 from . import index_schema, record
 from .errors import InvalidRecord, StoreDamaged
@@ -76,6 +73,14 @@ from .index_schema import (
     link_targets,
 )
 from .log import LOG_NAME, Log
+from .render import FIELD_CHARS_MAX  # header fields (kind, scope, source, client) are cut to this width
+from .render import block as render_block  # the one text form of a record; the budget counts it
+from .render import body_text as _body_text
+from .render import clean as _clean
+from .render import client as _client
+from .render import dumps as _dumps
+from .render import short as _short
+from .render import ts as _ts
 
 # A brief of about 6 KB of text: a useful start of session without crowding
 # the context; fits the output cap with room to spare.
@@ -95,9 +100,6 @@ SCAN_BYTES_MAX = 256 * 1024
 # at least CUT_BYTES_MIN bytes of its text fit: a few words are noise.
 CUT_TOKENS_MIN = 24
 CUT_BYTES_MIN = 64
-# Header fields taken from records (kind, scope, source, client) are cut to
-# this many characters, so one odd record cannot blow up a line.
-FIELD_CHARS_MAX = 64
 # The store path and the scope shown in the opening line.
 PATH_CHARS_MAX = 160
 # Rows fetched per query when walking the index newest first.
@@ -111,53 +113,6 @@ _NOT_NOTES = ("checkpoint", *sorted(BOOKKEEPING_KINDS))
 
 assert CUT_TOKENS_MIN * 4 < OUTPUT_BYTES_MAX
 assert DEFAULT_BUDGET * 4 <= OUTPUT_BYTES_MAX
-
-
-# Control characters (other than tab and newline) are shown as U+FFFD: a
-# record's text must not be able to move a terminal's cursor or hide a line.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _clean(text: str) -> str:
-    return _CONTROLS.sub("\ufffd", text) if _CONTROLS.search(text) else text
-
-
-def _dumps(value: Any, *, sort_keys: bool = False) -> str:
-    # The standard library's encoder: the brief never writes a record, and
-    # importing the fast one would cost as much as the rest of the brief.
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
-
-
-def _short(value: Any, limit: int = FIELD_CHARS_MAX) -> str:
-    text = _clean(value if isinstance(value, str) else _dumps(value))
-    text = text.replace("\n", " ").replace("\t", " ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _body_text(body: Any) -> str:
-    if body is None:
-        return ""
-    if isinstance(body, str):
-        return _clean(body)
-    return _clean(_dumps(body, sort_keys=True))
-
-
-def _ts(value: Any) -> str:
-    """``2026-11-29T12:00:00Z``: the record's ts to the second."""
-    if not isinstance(value, str):
-        return "?"
-    if len(value) == 27 and value[19] == "." and value.endswith("Z"):
-        return value[:19] + "Z"
-    return _short(value, 40)
-
-
-def _client(value: Any) -> str:
-    if isinstance(value, dict):
-        name = value.get("name")
-        version = value.get("version")
-        if isinstance(name, str):
-            return _short(f"{name} {version}" if isinstance(version, str) else name)
-    return "unknown"
 
 
 # -- records -----------------------------------------------------------------
@@ -196,25 +151,6 @@ def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict
     entry["body"] = body
     entry["cut"] = cut
     return entry
-
-
-def render_block(entry: dict[str, Any]) -> str:
-    """One record as the brief prints it: a header line, then its text and body indented."""
-    head = f"#{entry['seq']} {entry['kind']} {entry['ts']} client={entry['client']}"
-    if "scope" in entry:
-        head += f" scope={entry['scope']}"
-    if "source" in entry:
-        head += f" source={entry['source']}"
-    if entry.get("supersedes"):
-        head += " supersedes=" + ",".join(f"#{s}" for s in entry["supersedes"])
-    lines = [head]
-    for part in (entry.get("text"), entry.get("body")):
-        if part:
-            lines.append("  " + part.replace("\n", "\n  "))
-    cut = entry.get("cut")
-    if cut:
-        lines.append(f"  [cut: {cut['shown_bytes']} of {cut['total_bytes']} bytes shown]")
-    return "\n".join(lines)
 
 
 def _cost(entry: dict[str, Any], block: str) -> tuple[int, int]:
@@ -558,7 +494,7 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
 def unavailable(store_dir: str | os.PathLike[str], reason: str, *, budget: int = DEFAULT_BUDGET,
                 scope: str | None = None) -> dict[str, Any]:
     """The result for a store the brief could not read (for callers that catch errors themselves)."""
-    directory = Path(store_dir)
+    directory = Path(store_dir).expanduser()
     return _status(directory, "unreadable", f"the store at {_short(str(directory), PATH_CHARS_MAX)} could not be read "
                    f"({_short(reason, 200)}); nothing to show", budget, scope)
 
@@ -591,7 +527,7 @@ def build_brief(
         raise InvalidRecord(f"field budget: must be a whole number of tokens from 0, got {budget!r}", path="budget")
     if scope is not None and not isinstance(scope, str):
         raise InvalidRecord(f"field scope: must be a string, got {type(scope).__name__}", path="scope")
-    directory = Path(store_dir)
+    directory = Path(store_dir).expanduser()
     shown_dir = _short(str(directory), PATH_CHARS_MAX)
     try:
         if not directory.is_dir():

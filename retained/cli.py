@@ -9,7 +9,6 @@ progress go to stderr.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,24 +16,19 @@ from typing import Any
 
 import orjson
 
-from . import __version__
+from . import __version__, limits, paths, render
 from .errors import RetainedError
 
 CLI_CLIENT = {"name": "retained-cli", "version": __version__}
-USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected"}
+USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config"}
 
 
 class UsageError(Exception):
     """Bad command-line input (exit 2)."""
 
 
-def default_dir() -> Path:
-    env = os.environ.get("RETAINED_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".retained"
-
-
 def store_dir(args: argparse.Namespace) -> Path:
-    return Path(args.dir).expanduser() if args.dir else default_dir()
+    return paths.store_dir(args.dir)
 
 
 def open_store(args: argparse.Namespace, **kwargs: Any) -> Any:
@@ -59,34 +53,6 @@ def progress(message: str) -> None:
     """One line of progress on stderr (long work only)."""
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
-
-
-def _proof_text(proof: dict[str, Any]) -> str:
-    dup = " (duplicate: already written, nothing appended)" if proof.get("duplicate") else ""
-    return (
-        f"seq {proof['seq']}{dup}\n"
-        f"  hash   {proof['hash']}\n"
-        f"  prev   {proof['prev']}\n"
-        f"  offset {proof['offset']}  length {proof['length']}  ts {proof.get('ts')}"
-    )
-
-
-def _record_text(entry: dict[str, Any]) -> str:
-    rec = entry["record"]
-    if rec.get("redacted"):
-        return f"#{entry['seq']} [redacted]"
-    head = f"#{entry['seq']} {rec.get('ts', '')} {rec.get('kind', '')}"
-    if rec.get("scope"):
-        head += f" scope={rec['scope']}"
-    for name in ("superseded_by", "retracted_by"):
-        if entry.get(name):
-            head += f" {name}={','.join(map(str, entry[name]))}"
-    lines = [head]
-    if rec.get("text"):
-        lines.append("  " + str(rec["text"]).replace("\n", "\n  "))
-    if rec.get("body"):
-        lines.append("  " + str(rec["body"]).replace("\n", "\n  "))
-    return "\n".join(lines)
 
 
 # -- commands --------------------------------------------------------------
@@ -122,35 +88,39 @@ def cmd_write(args: argparse.Namespace) -> int:
             supersedes=args.supersedes,
             client_op_id=args.client_op_id,
         )
-    emit(args, proof, lambda: _proof_text(proof))
+    emit(args, proof, lambda: render.proof(proof))
     return 0
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         proof = store.checkpoint(args.label, summary=args.summary, scope=args.scope)
-    emit(args, proof, lambda: _proof_text(proof))
+    emit(args, proof, lambda: render.proof(proof))
     return 0
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    if args.around is not None and args.seqs:
+        raise UsageError("give SEQ... or --around SEQ, not both")
+    if args.around is None and not args.seqs:
+        raise UsageError("give one or more SEQ, or --around SEQ for a timeline; `retained list` shows what exists")
+    if args.around is None and args.window is not None:
+        raise UsageError("--window goes with --around SEQ")
     with open_store(args) as store:
-        entries = store.get(args.seqs)
-    emit(args, {"records": entries}, lambda: "\n".join(_record_text(e) for e in entries))
+        if args.around is not None:
+            window = limits.TIMELINE_WINDOW_DEFAULT if args.window is None else args.window
+            result = store.timeline(args.around, window=window)
+        else:
+            entries = store.get(args.seqs)
+            result = {"records": entries, "returned": len(entries), "more": 0}
+    emit(args, result, lambda: render.records(result))
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         result = store.list(limit=args.limit, kind=args.kind, scope=args.scope)
-
-    def text() -> str:
-        lines = [_record_text(e) for e in result["records"]]
-        more = result["total_matches"] - result["returned"]
-        lines.append(f"({result['returned']} shown, {more} more)" if more else f"({result['returned']} shown)")
-        return "\n".join(lines)
-
-    emit(args, result, text)
+    emit(args, result, lambda: render.records(result))
     return 0
 
 
@@ -161,39 +131,18 @@ def cmd_search(args: argparse.Namespace) -> int:
             include_superseded=args.include_superseded,
         )
 
-    def text() -> str:
-        lines = [f"{r['score']:.2f} " + _record_text(r) for r in reply["results"]]
-        left = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in reply["left_out"].items() if v)
-        lines.append(f"({reply['returned']} of {reply['total_matches']} matches" + (f"; left out: {left})" if left else ")"))
-        if reply.get("mode"):
-            lines.append(f"(mode: {reply['mode']}" + (f"; {reply['mode_reason']})" if reply.get("mode_reason") else ")"))
-        return "\n".join(lines)
-
-    emit(args, reply, text)
+    emit(args, reply, lambda: render.search(reply))
     return 0
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
+    def report(done: int, total: int) -> None:
+        progress(f"embedded {done}/{total} records")
+
     with open_store(args) as store:
-        hybrid = store.hybrid
-        if hybrid.embedder is None:
-            raise UsageError(hybrid.off_reason or "embeddings are off: set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
-        if not args.backfill:
-            result = {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
-            emit(args, result, lambda: "\n".join(f"{k}: {v}" for k, v in {**result["counts"], **result["embedder"]}.items()))
-            return 0
-
-        def report(done: int, total: int) -> None:
-            progress(f"embedded {done}/{total} records")
-
-        result = hybrid.backfill(report)
-    emit(
-        args,
-        result,
-        lambda: f"embedded {result['embedded']} records with {result['model']}; {result['pending']} still without a vector"
-        + (f" ({result['error']})" if result.get("error") else ""),
-    )
-    return 1 if result["pending"] else 0
+        result = store.embed(backfill=args.backfill, progress=report)
+    emit(args, result, lambda: render.embed(result))
+    return 1 if result.get("pending") else 0
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
@@ -203,71 +152,32 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
     with open_store(args) as store:
         result = store.rebuild(progress=report)
-    emit(args, result, lambda: f"rebuilt the index: {result['records']} records from {result['bytes']} bytes of log")
+    emit(args, result, lambda: render.rebuild(result))
     return 0
-
-
-def _verify_text(report: dict[str, Any]) -> str:
-    lines = []
-    if not report.get("exists", True):
-        lines.append(f"no log yet at {report.get('log')}: nothing to verify")
-    head = report["head"]
-    lines.append(
-        f"{report['records']} records, head seq {head['seq']} {head['hash'][:16]}..., {report['bytes']} bytes"
-    )
-    if report["redacted"]:
-        lines.append(f"{len(report['redacted'])} redacted (chain intact): seq {', '.join(map(str, report['redacted'][:20]))}")
-    if report["foreign"]:
-        offsets = ", ".join(map(str, report["foreign"][:20]))
-        lines.append(f"{len(report['foreign'])} foreign lines kept and skipped by the chain, at byte {offsets}")
-    if report.get("torn_tail"):
-        t = report["torn_tail"]
-        lines.append(f"unterminated tail of {t['bytes']} bytes at byte {t['offset']} (never acknowledged)")
-    for q in report.get("quarantined", []):
-        lines.append(f"quarantined torn tail: {q['file']} ({q['bytes']} bytes, was at byte {q['offset']})")
-    for f in report["findings"]:
-        lines.append(f"FINDING {f['kind']}: {f['message']}")
-    lines.append("verify: ok" if report["ok"] else f"verify: {len(report['findings'])} findings")
-    return "\n".join(lines)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         report = store.verify()
-    emit(args, report, lambda: _verify_text(report))
+    emit(args, report, lambda: render.verify(report))
     return 0 if report["ok"] else 1
 
 
 def cmd_head(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         head = store.head()
-    emit(args, head, lambda: f"{head['seq']} {head['hash']}")
+    emit(args, head, lambda: render.head(head))
     return 0
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         result = store.redact(args.seq, args.reason)
-
-    def text() -> str:
-        if result["already_redacted"]:
-            return f"seq {result['seq']} was already redacted; nothing changed"
-        proof = result["redaction_record"]
-        lines = [
-            f"seq {result['seq']} redacted: {result['line_bytes_before']} bytes of content replaced by its "
-            f"{result['line_bytes_after']}-byte redacted form; the chain still verifies",
-            f"redaction record: seq {proof['seq']} {proof['hash']}",
-            f"index: {result['index']}",
-        ]
-        if result["quarantine_scrubbed"]:
-            lines.append("scrubbed from quarantined tails: " + ", ".join(result["quarantine_scrubbed"]))
-        return "\n".join(lines)
-
-    emit(args, result, text)
+    emit(args, result, lambda: render.redaction(result))
     return 0
 
 
-# -- data in and out (retained/transfer.py, retained/stats.py) ----------------
+# -- data in and out ----------------------------------------------------------
 
 
 def _every_second(label: str, unit: str) -> Callable[[int, int], None]:
@@ -321,64 +231,31 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_summary(result: dict[str, Any]) -> str:
-    head = result["head"]
-    line = f"exported {result['records']} records ({result['redacted']} redacted) as {result['format']}, head seq {head['seq']} {head['hash']}"
-    if result["foreign_left_out"]:
-        line += f"; {result['foreign_left_out']} foreign lines left out"
-    if result["forced"]:
-        line += f"; WARNING: {len(result['findings'])} verify findings, {result['damaged_left_out']} damaged lines left out (--force)"
-    return line
-
-
 def cmd_export(args: argparse.Namespace) -> int:
-    from . import transfer
-
     with open_store(args) as store:
-        if args.output:
-            result = transfer.export_to_file(store.log, args.output, format=args.format, force=args.force,
-                                             progress=_every_second("export", "bytes"))
-        else:
-            result = transfer.export(store.log, sys.stdout.buffer, format=args.format, force=args.force,
-                                     progress=_every_second("export", "bytes"))
+        result = store.export(args.output or sys.stdout.buffer, format=args.format, force=args.force,
+                              progress=_every_second("export", "bytes"))
     if result["forced"]:
         progress(f"export: WARNING: the log has {len(result['findings'])} verify findings; exported the valid records only")
     if args.output:
-        emit(args, result, lambda: _export_summary(result) + f"\nwritten to {result['path']}")
+        emit(args, result, lambda: render.export(result))
     else:
-        progress("export: " + _export_summary(result))
+        progress("export: " + render.export(result))
     return 1 if result["forced"] else 0
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from . import transfer
-
     with open_store(args) as store:
-        progress(f"backup: copying {store.log.path} under the store lock, then verifying the copy")
-        result = transfer.backup(store.log, args.dest, force=args.force)
-
-    def text() -> str:
-        head = result["head"]
-        lines = [
-            f"backup of {result['records']} records ({result['log_bytes']} bytes) in {result['path']}",
-            f"  head seq {head['seq']} {head['hash']}",
-            f"  log blake3 {result['log_blake3']}",
-        ]
-        if result["quarantined"]:
-            lines.append(f"  with {len(result['quarantined'])} quarantined tails")
-        lines.append("  verified: ok" if result["ok"] else f"  copied byte-exact, but the log has {len(result['findings'])} verify findings")
-        return "\n".join(lines)
-
-    emit(args, result, text)
+        progress(f"backup: copying the log of {store.directory} under the store lock, then verifying the copy")
+        result = store.backup(args.dest, force=args.force)
+    emit(args, result, lambda: render.backup(result))
     return 0 if result["ok"] else 1
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import stats
-
     with open_store(args) as store:
-        result = stats.stats(store.log, progress=_every_second("stats", "bytes"))
-    emit(args, result, lambda: stats.stats_text(result))
+        result = store.stats(progress=_every_second("stats", "bytes"))
+    emit(args, result, lambda: render.stats(result))
     return 1 if result["findings"] else 0
 
 
@@ -492,8 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", help="what was done, what is next")
     p.add_argument("--scope")
 
-    p = command("get", "print records by seq", "retained get 3 7", cmd_get)
-    p.add_argument("seqs", nargs="+", type=int, metavar="SEQ")
+    p = command("get", "print records by seq, or a timeline around one", "retained get 3 7; retained get --around 5 --window 2", cmd_get)
+    p.add_argument("seqs", nargs="*", type=int, metavar="SEQ", help="seqs to print, in this order")
+    p.add_argument("--around", type=int, metavar="SEQ", help="print this record and its neighbours, oldest first")
+    p.add_argument("--window", type=int, metavar="N",
+                   help=f"with --around: records on each side (default {limits.TIMELINE_WINDOW_DEFAULT}, "
+                        f"at most {limits.TIMELINE_WINDOW_MAX})")
 
     p = command("list", "print the newest records first", "retained list --limit 5 --kind checkpoint", cmd_list)
     p.add_argument("--limit", type=int, default=20)

@@ -32,6 +32,11 @@ CLIENT_OP_ID_CHARS_MAX = 200
 # per call and macOS refuses larger counts, so a huge batch goes in pieces.
 WRITE_BYTES_MAX = 1024 * 1024 * 1024
 
+# A timeline (get --around, memory_get around=) shows this many records on each
+# side by default, and reads at most 2 * TIMELINE_WINDOW_MAX + 1 records.
+TIMELINE_WINDOW_DEFAULT = 5
+TIMELINE_WINDOW_MAX = 100
+
 # How the bounds relate, checked at import (explicit raises: `python -O` strips asserts).
 if SCAN_CHUNK_BYTES < TAIL_CHUNK_BYTES:
     raise ImportError("limits: SCAN_CHUNK_BYTES must be at least TAIL_CHUNK_BYTES")

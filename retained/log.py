@@ -158,7 +158,7 @@ class Log:
         lock_wait_s: float = limits.LOCK_WAIT_S,
         group_commit: bool = True,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).expanduser()  # "~/x" is the home directory, as on the command line
         self.path = self.directory / LOG_NAME
         self._path_s = os.fspath(self.path)  # for the stat on every append: a str skips pathlib's conversion
         self.lock_path = self.directory / LOCK_NAME

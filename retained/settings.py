@@ -2,7 +2,7 @@
 
 | variable | what | default |
 |---|---|---|
-| ``RETAINED_DIR`` | the store directory | ``~/.retained`` |
+| ``RETAINED_DIR`` | the store directory (read by ``retained.paths.store_dir``) | ``~/.retained`` |
 | ``RETAINED_SECRETS`` | write guard policy: refuse, redact or off | refuse |
 | ``RETAINED_SECRETS_ALLOW`` | a file of literal values never taken for secrets, one per line | none |
 | ``RETAINED_RECORD_BYTES_MAX`` | largest encoded record, bytes | 16 MiB |
@@ -18,11 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidRecord
-
-
-def store_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    env = environ.get("RETAINED_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".retained"
 
 
 def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:

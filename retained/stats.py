@@ -132,39 +132,3 @@ def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> di
         "vectors": _vectors(log),
     }
 
-
-def stats_text(s: dict[str, Any], scopes_shown: int = 10) -> str:
-    """The human form of ``stats``."""
-    head = s["head"]
-    sizes = s["sizes"]
-    out = [
-        f"{s['records']} records, head seq {head['seq']} {head['hash']}",
-        f"log {sizes['log_bytes']} bytes (record mean {sizes['record_bytes_mean']}, max {sizes['record_bytes_max']}); "
-        f"index {sizes['index_bytes']} bytes",
-        "by kind: " + (", ".join(f"{k} {n}" for k, n in s["by_kind"].items()) or "none"),
-    ]
-    scopes = list(s["by_scope"].items())
-    line = "by scope: " + (", ".join(f"{k} {n}" for k, n in scopes[:scopes_shown]) or "none")
-    if len(scopes) > scopes_shown:
-        line += f" (and {len(scopes) - scopes_shown} more scopes)"
-    out.append(line)
-    out.append(f"superseded {s['superseded']}, retracted {s['retracted']}, redacted {s['redacted']}")
-    out.append(
-        f"foreign lines {s['foreign_lines']}, damaged lines {s['damaged_lines']}, "
-        f"quarantined tails {len(s['quarantined'])} ({sizes['quarantined_bytes']} bytes)"
-        + (", unterminated tail present" if s["torn_tail"] else "")
-    )
-    idx = s["index"]
-    if idx is None:
-        out.append("index: none (built on the first search, or by `retained rebuild`)")
-    elif idx.get("state") == "unreadable":
-        out.append(f"index: unreadable ({idx['error']})")
-    else:
-        out.append(
-            f"index: {idx['state']}, indexed to seq {idx['seq']}; lag {idx['lag_records']} records ({idx['lag_bytes']} bytes)"
-        )
-    vec = s["vectors"]
-    out.append("vectors: " + (", ".join(f"{m} {n}" for m, n in vec.items()) or "none") if vec is not None else "vectors: none")
-    if s["findings"]:
-        out.append(f"verify findings: {s['findings']} (run `retained verify`)")
-    return "\n".join(out)

@@ -1,22 +1,28 @@
-"""The facade callers use: ``Store(path).write / checkpoint / get / list / verify / head``.
+"""The facade callers use: ``Store(path)`` and every verb the CLI and the MCP server offer.
 
-Each method is a few lines over the log (and, where present, the index). The
-CLI and the MCP server hold no storage logic: they call these.
+Writing: ``write``, ``write_batch``, ``checkpoint``, ``forget``, ``redact``.
+Reading: ``get`` (by seq), ``timeline`` (around a seq), ``list`` (newest
+first), ``search``, ``brief``, ``head``, ``stats``. Checking and copying:
+``verify``, ``rebuild``, ``export``, ``backup``, ``embed``. Each method is a
+few lines over the log (and, where present, the index). The CLI and the MCP
+server hold no storage logic and reach nothing below this class: they call
+these, so a verb gives the same facts on every edge.
 """
 
 from __future__ import annotations
 
+import builtins  # signatures after Store.list name the built-in list through it
 import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import chain, limits, record
-from .errors import InvalidRecord, NotFound, RecordTooLarge, RetainedError
+from . import __version__, chain, limits, record
+from .errors import EmbedConfigError, InvalidRecord, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 
-DEFAULT_CLIENT = {"name": "retained", "version": "0.1.0"}
+DEFAULT_CLIENT = {"name": "retained", "version": __version__}
 _NO_NOTES: dict[str, Any] = {}
 
 
@@ -47,7 +53,7 @@ class Store:
         follow_writes: bool = False,
         group_commit: bool = True,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).expanduser()
         self.client = dict(client or DEFAULT_CLIENT)
         # The write guard (retained.guard.Guard) runs on every caller string
         # before anything is encoded; a library user gets the safe default,
@@ -324,10 +330,59 @@ class Store:
             raise NotFound(f"no record with seq {s}; see `retained list` for what exists", seq=s)
         return [found[s] for s in wanted if s in found]
 
+    def timeline(self, around: int, *, window: int = limits.TIMELINE_WINDOW_DEFAULT) -> dict[str, Any]:
+        """The record ``around`` and up to ``window`` records on each side, oldest first, with their links.
+
+        Returns ``{"records", "returned", "more", "more_before", "more_after"}``:
+        each record as ``get`` gives it (with ``superseded_by`` /
+        ``retracted_by``), and how many records lie before and after the
+        window (I2). Seqs are contiguous from 1 (L2), so what lies outside the
+        window is a count, not a scan.
+
+        Raises:
+            NotFound: no record has seq ``around``.
+            InvalidRecord: ``around`` is not a seq, or ``window`` is not a whole number from 0 to
+                ``limits.TIMELINE_WINDOW_MAX``.
+        """
+        (around,) = _seq_list([around], "around")
+        if type(window) is not int or not 0 <= window <= limits.TIMELINE_WINDOW_MAX:
+            raise InvalidRecord(
+                f"field window: must be a whole number from 0 to {limits.TIMELINE_WINDOW_MAX}, got {window!r}",
+                path="window",
+            )
+        head = self.head()["seq"] or 0
+        low, high = max(1, around - window), min(head, around + window)
+        entries = self.get(list(range(low, high + 1)), missing_ok=True) if around <= head else []
+        if around not in {e["seq"] for e in entries}:
+            raise NotFound(
+                f"no record with seq {around}; nothing to show around it; list the newest records to see what exists",
+                seq=around,
+            )
+        return {
+            "records": entries,
+            "returned": len(entries),
+            "more": (low - 1) + (head - high),
+            "more_before": low - 1,
+            "more_after": head - high,
+        }
+
     def list(self, *, limit: int = 20, kind: str | None = None, scope: str | None = None) -> dict[str, Any]:
-        """Newest records first, with how many more match (I2)."""
+        """Newest records first, each with its links, and how many more match (I2).
+
+        Returns ``{"records", "returned", "total_matches", "more", "left_out"}``;
+        each record is ``{"seq", "offset", "length", "record"}`` plus
+        ``superseded_by`` / ``retracted_by`` when later records name it (read
+        from the index; without a usable index the log alone answers, without
+        links). ``more`` is ``total_matches - returned``.
+        """
         if type(limit) is not int or limit < 0:
             raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        listed = self._recent(limit, kind, scope)
+        self._add_links(listed["records"])
+        listed["more"] = listed["total_matches"] - listed["returned"]
+        return listed
+
+    def _recent(self, limit: int, kind: str | None, scope: str | None) -> dict[str, Any]:
         if self.log.exists():
             try:
                 # The index counts and orders without reading the whole log.
@@ -360,7 +415,7 @@ class Store:
             self._index = Index(self.log)
         return self._index
 
-    def _get_indexed(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
+    def _get_indexed(self, seqs: builtins.list[int]) -> dict[int, dict[str, Any]]:
         """Records found through the index (read from the log, hash checked), with their links."""
         if not self.log.exists():
             return {}
@@ -374,6 +429,17 @@ class Store:
         except (sqlite3.Error, OSError):
             return {}  # the index is unusable: the caller scans the log
         return found
+
+    def _add_links(self, entries: builtins.list[dict[str, Any]]) -> None:
+        """Add ``superseded_by`` / ``retracted_by`` from the index to entries read without them."""
+        if not entries or not self.log.exists():
+            return
+        try:
+            links = [self.index.links(entry["seq"]) for entry in entries]
+        except (RetainedError, sqlite3.Error, OSError):
+            return  # an unusable index: the entries stand without links, as the log alone gives them
+        for entry, found in zip(entries, links):
+            entry.update(found)
 
     def search(
         self,
@@ -409,6 +475,59 @@ class Store:
     def rebuild(self, progress: Any = None) -> dict[str, Any]:
         """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``."""
         return self.index.rebuild(progress)
+
+    def embed(self, *, backfill: bool = False, progress: Any = None) -> dict[str, Any]:
+        """The optional embeddings: their status, or with ``backfill`` vectors for every record without one.
+
+        Status is ``{"counts", "embedder"}`` (records, vectors of the
+        configured model, missing; the embedder's URL, model and breaker).
+        A backfill calls ``progress(done, total)`` after each batch and returns
+        ``{"embedded", "pending", "error", "model"}``; it stops at the first
+        embedder failure, which it reports in ``error``.
+
+        Raises:
+            EmbedConfigError: embeddings are off (the reason names the setting to set).
+        """
+        hybrid = self.hybrid
+        if hybrid.embedder is None:
+            raise EmbedConfigError(
+                hybrid.off_reason or "embeddings are off: set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
+            )
+        if backfill:
+            return hybrid.backfill(progress)
+        return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
+
+    def stats(self, *, progress: Any = None) -> dict[str, Any]:
+        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.stats``); reads only."""
+        from . import stats
+
+        return stats.stats(self.log, progress=progress)
+
+    def export(self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None) -> dict[str, Any]:
+        """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.export``).
+
+        ``out`` is a binary stream, or a path: a new file (0600) renamed into
+        place when complete, whose path the result gives.
+
+        Raises:
+            ExportRefused: verify found problems and ``force`` is false; nothing was written.
+        """
+        from . import export
+
+        if hasattr(out, "write"):
+            return export.export(self.log, out, format=format, force=force, progress=progress)
+        return export.export_to_file(self.log, out, format=format, force=force, progress=progress)
+
+    def backup(self, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
+        """Copy the log under the store lock to a new directory ``dest``, then verify the copy (see ``retained.backup``).
+
+        Raises:
+            BackupRefused: ``dest`` is in or around the store, or holds something (``force`` replaces a backup).
+            BackupFailed: the copy does not verify.
+        """
+        from . import backup
+
+        return backup.backup(self.log, dest, force=force)
 
     def brief(self, budget: int | None = None, scope: str | None = None) -> dict[str, Any]:
         """The session-start brief (see ``retained.brief.build_brief``); render it with ``brief.render_text``."""

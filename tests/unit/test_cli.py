@@ -136,3 +136,67 @@ def test_every_command_has_help_ending_with_an_example():
 
 def test_unknown_command_is_a_usage_error():
     assert run_cli("frobnicate").returncode == 2
+
+
+def _corrected_and_retracted(store_dir):
+    """Seq 1 superseded by 2, seq 3 retracted by 4, then a checkpoint (5): written through the CLI."""
+    for args in (
+        ["write", "the deploy target is staging", "--scope", "proj-a"],
+        ["write", "the deploy target is production", "--scope", "proj-a", "--supersedes", "1", "--source", "chat"],
+        ["write", "a guess that was wrong"],
+    ):
+        assert run_cli(*args, env_dir=store_dir).returncode == 0
+    from retained import Store
+
+    with Store(store_dir) as store:  # forget has no CLI verb of its own; the Store is its door
+        store.forget([3], "the user took it back")
+    assert run_cli("checkpoint", "deploy settled", env_dir=store_dir).returncode == 0
+
+
+def test_get_around_shows_a_timeline_with_superseded_by_and_retracted_by(store_dir):
+    _corrected_and_retracted(store_dir)
+    out = run_cli("get", "--around", "2", "--window", "1", env_dir=store_dir)
+    assert out.returncode == 0, out.stderr
+    heads = [line for line in out.stdout.splitlines() if line.startswith("#")]
+    assert [h.split()[0] for h in heads] == ["#1", "#2", "#3"]
+    assert "superseded_by=#2" in heads[0] and "scope=proj-a" in heads[0]
+    assert "supersedes=#1" in heads[1] and "source=chat" in heads[1]
+    assert "retracted_by=#4" in heads[2]
+    assert out.stdout.splitlines()[-1] == "3 record(s) returned; 0 older and 2 newer not shown"
+    got = json.loads(run_cli("get", "--around", "2", "--window", "1", "--json", env_dir=store_dir).stdout)
+    assert [e["seq"] for e in got["records"]] == [1, 2, 3]
+    assert got["records"][0]["superseded_by"] == [2] and got["records"][2]["retracted_by"] == [4]
+    assert (got["returned"], got["more"], got["more_before"], got["more_after"]) == (3, 2, 0, 2)
+    default = json.loads(run_cli("get", "--around", "5", "--json", env_dir=store_dir).stdout)
+    assert [e["seq"] for e in default["records"]] == [1, 2, 3, 4, 5]  # window 5 by default
+
+
+def test_list_and_get_show_the_links_memory_get_shows(store_dir):
+    _corrected_and_retracted(store_dir)
+    out = run_cli("list", env_dir=store_dir)
+    assert out.returncode == 0, out.stderr
+    heads = {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("#")}
+    assert list(heads) == ["#5", "#4", "#3", "#2", "#1"]
+    assert "superseded_by=#2" in heads["#1"] and "retracted_by=#4" in heads["#3"]
+    assert "retracts=#3" in heads["#4"] and "reason=the user took it back" in heads["#4"]
+    listed = json.loads(run_cli("list", "--limit", "4", "--json", env_dir=store_dir).stdout)
+    by_seq = {e["seq"]: e for e in listed["records"]}
+    assert by_seq[3]["retracted_by"] == [4] and by_seq[2]["record"]["supersedes"] == [1]
+    assert listed["more"] == 1 and "1 more match(es) not shown" in run_cli("list", "--limit", "4", env_dir=store_dir).stdout
+    got = run_cli("get", "1", "3", env_dir=store_dir).stdout
+    assert "superseded_by=#2" in got and "retracted_by=#4" in got
+
+
+def test_get_needs_seqs_or_around_but_not_both(store_dir):
+    _corrected_and_retracted(store_dir)
+    for args, words in (
+        (["get"], "give one or more SEQ, or --around SEQ"),
+        (["get", "1", "--around", "2"], "not both"),
+        (["get", "1", "--window", "2"], "--window goes with --around"),
+        (["get", "--around", "2", "--window", "101"], "field window"),
+        (["get", "--around", "99"], "no record with seq 99"),
+    ):
+        out = run_cli(*args, "--json", env_dir=store_dir)
+        assert out.returncode == 2, (args, out.stderr)
+        assert words in out.stderr, (args, out.stderr)
+        assert json.loads(out.stdout)["error"]["code"] in ("invalid_argument", "not_found")

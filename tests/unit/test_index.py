@@ -338,7 +338,7 @@ def test_cli_search_rebuild_and_verify(store_dir):
     r = run_cli("search", "deploy", "--include-superseded", "-k", "1", env_dir=store_dir)
     assert r.returncode == 0 and "1 beyond k" in r.stdout
     r = run_cli("get", "1", env_dir=store_dir)
-    assert "superseded_by=2" in r.stdout
+    assert "superseded_by=#2" in r.stdout
     r = run_cli("rebuild", env_dir=store_dir)
     assert r.returncode == 0 and "rebuild:" in r.stderr
     assert run_cli("verify", env_dir=store_dir).returncode == 0

@@ -1,0 +1,24 @@
+"""Where a store lives: the default store directory, and how a given one is read.
+
+The one place that knows ``$RETAINED_DIR`` and ``~/.retained``. The edges
+(the CLI, the MCP server, the brief's fast path) call ``store_dir``; the
+library itself never reads the environment. Standard library only and no
+``typing`` at run time: the session-start brief imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief's path does not import typing
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+DEFAULT_NAME = ".retained"  # the store's directory under the home directory
+
+
+def store_dir(given: str | os.PathLike[str] | None = None, environ: Mapping[str, str] = os.environ) -> Path:
+    """The store directory: ``given`` (``--dir``), else ``$RETAINED_DIR``, else ``~/.retained``; ``~`` expanded."""
+    chosen = given or environ.get("RETAINED_DIR")
+    return Path(chosen).expanduser() if chosen else Path.home() / DEFAULT_NAME

@@ -1,0 +1,348 @@
+"""Text a person reads: a record, a proof, a list or timeline, a search reply, a verify report, stats.
+
+The one renderer of these for every edge: the CLI's text output, the MCP
+tools' text content and the brief's record blocks all come from here, so a
+record shows the same facts (its links ``superseded_by`` / ``retracted_by``
+among them) wherever it is read. The structured forms (``--json``, MCP
+structured content) are the Store's own dicts; these functions only read
+them.
+
+Text from a record is shown safely: control characters other than tab and
+newline become U+FFFD, so a record cannot move a terminal's cursor or hide a
+line, and header values are cut to a bounded width.
+
+Standard library only, and no ``typing`` at run time: the session-start brief
+imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost the brief ~10 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+# A kind, scope, source, client or extra field in a header line.
+FIELD_CHARS_MAX = 64
+# A record's text in a short listing (one line per record: the MCP tools' text).
+PREVIEW_CHARS = 160
+# Findings a verify report lists in text; the structured report has all.
+FINDINGS_SHOWN = 20
+# Scopes the stats text names; the structured stats have all.
+SCOPES_SHOWN = 10
+
+# Fields a header never shows as "key=value": the chain's own, and those shown elsewhere.
+_NOT_IN_HEADER = frozenset({"v", "seq", "ts", "prev", "hash", "cd", "redacted", "client", "kind", "text", "body",
+                            "scope", "source", "supersedes"})
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(text: str) -> str:
+    """``text`` with control characters (other than tab and newline) shown as U+FFFD."""
+    return _CONTROLS.sub("\ufffd", text) if _CONTROLS.search(text) else text
+
+
+def dumps(value: Any, *, sort_keys: bool = False) -> str:
+    """Compact JSON with the standard library's encoder (the brief never imports the fast one)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
+
+
+def short(value: Any, limit: int = FIELD_CHARS_MAX) -> str:
+    """One line of at most ``limit`` characters: a string as is, anything else as JSON."""
+    text = clean(value if isinstance(value, str) else dumps(value))
+    text = text.replace("\n", " ").replace("\t", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def body_text(body: Any) -> str:
+    """A record's body as text: a string as is, anything else as sorted JSON."""
+    if body is None:
+        return ""
+    if isinstance(body, str):
+        return clean(body)
+    return clean(dumps(body, sort_keys=True))
+
+
+def ts(value: Any) -> str:
+    """``2026-11-29T12:00:00Z``: a record's ts to the second."""
+    if not isinstance(value, str):
+        return "?"
+    if len(value) == 27 and value[19] == "." and value.endswith("Z"):
+        return value[:19] + "Z"
+    return short(value, 40)
+
+
+def client(value: Any) -> str:
+    """Who wrote a record: its client's name and version."""
+    if isinstance(value, dict):
+        name = value.get("name")
+        version = value.get("version")
+        if isinstance(name, str):
+            return short(f"{name} {version}" if isinstance(version, str) else name)
+    return "unknown"
+
+
+def _seq_refs(seqs: Any) -> str:
+    return ",".join(f"#{s}" for s in seqs)
+
+
+def block(entry: dict[str, Any]) -> str:
+    """One record as a header line, then its text and body indented.
+
+    ``entry`` holds display-ready values: ``seq``, ``kind``, ``ts``,
+    ``client``, optionally ``scope``, ``source``, ``supersedes`` (seqs),
+    ``links`` (``{"superseded_by": seqs, ...}``), ``extra`` (other fields,
+    ``{key: shown value}``), ``score``, ``text``, ``body`` and ``cut``
+    (``{"shown_bytes", "total_bytes"}``). The brief builds these itself (its budget counts this
+    block); ``record`` builds them from a stored record.
+    """
+    head = f"#{entry['seq']} {entry['kind']} {entry['ts']} client={entry['client']}"
+    if "scope" in entry:
+        head += f" scope={entry['scope']}"
+    if "source" in entry:
+        head += f" source={entry['source']}"
+    if entry.get("supersedes"):
+        head += " supersedes=" + _seq_refs(entry["supersedes"])
+    for name, seqs in (entry.get("links") or {}).items():
+        head += f" {name}={_seq_refs(seqs)}"
+    for key, value in (entry.get("extra") or {}).items():
+        head += f" {key}={value}"
+    if entry.get("score") is not None:
+        head += f" score={entry['score']:.3g}"
+    lines = [head]
+    for part in (entry.get("text"), entry.get("body")):
+        if part:
+            lines.append("  " + part.replace("\n", "\n  "))
+    cut = entry.get("cut")
+    if cut:
+        lines.append(f"  [cut: {cut['shown_bytes']} of {cut['total_bytes']} bytes shown]")
+    return "\n".join(lines)
+
+
+def record(entry: dict[str, Any], *, preview_chars: int | None = None) -> str:
+    """A stored record (``{"seq", "record", "superseded_by"?, ...}`` as the Store returns it) as text.
+
+    Every field its writer set is shown: the chain's own fields (hash, prev)
+    are left to the structured form. With ``preview_chars`` the text is one
+    line cut to that width and the body is left out (a short listing);
+    without, text and body are shown whole.
+    """
+    # The index's reading of link fields. Imported here, not at the top: the
+    # brief and the MCP server's start-up import this module without needing it.
+    from .index_schema import LINKED_BY, link_targets
+
+    rec: dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
+    seq = entry.get("seq", rec.get("seq"))
+    links = {name: entry[name] for name in LINKED_BY.values() if entry.get(name)}
+    if rec.get("redacted"):
+        shown = f"#{seq} [redacted]"
+        return shown + "".join(f" {name}={_seq_refs(seqs)}" for name, seqs in links.items())
+    shown_entry: dict[str, Any] = {"seq": seq, "kind": short(rec.get("kind", "note")), "ts": ts(rec.get("ts")),
+                                   "client": client(rec.get("client"))}
+    for name in ("scope", "source"):
+        if rec.get(name) is not None:
+            shown_entry[name] = short(rec[name])
+    shown_entry["supersedes"] = link_targets(rec.get("supersedes"))
+    shown_entry["links"] = links
+    # The other link fields (retracts, redacts) are shown as seq references too.
+    shown_entry["extra"] = {
+        key: _seq_refs(link_targets(rec[key])) if key in LINKED_BY and link_targets(rec[key]) else short(rec[key])
+        for key in sorted(rec)
+        if key not in _NOT_IN_HEADER
+    }
+    shown_entry["score"] = entry.get("score")
+    text = clean(rec["text"]) if isinstance(rec.get("text"), str) else ""
+    body = body_text(rec.get("body"))
+    if preview_chars is not None:
+        text, body = short(" ".join(text.split()), preview_chars), ""
+    shown_entry["text"], shown_entry["body"] = text, body
+    return block(shown_entry)
+
+
+def _proof_line(proof: dict[str, Any]) -> str:
+    if proof.get("duplicate"):
+        return f"already recorded as seq {proof['seq']} (same client_op_id); nothing new was written"
+    return f"recorded seq {proof['seq']} at {proof.get('ts')}: durable and read back"
+
+
+def proof(proof: dict[str, Any]) -> str:
+    """A write's proof: where the record is and how it links, then what the write guard changed."""
+    lines = [
+        _proof_line(proof),
+        f"  hash   {proof['hash']}",
+        f"  prev   {proof['prev']}",
+        f"  offset {proof['offset']}  length {proof['length']}",
+    ]
+    spans = proof.get("private_spans_removed")
+    if isinstance(spans, int) and spans:
+        lines.append(f"note: {spans} <private> span(s) removed before storing")
+    redactions = proof.get("redactions")
+    if isinstance(redactions, list) and redactions:
+        kinds = ", ".join(sorted({str(r.get("kind")) for r in redactions if isinstance(r, dict)}))
+        lines.append(f"note: {len(redactions)} secret(s) replaced by [secret:<kind>] before storing ({kinds})")
+    for notice in proof.get("notices") or ():
+        lines.append(f"note: {notice}")
+    return "\n".join(lines)
+
+
+def records(result: dict[str, Any], *, preview_chars: int | None = None) -> str:
+    """Records read by seq, newest first (``Store.list``) or around a seq (``Store.timeline``), and what was not shown."""
+    lines = [record(r, preview_chars=preview_chars) for r in result["records"]]
+    tail = f"{result['returned']} record(s) returned"
+    if "more_before" in result:
+        tail += f"; {result['more_before']} older and {result['more_after']} newer not shown"
+    elif result.get("more"):
+        tail += f"; {result['more']} more match(es) not shown (raise the limit or narrow kind/scope)"
+    return "\n".join([*lines, tail])
+
+
+def search(reply: dict[str, Any], *, preview_chars: int | None = None) -> str:
+    """A search reply: the ranked records, then how many matched and what was left out, and why (I2)."""
+    lines = [record(r, preview_chars=preview_chars) for r in reply.get("results", ())]
+    left = reply.get("left_out") or {}
+    why = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in left.items() if isinstance(n, int) and n)
+    tail = f"{reply.get('returned', len(lines))} of {reply.get('total_matches', '?')} match(es) returned"
+    if why:
+        tail += f"; left out: {why}"
+    lines.append(tail)
+    if reply.get("mode"):
+        lines.append(f"mode: {reply['mode']}" + (f" ({reply['mode_reason']})" if reply.get("mode_reason") else ""))
+    for notice in reply.get("notices") or ():
+        lines.append(f"note: {notice}")
+    return "\n".join(lines)
+
+
+def verify(report: dict[str, Any]) -> str:
+    """A verify report: what was judged, anything kept aside, every finding (up to ``FINDINGS_SHOWN``), the verdict."""
+    lines = []
+    if not report.get("exists", True):
+        lines.append(f"no log yet at {report.get('log')}: nothing to verify")
+    head = report.get("head") or {}
+    if head:
+        lines.append(f"{report.get('records')} records, head seq {head.get('seq')} {str(head.get('hash'))[:16]}..., "
+                     f"{report.get('bytes')} bytes")
+    redacted = report.get("redacted") or []
+    if redacted:
+        lines.append(f"{len(redacted)} redacted (chain intact): seq {', '.join(map(str, redacted[:20]))}")
+    foreign = report.get("foreign") or []
+    if foreign:
+        lines.append(f"{len(foreign)} foreign lines kept and skipped by the chain, at byte {', '.join(map(str, foreign[:20]))}")
+    torn = report.get("torn_tail")
+    if torn:
+        lines.append(f"unterminated tail of {torn['bytes']} bytes at byte {torn['offset']} (never acknowledged)")
+    for q in report.get("quarantined") or ():
+        lines.append(f"quarantined torn tail: {q['file']} ({q['bytes']} bytes, was at byte {q['offset']})")
+    findings = report.get("findings") or []
+    for finding in findings[:FINDINGS_SHOWN]:
+        if isinstance(finding, dict):
+            lines.append(f"FINDING {finding.get('kind')}: {finding.get('message')}")
+        else:
+            lines.append(f"FINDING {finding}")
+    if len(findings) > FINDINGS_SHOWN:
+        lines.append(f"... and {len(findings) - FINDINGS_SHOWN} more findings in the structured report (--json)")
+    lines.append("verify: ok, no findings" if report.get("ok") else f"verify: {len(findings)} finding(s)")
+    return "\n".join(lines)
+
+
+def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
+    """What ``Store.stats`` found: counts, sizes, head, damage, index lag, vectors."""
+    head = s["head"]
+    sizes = s["sizes"]
+    out = [
+        f"{s['records']} records, head seq {head['seq']} {head['hash']}",
+        f"log {sizes['log_bytes']} bytes (record mean {sizes['record_bytes_mean']}, max {sizes['record_bytes_max']}); "
+        f"index {sizes['index_bytes']} bytes",
+        "by kind: " + (", ".join(f"{k} {n}" for k, n in s["by_kind"].items()) or "none"),
+    ]
+    scopes = list(s["by_scope"].items())
+    line = "by scope: " + (", ".join(f"{k} {n}" for k, n in scopes[:scopes_shown]) or "none")
+    if len(scopes) > scopes_shown:
+        line += f" (and {len(scopes) - scopes_shown} more scopes)"
+    out.append(line)
+    out.append(f"superseded {s['superseded']}, retracted {s['retracted']}, redacted {s['redacted']}")
+    out.append(
+        f"foreign lines {s['foreign_lines']}, damaged lines {s['damaged_lines']}, "
+        f"quarantined tails {len(s['quarantined'])} ({sizes['quarantined_bytes']} bytes)"
+        + (", unterminated tail present" if s["torn_tail"] else "")
+    )
+    idx = s["index"]
+    if idx is None:
+        out.append("index: none (built on the first search, or by `retained rebuild`)")
+    elif idx.get("state") == "unreadable":
+        out.append(f"index: unreadable ({idx['error']})")
+    else:
+        out.append(
+            f"index: {idx['state']}, indexed to seq {idx['seq']}; lag {idx['lag_records']} records ({idx['lag_bytes']} bytes)"
+        )
+    vec = s["vectors"]
+    out.append("vectors: " + (", ".join(f"{m} {n}" for m, n in vec.items()) or "none") if vec is not None else "vectors: none")
+    if s["findings"]:
+        out.append(f"verify findings: {s['findings']} (run `retained verify`)")
+    return "\n".join(out)
+
+
+def head(h: dict[str, Any]) -> str:
+    """The chain head as ``SEQ HASH``: what to anchor elsewhere."""
+    return f"{h['seq']} {h['hash']}"
+
+
+def rebuild(result: dict[str, Any]) -> str:
+    """What ``Store.rebuild`` did."""
+    return f"rebuilt the index: {result['records']} records from {result['bytes']} bytes of log"
+
+
+def redaction(result: dict[str, Any]) -> str:
+    """What ``Store.redact`` did: the line rewritten, the redaction record, the index and quarantine scrubbed."""
+    if result["already_redacted"]:
+        return f"seq {result['seq']} was already redacted; nothing changed"
+    rec = result["redaction_record"]
+    lines = [
+        f"seq {result['seq']} redacted: {result['line_bytes_before']} bytes of content replaced by its "
+        f"{result['line_bytes_after']}-byte redacted form; the chain still verifies",
+        f"redaction record: seq {rec['seq']} {rec['hash']}",
+        f"index: {result['index']}",
+    ]
+    if result["quarantine_scrubbed"]:
+        lines.append("scrubbed from quarantined tails: " + ", ".join(result["quarantine_scrubbed"]))
+    return "\n".join(lines)
+
+
+def export(result: dict[str, Any]) -> str:
+    """What ``Store.export`` wrote, what it left out, and where."""
+    h = result["head"]
+    line = (f"exported {result['records']} records ({result['redacted']} redacted) as {result['format']}, "
+            f"head seq {h['seq']} {h['hash']}")
+    if result["foreign_left_out"]:
+        line += f"; {result['foreign_left_out']} foreign lines left out"
+    if result["forced"]:
+        line += (f"; WARNING: {len(result['findings'])} verify findings, {result['damaged_left_out']} damaged lines "
+                 "left out (--force)")
+    if result.get("path"):
+        line += f"\nwritten to {result['path']}"
+    return line
+
+
+def backup(result: dict[str, Any]) -> str:
+    """What ``Store.backup`` copied, and whether the copy verified."""
+    h = result["head"]
+    lines = [
+        f"backup of {result['records']} records ({result['log_bytes']} bytes) in {result['path']}",
+        f"  head seq {h['seq']} {h['hash']}",
+        f"  log blake3 {result['log_blake3']}",
+    ]
+    if result["quarantined"]:
+        lines.append(f"  with {len(result['quarantined'])} quarantined tails")
+    lines.append("  verified: ok" if result["ok"] else
+                 f"  copied byte-exact, but the log has {len(result['findings'])} verify findings")
+    return "\n".join(lines)
+
+
+def embed(result: dict[str, Any]) -> str:
+    """``Store.embed``: the embeddings' status, or what a backfill did."""
+    if "counts" in result:
+        return "\n".join(f"{k}: {v}" for k, v in {**result["counts"], **result["embedder"]}.items())
+    line = f"embedded {result['embedded']} records with {result['model']}; {result['pending']} still without a vector"
+    return line + (f" ({result['error']})" if result.get("error") else "")

@@ -11,8 +11,6 @@ from __future__ import annotations
 # Not `typing.TYPE_CHECKING`: importing typing costs the brief ~10 ms.
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"  # the one place: pyproject.toml, the Store's default client, the CLI and the server read it
-
 __all__ = [
     "InvalidRecord",
     "LockTimeout",
@@ -40,11 +38,16 @@ if TYPE_CHECKING:
         WriteFailed,
     )
     from .store import Store
+    from .version import __version__
 
 
 def __getattr__(name: str) -> Any:
     # PEP 562: ``from retained import Store`` works as ever, but only loads
     # the storage core when someone asks for it.
+    if name == "__version__":
+        from .version import __version__
+
+        return __version__
     if name == "Store":
         from .store import Store
 

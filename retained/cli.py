@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
-from . import __version__, limits, paths, render
+from . import limits, paths, render
 from .errors import RetainedError
+from .version import __version__
 
 CLI_CLIENT = {"name": "retained-cli", "version": __version__}
 USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config"}

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from retained import __version__, limits, paths
+from retained import limits, paths
 from retained.http_guard import HttpGuard, allowed_hosts, is_loopback
 from retained.mcp_tools import INSTRUCTIONS, Memory, add_brief, tool_specs
+from retained.version import __version__
 
 SERVER_NAME = "retained"
 HTTP_PORT_DEFAULT = 8765

@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import __version__, chain, limits, record
+from . import chain, limits, record
 from .errors import EmbedConfigError, InvalidRecord, NotFound, RecordTooLarge, RetainedError
 from .log import Log
+from .version import __version__
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
 _NO_NOTES: dict[str, Any] = {}

@@ -114,7 +114,10 @@ def test_the_version_is_written_once_and_read_everywhere():
     assert importlib.metadata.version("retained") == version
     assert run_cli("--version").stdout.strip() == f"retained {version}"
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert 'attr = "retained.__version__"' in pyproject and f'version = "{version}"' not in pyproject
+    assert 'attr = "retained.version.__version__"' in pyproject and f'version = "{version}"' not in pyproject
+    written = [p.relative_to(PACKAGE).as_posix() for p in sorted(PACKAGE.rglob("*.py"))
+               if f'"{version}"' in p.read_text(encoding="utf-8")]
+    assert written == ["version.py"]
 
 
 def test_the_default_store_directory_is_computed_in_one_function():

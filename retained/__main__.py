@@ -1,4 +1,9 @@
-"""``python -m retained``: the same as the ``retained`` command."""
+"""``python -m retained`` and the ``retained`` console script: the session-start brief first, else the command line.
+
+Both entry points start here, so the hook's path (``retained brief``, which
+``hooks/session-start.sh`` runs at every session start) imports only what the
+brief needs; every other command imports ``retained.cli``.
+"""
 
 import sys
 
@@ -37,10 +42,15 @@ def _brief() -> int | None:
     return 0
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """The ``retained`` command: the brief's fast path, or ``cli.main``."""
     code = _brief()
     if code is None:
-        from .cli import main
+        from .cli import main as cli_main
 
-        code = main()
-    sys.exit(code)
+        code = cli_main()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -64,11 +64,15 @@ def client_stamp(client_params: Any) -> dict[str, str]:
 
 
 class Memory:
-    """The server's handle on one store: opened on first use, one call at a time.
+    """The server's handle on one store, opened on first use and shared by every handler.
 
     Opening lazily keeps start-up free of storage work (no scan, no index
-    catch-up before the first call). The lock serialises this process's calls
-    into the store; other processes are serialised by the store's file lock.
+    catch-up before the first call). Calls are not serialised here: handlers
+    run in worker threads, and the Store is made for sharing -- its writes
+    from concurrent handlers join one group commit (one fsync for those that
+    arrive together, each acknowledged with its own proof), its index is
+    guarded by its own lock, and other processes are serialised by the
+    store's file lock.
     """
 
     def __init__(self, directory: Path, options: dict[str, Any] | None = None) -> None:
@@ -78,13 +82,16 @@ class Memory:
         self._lock = threading.Lock()
 
     def run(self, fn: Any) -> Any:
-        """Call ``fn(store)`` with the store open and this process's lock held."""
-        with self._lock:
-            if self._store is None:
-                from retained.store import Store
+        """Call ``fn(store)`` with the store open (opened once, under the lock)."""
+        store = self._store
+        if store is None:
+            with self._lock:
+                if self._store is None:
+                    from retained.store import Store
 
-                self._store = Store(self.directory, **self.options)
-            return fn(self._store)
+                    self._store = Store(self.directory, **self.options)
+                store = self._store
+        return fn(store)
 
     def close(self) -> None:
         """Close the store if it was opened (its index connection, its log handle)."""

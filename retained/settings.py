@@ -7,6 +7,7 @@
 | ``RETAINED_SECRETS_ALLOW`` | a file of literal values never taken for secrets, one per line | none |
 | ``RETAINED_RECORD_BYTES_MAX`` | largest encoded record, bytes | 16 MiB |
 | ``RETAINED_LOCK_WAIT_S`` | how long a writer waits for the lock | 10 |
+| ``RETAINED_GROUP_COMMIT`` | threads of one process share fsyncs: on or off | on |
 | ``RETAINED_EMBED_*`` | embeddings (see hybrid.SETTINGS) | off |
 """
 
@@ -68,6 +69,14 @@ def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "guard": None if default_guard else guard_from(environ),
         "embed_settings": {k: v for k, v in environ.items() if k.startswith("RETAINED_EMBED_")},
     }
+    group = environ.get("RETAINED_GROUP_COMMIT", "").strip().lower()
+    if group:
+        if group not in ("1", "on", "true", "yes", "0", "off", "false", "no"):
+            raise InvalidRecord(
+                f"RETAINED_GROUP_COMMIT must be on or off (1/0), found {group!r}; fix or unset it",
+                path="RETAINED_GROUP_COMMIT",
+            )
+        options["group_commit"] = group in ("1", "on", "true", "yes")
     for name, key, kind in (
         ("RETAINED_RECORD_BYTES_MAX", "record_bytes_max", int),
         ("RETAINED_LOCK_WAIT_S", "lock_wait_s", float),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins  # signatures after Store.list name the built-in list through it
 import os
 import sqlite3
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -70,6 +71,9 @@ class Store:
         # group_commit: threads sharing this Store share fsyncs (see Log.append).
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
         self._index: Any = None  # the derived index (retained/index.py), opened on first use
+        # Threads may share a Store (the MCP server's handlers do): the parts
+        # opened on first use are opened once, under this lock.
+        self._opening = threading.Lock()
 
     def close(self) -> None:
         self.log.close()
@@ -91,9 +95,11 @@ class Store:
     @property
     def guard(self) -> Any:
         if self._guard is None:
-            from .guard import Guard
+            with self._opening:
+                if self._guard is None:
+                    from .guard import Guard
 
-            self._guard = Guard("refuse")
+                    self._guard = Guard("refuse")
         return self._guard
 
     def prepare(self, content: record.Content) -> Guarded:
@@ -411,9 +417,11 @@ class Store:
     def index(self) -> Any:
         """The derived index, opened on first use; safe to delete and rebuild."""
         if self._index is None:
-            from .index import Index
+            with self._opening:
+                if self._index is None:
+                    from .index import Index
 
-            self._index = Index(self.log)
+                    self._index = Index(self.log)
         return self._index
 
     def _get_indexed(self, seqs: builtins.list[int]) -> dict[int, dict[str, Any]]:
@@ -468,9 +476,12 @@ class Store:
     def hybrid(self) -> Any:
         """Vector search beside the index (retained/hybrid.py); lexical when embeddings are off."""
         if self._hybrid is None:
-            from .hybrid import from_settings
+            index = self.index
+            with self._opening:
+                if self._hybrid is None:
+                    from .hybrid import from_settings
 
-            self._hybrid = from_settings(self.index, self.embed_settings)
+                    self._hybrid = from_settings(index, self.embed_settings)
         return self._hybrid
 
     def rebuild(self, progress: Any = None) -> dict[str, Any]:

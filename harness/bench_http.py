@@ -1,0 +1,205 @@
+"""The shared HTTP server under load: CLIENTS MCP clients x WRITES memory_write calls on 127.0.0.1.
+
+One ``retained serve --http`` process per run, group commit on or off
+(``RETAINED_GROUP_COMMIT``), runs alternating on, off, on, off ...; the
+clients are real MCP clients (the SDK's streamable HTTP client), all in this
+process on one event loop, each writing its records one call at a time.
+Reported per mode: aggregate acknowledged writes per second, and each call's
+latency p50/p99 (min/median/max over the runs). To show how much of a call is
+MCP handling and how much is the store, the same number of threads write the
+same records through one in-process ``Store`` (the store's share), in the
+same run.
+
+    python -m harness bench http [--clients 20] [--writes 50] [--runs 3] [--json]
+
+A benchmark, not a test: the numbers depend on the machine, its disk and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.bench_group import one_run  # noqa: E402
+
+START_WAIT_S = 60.0
+URL = re.compile(rb"serving MCP on (http://\S+)")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3), "max": round(max(values), 3)}
+
+
+class _Server:
+    """``retained serve --http --port 0`` on a fresh store, its URL read from stderr."""
+
+    def __init__(self, directory: Path, group_commit: bool) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
+        env.update(RETAINED_DIR=str(directory), RETAINED_GROUP_COMMIT="on" if group_commit else "off")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "retained", "serve", "--http", "--host", "127.0.0.1", "--port", "0"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + START_WAIT_S
+        seen = b""
+        stderr = self.proc.stderr
+        if stderr is None:
+            raise SystemExit("bench http: no stderr from the server")
+        while time.monotonic() < deadline:
+            line = stderr.readline()
+            if not line:
+                break
+            seen += line
+            found = URL.search(line)
+            if found:
+                self.url = found.group(1).decode()
+                # Keep reading stderr so the server never blocks on a full pipe.
+                threading.Thread(target=lambda: [None for _ in stderr], daemon=True).start()
+                return
+        self.stop()
+        raise SystemExit(f"bench http: the server did not start: {seen.decode(errors='replace')[-500:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+async def _clients(url: str, clients: int, writes: int) -> tuple[float, list[float]]:
+    import anyio
+    from mcp import Client
+    from mcp_types import Implementation
+
+    latencies: list[float] = []
+    ready = anyio.Event()
+    connected = [0]
+
+    async def agent(n: int) -> None:
+        async with Client(url, client_info=Implementation(name=f"bench-{n}", version="1")) as client:
+            connected[0] += 1
+            if connected[0] == clients:
+                ready.set()
+            await ready.wait()
+            for i in range(writes):
+                t0 = time.perf_counter()
+                result = await client.call_tool("memory_write", {"text": f"client {n} record {i}", "scope": f"c{n}"})
+                latencies.append((time.perf_counter() - t0) * 1000)
+                if result.is_error:
+                    raise SystemExit(f"bench http: a write failed: {result.content}")
+
+    start = [0.0]
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for n in range(clients):
+                tg.start_soon(agent, n)
+            await ready.wait()
+            start[0] = time.perf_counter()
+
+    await main()
+    return time.perf_counter() - start[0], latencies
+
+
+def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: int) -> dict[str, Any]:
+    import anyio
+
+    server = _Server(directory, group_commit)
+    try:
+        wall, ms = anyio.run(_clients, server.url, clients, writes)
+    finally:
+        server.stop()
+    return {
+        "writes_per_s": round(clients * writes / wall, 1),
+        "p50_ms": round(statistics.median(ms), 3),
+        "p99_ms": round(_pct(ms, 0.99), 3),
+    }
+
+
+def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
+    modes: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    store_only: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for r in range(runs):
+            for name, flag in (("on", True), ("off", False)):
+                modes[name].append(one_http_run(Path(tmp) / f"http-{name}-{r}", group_commit=flag,
+                                                clients=clients, writes=writes))
+                store_only[name].append(one_run(Path(tmp) / f"store-{name}-{r}", group_commit=flag,
+                                                threads=clients, per_thread=writes))
+    keys = ("writes_per_s", "p50_ms", "p99_ms")
+    out: dict[str, Any] = {
+        "bench": "http",
+        "clients": clients,
+        "writes_per_client": writes,
+        "runs": runs,
+    }
+    for name in ("on", "off"):
+        http = {k: _spread([r[k] for r in modes[name]]) for k in keys}
+        store = {k: _spread([r[k] for r in store_only[name]]) for k in keys}
+        p50_http, p50_store = http["p50_ms"]["median"], store["p50_ms"]["median"]
+        out[f"group_commit_{name}"] = {
+            "http": http,
+            "store_in_process": store,
+            "store_share_of_p50": round(min(1.0, p50_store / p50_http), 3) if p50_http else None,
+        }
+    ratios = [a["writes_per_s"] / b["writes_per_s"] for a, b in zip(modes["on"], modes["off"], strict=True)]
+    out["ratio_writes_per_s_on_off"] = _spread(ratios)
+    out["method"] = ("retained serve --http on 127.0.0.1, real MCP clients in one process, group commit on and off "
+                     "alternately; store share: the same writes from as many threads through one in-process Store")
+    out["cpus"] = os.cpu_count()
+    out["loadavg"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m harness bench http",
+        description="MCP clients writing through one retained HTTP server on 127.0.0.1, group commit on against off",
+        epilog="example: python -m harness bench http --clients 20 --writes 50 --runs 3 --json",
+    )
+    p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
+    p.add_argument("--writes", type=int, default=50, help="memory_write calls per client (default 50)")
+    p.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating (default 3)")
+    p.add_argument("--dir", type=Path, help="make the temporary stores under DIR (the filesystem matters)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args, _ = p.parse_known_args(argv)
+    result = bench(args.clients, args.writes, args.runs, args.dir)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for name in ("on", "off"):
+            r = result[f"group_commit_{name}"]
+            h, s = r["http"], r["store_in_process"]
+            print(
+                f"group commit {name}: {h['writes_per_s']['median']:.0f} writes/s over HTTP, "
+                f"p50 {h['p50_ms']['median']:.1f} ms p99 {h['p99_ms']['median']:.1f} ms; "
+                f"in-process store p50 {s['p50_ms']['median']:.2f} ms (share of the HTTP p50: {r['store_share_of_p50']})"
+            )
+        ratio = result["ratio_writes_per_s_on_off"]
+        print(f"writes/s on/off: {ratio['min']:.2f}-{ratio['median']:.2f}-{ratio['max']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

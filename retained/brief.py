@@ -57,7 +57,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost ~10 ms here
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would slow every session start
 if TYPE_CHECKING:
     from typing import Any
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HookSetupRefused
+from .log import fsync_dir
 
 HOOK_FILE = "session-start.sh"
 HOOK_TIMEOUT_S = 15  # Claude Code stops the hook after this; the hook gives the brief 5 s of it
@@ -129,24 +130,12 @@ def render(settings: dict[str, Any]) -> str:
 
 
 def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
+    """A new file (never an existing one, never through a symlink) holding ``data``, fsynced."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    if os.name == "nt":  # directories cannot be opened for fsync there
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _backup(path: Path, data: bytes, mode: int, now: datetime) -> Path:
@@ -201,7 +190,7 @@ def install_claude(settings_path: Path, command: str, *, write: bool = True, now
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     result["written"] = True
     return result
 

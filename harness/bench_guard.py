@@ -207,11 +207,13 @@ def detect_secrets_scanner() -> Callable[[Any], bool]:
     return flagged
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness bench guard", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2000, help="timed applications per record size (default 2000)")
     parser.add_argument("--compare-detect-secrets", action="store_true", help="score and time detect-secrets too")
-    args = parser.parse_args()
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args, _ = parser.parse_known_args(argv)
 
     rng = random.Random(8)
     small = typical_record(rng)
@@ -255,7 +257,16 @@ def main() -> None:
                     "large": time_us(lambda: ds_fields(large), 10),
                 },
             }
-    print(json.dumps({"bench_guard": out}, indent=1))
+    if args.json:
+        print(json.dumps({"bench": "guard", **out}))
+        return 0
+    for name in ("guard", "detect_secrets"):
+        block = out.get(name)
+        if not block or "us_per_write" not in block:
+            continue
+        corpus, us = block["corpus"], block["us_per_write"]
+        print(f"{name}: corpus {json.dumps(corpus)}; us per write: typical {us['typical']}, large {us['large']}")
+    return 0
 
 
 def _dist_version(name: str) -> str | None:
@@ -268,4 +279,4 @@ def _dist_version(name: str) -> str | None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

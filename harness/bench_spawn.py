@@ -110,11 +110,13 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness bench spawn", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15, help="rounds per server (default 15)")
     parser.add_argument("--python", default=sys.executable, help="interpreter to run both servers with")
-    args = parser.parse_args()
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args, _ = parser.parse_known_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         bare = Path(tmp) / "bare_server.py"
@@ -151,23 +153,27 @@ def main() -> int:
         }
 
     ratio = statistics.median(init["retained"]) / statistics.median(init["bare"])
-    print(
-        json.dumps(
-            {
-                "what": "spawn -> initialize reply over stdio (and -> first tools/list reply; CPU seconds per process)",
-                "command": " ".join([Path(args.python).name, *sys.argv]),
-                "rounds": args.rounds,
-                "python": args.python,
-                "load_average_1m": {"before": round(load_before, 2), "after": round(load_after, 2)},
-                "initialize": block(init),
-                "tools_list": block(listed),
-                "cpu_seconds": block(cpu),
-                "target_ratio": 1.2,
-                "ok": ratio <= 1.2,
-            },
-            indent=2,
+    result = {
+        "bench": "spawn",
+        "what": "spawn -> initialize reply over stdio (and -> first tools/list reply; CPU seconds per process)",
+        "rounds": args.rounds,
+        "python": args.python,
+        "load_average_1m": {"before": round(load_before, 2), "after": round(load_after, 2)},
+        "initialize": block(init),
+        "tools_list": block(listed),
+        "cpu_seconds": block(cpu),
+        "target_ratio": 1.2,
+        "ok": ratio <= 1.2,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        i = result["initialize"]
+        print(
+            f"spawn -> initialize, {args.rounds} rounds: retained {i['retained']['median_ms']} ms, "
+            f"bare one-tool server {i['bare_one_tool_mcpserver']['median_ms']} ms (medians); "
+            f"ratio {i['ratio_median']} (target <= 1.2); tools/list ratio {result['tools_list']['ratio_median']}"
         )
-    )
     return 0
 
 

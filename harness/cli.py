@@ -18,6 +18,7 @@ import shlex
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -156,14 +157,102 @@ def run_bench(argv: list[str]) -> int:
             print(f"harness bench: no benchmark {name!r}; have: {', '.join(found) or 'none'}", file=sys.stderr)
             return USAGE_ERROR
         return int(found[name].main(argv[1:]) or 0)
+    if argv[:1] == ["--table"]:
+        return bench_table(argv[1:])
     if not found:
         print("harness bench: no benchmarks yet (harness/bench_*.py with main(argv))", file=sys.stderr)
         return 0
+    if "--json" in argv:
+        return _bench_all_json(found, argv)
     status = 0
     for name, module in found.items():
         print(f"== bench {name}", flush=True)
         status = max(status, int(module.main(list(argv)) or 0))
     return status
+
+
+def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
+    """Every benchmark with --json, one after another; one JSON document with each one's result."""
+    import contextlib
+    import io
+    import platform
+    import time
+
+    results: dict[str, Any] = {}
+    status = 0
+    for name, module in found.items():
+        print(f"harness bench: {name} ...", file=sys.stderr, flush=True)
+        out = io.StringIO()
+        started = time.monotonic()
+        try:
+            with contextlib.redirect_stdout(out):
+                code = int(module.main(list(argv)) or 0)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - one failing benchmark must not hide the others
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            status = 1
+            continue
+        text = out.getvalue().strip()
+        try:
+            results[name] = json.loads(text.splitlines()[-1]) if text else {"error": "printed nothing"}
+        except (json.JSONDecodeError, IndexError):
+            results[name] = {"error": "did not print JSON", "output": text[-2000:]}
+            status = 1
+        results[name]["seconds"] = round(time.monotonic() - started, 1)
+        status = max(status, code)
+    document = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "arguments": argv,
+        "benchmarks": results,
+    }
+    print(json.dumps(document))
+    return status
+
+
+# The one figure (and its baseline) each benchmark's JSON says most plainly:
+# (benchmark, what, path to the figure, path to the baseline or None, unit).
+TABLE_ROWS = (
+    ("write", "acknowledged write p50, ms", "store_write_ms.p50", "bare_write_fsync_pread_ms.p50", ""),
+    ("write", "CPU per write p50 on a tmpfs, us", "cpu.store_us_p50", "cpu.bare_us_p50", ""),
+    ("group", "writes/s, 16 threads on one Store, group commit on (baseline: off)",
+     "on.writes_per_s.median", "off.writes_per_s.median", ""),
+    ("spawn", "MCP spawn -> initialize, ms (baseline: a bare one-tool server)",
+     "initialize.retained.median_ms", "initialize.bare_one_tool_mcpserver.median_ms", ""),
+    ("import", "import of JSONL, records/s (baseline: bare batched write+fsync)",
+     "import_jsonl.records_per_s", "baseline_bare_batches.records_per_s", ""),
+)
+
+
+def _dig(data: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def bench_table(argv: list[str]) -> int:
+    """``bench --table RESULTS.json``: a Markdown table of the headline figures of a ``bench --json`` run."""
+    if not argv:
+        print("usage: python -m harness bench --table RESULTS.json (the output of bench --json)", file=sys.stderr)
+        return USAGE_ERROR
+    document = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    benches = document.get("benchmarks", {})
+    print(f"Measured {document.get('date')} on {document.get('machine', {}).get('cpus')} CPUs "
+          f"({document.get('machine', {}).get('platform')}); command: `python -m harness bench --json`\n")
+    print("| benchmark | figure | value | baseline, same run | ratio |")
+    print("|---|---|---|---|---|")
+    for name, what, path, base_path, unit in TABLE_ROWS:
+        value = _dig(benches.get(name), path)
+        base = _dig(benches.get(name), base_path) if base_path else None
+        if value is None:
+            continue
+        ratio = f"{value / base:.2f}" if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base else ""
+        print(f"| {name} | {what} | {value}{unit} | {'' if base is None else base} | {ratio} |")
+    for name, result in benches.items():
+        if "error" in result:
+            print(f"| {name} | (failed) | {result['error']} | | |")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

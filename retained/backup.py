@@ -13,8 +13,8 @@ import orjson
 
 from . import chain, limits
 from .errors import BackupFailed, BackupRefused
-from .lock import StoreLock
-from .log import LOG_NAME, Log, fsync_dir
+from .files import fsync_dir, open_read
+from .log import LOG_NAME, Log
 
 BACKUP_MANIFEST = "backup.json"
 
@@ -92,14 +92,14 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     os.chmod(staging, 0o700)
     try:
-        with StoreLock(log.lock_path, log.lock_wait_s):
-            with open(log.path, "rb") as f:
+        with log.exclusive():  # a still log: no append lands while it is copied
+            with open_read(log.path) as f:
                 size = os.fstat(f.fileno()).st_size
                 seq, head_hash, _ = log.tail(stop=size)
                 _copy_file(f, staging / LOG_NAME, size)
             quarantined = log.quarantined()
             for q in quarantined:
-                with open(log.directory / q["file"], "rb") as f:
+                with open_read(log.directory / q["file"]) as f:
                     _copy_file(f, staging / q["file"], q["bytes"])
         copy = Log(staging)
         report = chain.walk(copy.scan(), LOG_NAME)

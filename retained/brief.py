@@ -10,7 +10,7 @@ not show, and why (invariant I2).
 It reads only what it prints. The log is read backwards from its end
 (``Log.scan_reverse``), and only as far as it must:
 
-- When ``index.sqlite3`` exists and its high-water mark still matches the log,
+- When the index file exists and its high-water mark still matches the log,
   only the part of the log the index has not reached yet is read; records
   older than that are found through the index (checkpoints by kind, the rest
   by seq, both newest first) and read from the log by offset, each checked
@@ -29,10 +29,13 @@ It reads only what it prints. The log is read backwards from its end
 
 It takes no lock, writes nothing (the index is opened read-only, though SQLite
 may create its ``-wal`` and ``-shm`` files), never builds or catches up the
-index, and imports neither ``mcp`` nor ``portalocker``.
+index, and imports neither ``mcp`` nor ``portalocker``. It reads the index
+through ``index_schema`` (the schema's one definition, standard library
+only), never through ``index``, whose query parser it would not use.
 
 Token estimate: a record's block (its header line, its text and body, and a
-cut marker if any) costs ``ceil(UTF-8 bytes / 4)`` tokens; ``tokens`` is the
+cut marker if any) costs ``index_schema.estimate_tokens`` of it, ``ceil(UTF-8
+bytes / 4)`` tokens, as a search result does; ``tokens`` is the
 sum over the records shown, and ``budget`` bounds it. The opening and closing
 lines are outside the budget and short (their fields are truncated). Besides
 the budget, the records shown never take more than ``OUTPUT_BYTES_MAX`` bytes
@@ -63,16 +66,16 @@ if TYPE_CHECKING:
 
 import json
 
-from . import record
+from . import index_schema, record
 from .errors import InvalidRecord, StoreDamaged
+from .index_schema import (
+    BOOKKEEPING_KINDS,
+    INDEX_NAME,
+    LINK_FIELDS,
+    estimate_tokens,
+    link_targets,
+)
 from .log import LOG_NAME, Log
-
-# The derived index's file name and the schema versions whose tables the brief
-# reads (meta, records, links), as retained/index.py sets them; a test checks
-# the current one is listed. Importing index.py would cost the brief its query
-# parser's imports, which it never uses.
-INDEX_NAME = "index.sqlite3"
-INDEX_SCHEMA_VERSIONS = frozenset({"1", "2"})
 
 # A brief of about 6 KB of text: a useful start of session without crowding
 # the context; fits the output cap with room to spare.
@@ -102,17 +105,12 @@ PAGE_ROWS = 32
 # How long a read of the index may wait on SQLite's own locks.
 INDEX_BUSY_S = 0.2
 
-BOOKKEEPING_KINDS = frozenset({"retract", "redaction"})
-LINK_FIELDS = ("supersedes", "retracts", "redacts")
 DROP_REASONS = ("over_budget", "superseded", "retracted", "unreadable", "not_read")
+# The kinds the "note" group leaves out: checkpoints are a group of their own.
+_NOT_NOTES = ("checkpoint", *sorted(BOOKKEEPING_KINDS))
 
 assert CUT_TOKENS_MIN * 4 < OUTPUT_BYTES_MAX
 assert DEFAULT_BUDGET * 4 <= OUTPUT_BYTES_MAX
-
-
-def estimate_tokens(text: str) -> int:
-    """The brief's token estimate: ``ceil(UTF-8 bytes / 4)``."""
-    return (len(text.encode("utf-8", "replace")) + 3) // 4
 
 
 # Control characters (other than tab and newline) are shown as U+FFFD: a
@@ -134,15 +132,6 @@ def _short(value: Any, limit: int = FIELD_CHARS_MAX) -> str:
     text = _clean(value if isinstance(value, str) else _dumps(value))
     text = text.replace("\n", " ").replace("\t", " ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _seqs(value: Any) -> list[int]:
-    # The same reading of link fields as the index (retained/index.py).
-    if type(value) is int and value > 0:
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if type(v) is int and v > 0]
-    return []
 
 
 def _body_text(body: Any) -> str:
@@ -200,7 +189,7 @@ def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict
     for name in ("scope", "source"):
         if rec.get(name) is not None:
             entry[name] = _short(rec[name])
-    sup = _seqs(rec.get("supersedes"))
+    sup = link_targets(rec.get("supersedes"))
     if sup:
         entry["supersedes"] = sup[:8]
     entry["text"] = text
@@ -275,12 +264,12 @@ def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] 
 
 
 class _IndexView:
-    """A read-only snapshot of index.sqlite3, or the reason it cannot be used."""
+    """A read-only snapshot of the index, or the reason it cannot be used."""
 
     def __init__(self, directory: Path, log: Log, size: int) -> None:
         self.db: sqlite3.Connection | None = None
         self.state = "absent"
-        self.reason = "no index.sqlite3"
+        self.reason = f"no {INDEX_NAME}"
         self.hwm_offset = 0
         self.hwm_seq = 0
         self.log_size = size  # the log's size this snapshot covers (it may grow while the brief runs)
@@ -288,42 +277,30 @@ class _IndexView:
         if not path.is_file():
             return
         try:
-            db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=INDEX_BUSY_S,
-                                 isolation_level=None, check_same_thread=False)
+            db = index_schema.connect_read_only(path, INDEX_BUSY_S)
         except sqlite3.Error as exc:
             self._unusable(f"index cannot be opened ({exc})")
             return
         try:
             db.execute("BEGIN")  # one snapshot for the mark and every count
-            mark = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            if str(mark.get("schema")) not in INDEX_SCHEMA_VERSIONS:
-                raise ValueError(f"schema {mark.get('schema')!r}, expected one of {sorted(INDEX_SCHEMA_VERSIONS)}")
-            hwm_offset = int(mark["hwm_offset"])
-            line_offset = int(mark["hwm_line_offset"])
-            line_length = int(mark["hwm_line_length"])
-            h = str(mark["hwm_hash"])
-        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+            mark = index_schema.read_mark(db, index_schema.READABLE_VERSIONS)
+        except (sqlite3.Error, ValueError) as exc:
             db.close()
             self._unusable(f"index cannot be read ({exc})")
             return
-        if hwm_offset > size:
+        if mark.offset > size:
             size = log.size()  # a writer appended, and the index caught up, since the brief began
             self.log_size = size
-        if hwm_offset > size:
+        state = index_schema.mark_state(mark, size, log.read_at)
+        if state in ("log_shorter", "log_other"):
             db.close()
-            self._unusable("the index was built from a longer log")
+            self._unusable(f"the index was built from {'a longer' if state == 'log_shorter' else 'another'} log")
             return
-        if line_offset >= 0:
-            raw = log.read_at(line_offset, line_length)
-            if not (raw.endswith(b"\n") and (b'"hash":"' + h.encode("ascii", "replace") + b'"') in raw):
-                db.close()
-                self._unusable("the index was built from another log")
-                return
         self.db = db
-        self.state = "current" if hwm_offset == size else "behind"
+        self.state = "current" if state == "ok" else "behind"
         self.reason = ""
-        self.hwm_offset = hwm_offset
-        self.hwm_seq = int(mark["hwm_seq"])
+        self.hwm_offset = mark.offset
+        self.hwm_seq = mark.seq
 
     def _unusable(self, reason: str) -> None:
         self.state = "unusable"
@@ -420,7 +397,7 @@ class _Brief:
 
     def _take(self, seq: int, rec: dict[str, Any]) -> None:
         for rel in LINK_FIELDS:
-            for target in _seqs(rec.get(rel)):
+            for target in link_targets(rec.get(rel)):
                 if target < seq:
                     self.hidden[rel].add(target)
         if seq in self.hidden["redacts"] or not self._eligible(rec):
@@ -439,37 +416,15 @@ class _Brief:
         """Counts for the indexed records below ``boundary``, and candidates among them."""
         db = index.db
         assert db is not None
-        scope_sql, scope_args = ("", []) if self.scope is None else (" AND scope = ?", [self.scope])
-        # For the two rare kinds, walk records_kind and test the scope row by
-        # row (the unary + keeps SQLite from walking every row of the scope).
-        rare_scope_sql = scope_sql.replace("scope", "+scope")
-        if self.scope is None:
-            # count(*) without a condition walks the smallest b-tree; the
-            # records at or above the boundary are few.
-            total = db.execute("SELECT count(*) FROM records").fetchone()[0]
-            total -= db.execute("SELECT count(*) FROM records WHERE seq >= ?", (boundary,)).fetchone()[0]
-        else:
-            total = db.execute("SELECT count(*) FROM records WHERE scope = ? AND seq < ?",
-                               (self.scope, boundary)).fetchone()[0]
         # Rows with no string kind (redacted lines) and bookkeeping rows are not eligible.
-        not_eligible = db.execute(
-            f"SELECT count(*) FROM records WHERE kind IS NULL AND seq < ?{rare_scope_sql}", [boundary, *scope_args]
-        ).fetchone()[0]
-        not_eligible += db.execute(
-            f"SELECT count(*) FROM records WHERE kind IN ('retract', 'redaction') AND seq < ?{rare_scope_sql}",
-            [boundary, *scope_args],
-        ).fetchone()[0]
+        total, not_eligible = index_schema.count_below(db, boundary, self.scope)
         eligible = total - not_eligible
 
         # Flags: the index's links, plus those of the records the scan read
         # (the index may not have reached them yet).
         rels: dict[int, set[str]] = {}
         rows: dict[int, tuple[Any, Any, int]] = {}
-        for target, rel, kind, scope, redacted in db.execute(
-            "SELECT l.target, l.rel, m.kind, m.scope, m.redacted FROM links AS l"
-            " CROSS JOIN records AS m ON m.seq = l.target WHERE l.target < ?",
-            (boundary,),
-        ):
+        for target, rel, kind, scope, redacted in index_schema.links_below(db, boundary):
             rels.setdefault(target, set()).add(rel)
             rows[target] = (kind, scope, redacted)
         extra = [t for rel in LINK_FIELDS for t in self.hidden[rel] if t < boundary]
@@ -478,13 +433,8 @@ class _Brief:
                 if t < boundary:
                     rels.setdefault(t, set()).add(rel)
         missing = sorted({t for t in extra if t not in rows})
-        for i in range(0, len(missing), 500):
-            part = missing[i : i + 500]
-            marks = ",".join("?" * len(part))
-            for seq, kind, scope, redacted in db.execute(
-                f"SELECT seq, kind, scope, redacted FROM records WHERE seq IN ({marks})", part
-            ):
-                rows[seq] = (kind, scope, redacted)
+        for seq, kind, scope, redacted in index_schema.kinds_of(db, missing):
+            rows[seq] = (kind, scope, redacted)
         superseded = retracted = 0
         for target, found in rels.items():
             row = rows.get(target)
@@ -504,29 +454,22 @@ class _Brief:
         visible = eligible - superseded - retracted
 
         flagged = {t for t, found in rels.items()}
-        self._fetch(index, boundary, "checkpoint", "kind = 'checkpoint'", scope_sql, scope_args, flagged)
-        self._fetch(index, boundary, "note", "kind NOT IN ('checkpoint', 'retract', 'redaction')",
-                    scope_sql, scope_args, flagged)
+        self._fetch(db, boundary, "checkpoint", flagged)
+        self._fetch(db, boundary, "note", flagged)
         if self.head is None:
-            row = db.execute("SELECT seq, ts FROM records ORDER BY seq DESC LIMIT 1").fetchone()
-            if row is not None:
-                self.head = {"seq": row[0], "ts": _ts(row[1])}
+            newest = index_schema.head(db)
+            if newest is not None:
+                self.head = {"seq": newest[0], "ts": _ts(newest[1])}
         return {"visible": visible, "superseded": superseded, "retracted": retracted}
 
-    def _fetch(self, index: _IndexView, boundary: int, group: str, kind_sql: str, scope_sql: str,
-               scope_args: list[Any], flagged: set[int]) -> None:
+    def _fetch(self, db: sqlite3.Connection, boundary: int, group: str, flagged: set[int]) -> None:
         """Candidates of one group below ``boundary``, newest first, read from the log and checked."""
-        db = index.db
-        assert db is not None
+        kind, kinds_not = ("checkpoint", ()) if group == "checkpoint" else (None, _NOT_NOTES)
         below = boundary
         with open(self.log.path, "rb") as f:
             while not self._full(group):
-                rows = db.execute(
-                    f"SELECT seq, offset, length, hash FROM records WHERE seq < ? AND {kind_sql}"
-                    f" AND redacted = 0 AND superseded = 0 AND retracted = 0{scope_sql}"
-                    " ORDER BY seq DESC LIMIT ?",
-                    [below, *scope_args, PAGE_ROWS],
-                ).fetchall()
+                rows = index_schema.newest(db, PAGE_ROWS, below=below, kind=kind, kinds_not=kinds_not,
+                                           scope=self.scope, current=True)
                 for seq, offset, length, h in rows:
                     below = seq
                     if seq in flagged:

@@ -29,6 +29,7 @@ from itertools import pairwise
 from typing import Any
 
 from . import record
+from .files import open_read
 from .log import Line, Log
 
 _PROBLEM_KINDS = {
@@ -267,7 +268,7 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
     ``start`` is a line boundary; so is ``stop`` unless it is the end of the
     scan, where bytes after the last newline are a torn tail.
     """
-    with open(path, "rb") as f:
+    with open_read(path) as f:
         f.seek(start)
         data = f.read(stop - start)
     classify = record.classify

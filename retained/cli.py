@@ -289,21 +289,17 @@ def _every_second(label: str, unit: str) -> Callable[[int, int], None]:
 def cmd_import(args: argparse.Namespace) -> int:
     import time
 
-    from . import transfer
-
     t0 = time.monotonic()
-    plan = transfer.plan_import(
-        args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse",
-        progress=_every_second("import: validating", "bytes"),
-    )
-    progress(f"import: {args.file} is {plan.format}; {plan.records} records from {plan.lines} lines validated")
-    if args.dry_run:
-        result = {"ok": True, "dry_run": True, "path": plan.path, "format": plan.format, "lines": plan.lines,
-                  "records": plan.records, "written": 0, "skipped": plan.skipped, "source": plan.source_head}
-        emit(args, result, f"dry run: {plan.records} records would be imported ({plan.format}); nothing was written")
-        return 0
     with open_store(args) as store:
-        result = transfer.run_import(store, plan, batch=args.batch, progress=_every_second("import", "records"))
+        result = store.import_file(
+            args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse",
+            batch=args.batch, dry_run=args.dry_run, progress=_every_second("import", "records"),
+            validate_progress=_every_second("import: validating", "bytes"),
+        )
+    progress(f"import: {result['path']} is {result['format']}; {result['records']} records from {result['lines']} lines validated")
+    if args.dry_run:
+        emit(args, result, f"dry run: {result['records']} records would be imported ({result['format']}); nothing was written")
+        return 0
     elapsed = time.monotonic() - t0
     result["seconds"] = round(elapsed, 3)
     rate = result["written"] / elapsed if elapsed > 0 else 0.0
@@ -316,7 +312,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             lines.append(f"{result['duplicates']} already in the store (same client_op_id): not appended again")
         if result["skipped"].get("redacted"):
             lines.append(f"{result['skipped']['redacted']} redacted records skipped (their content was erased at the source)")
-        if plan.format == "retained" and result["source"]:
+        if result["format"] == "retained" and result["source"]:
             src = result["source"]
             lines.append(f"source chain verified: head seq {src['seq']} {src['hash']}")
         return "\n".join(lines)

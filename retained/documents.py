@@ -3,36 +3,35 @@
 Pure functions over a parsed record, no SQLite: ``index`` writes what they
 return, ``index_search`` and ``hybrid`` charge results with `estimate_tokens`.
 
-Token estimate for ``max_tokens``: ``ceil(utf8 bytes of text and body / 4)``
-per result (a body that is not a string counts as its canonical JSON). It is
-an estimate on the generous side for English and code.
+Token estimate for ``max_tokens``: ``index_schema.estimate_tokens`` of a
+result's text and body (a body that is not a string counts as its canonical
+JSON), the same formula the brief charges its records with.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from . import query, record
+from . import index_schema, query, record
 
 # Fields never indexed as words: chain and store bookkeeping, and the link
 # fields (their numbers would match unrelated queries).
-_NOT_WORDS = frozenset(record.RESERVED_FIELDS | {"kind", "scope", "supersedes", "retracts", "redacts", "client_op_id"})
+_NOT_WORDS = frozenset(record.RESERVED_FIELDS | {"kind", "scope", "client_op_id", *index_schema.LINK_FIELDS})
 FIELDS_CHARS_MAX = 4096  # caller-field text indexed per record; bounds one record's index cost
 
 
 def estimate_tokens(rec: dict[str, Any]) -> int:
-    """Tokens a result costs against ``max_tokens``: ceil(utf8 bytes of text and body / 4)."""
-    n = 0
+    """Tokens a result costs against ``max_tokens``: ``index_schema.estimate_tokens`` of its text and body."""
+    parts: list[str | bytes] = []
     text = rec.get("text")
     if isinstance(text, str):
-        n += len(text.encode("utf-8", "surrogatepass"))
+        parts.append(text)
     body = rec.get("body")
     if isinstance(body, str):
-        n += len(body.encode("utf-8", "surrogatepass"))
+        parts.append(body)
     elif body is not None:
-        n += len(record.canonical(body))
-    return math.ceil(n / 4)
+        parts.append(record.canonical(body))
+    return index_schema.estimate_tokens(*parts)
 
 
 def _strings(value: Any, out: list[str], budget: list[int]) -> None:
@@ -84,10 +83,3 @@ def documents(rec: dict[str, Any]) -> tuple[str, str, str]:
         query.segment(" ".join(extra)[:FIELDS_CHARS_MAX]) if extra else "",
     )
 
-
-def _seqs(value: Any) -> list[int]:
-    if type(value) is int and value > 0:
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if type(v) is int and v > 0]
-    return []

@@ -204,3 +204,13 @@ class BackupFailed(RetainedError):
     """The copy did not verify against the source head; the copy is left for inspection."""
 
     code = "backup_failed"
+
+
+class LinkRefused(StoreDamaged):
+    """A name in the store directory is a symbolic link; retained opens no store file through one.
+
+    Nothing was read or written through it; its target is untouched. Replace
+    the link with the file itself (or remove it) and retry.
+    """
+
+    code = "symlink_refused"

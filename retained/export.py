@@ -18,7 +18,8 @@ import orjson
 
 from . import chain, limits, record
 from .errors import ExportRefused, InvalidRecord
-from .log import Log, fsync_dir
+from .files import create_exclusive, fsync_dir
+from .log import Log
 
 Progress = Callable[[int, int], None]  # (done, total), for callers that show progress
 
@@ -134,7 +135,7 @@ def export_to_file(log: Log, dest: str | os.PathLike[str], **kwargs: Any) -> dic
     """``export`` into a new file (0600), written beside it and renamed into place when complete."""
     dest = Path(dest)
     tmp = dest.with_name(dest.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
+    fd = create_exclusive(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             result = export(log, f, **kwargs)

@@ -26,8 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from . import files
 from .errors import HookSetupRefused
-from .log import fsync_dir
 
 HOOK_FILE = "session-start.sh"
 HOOK_TIMEOUT_S = 15  # Claude Code stops the hook after this; the hook gives the brief 5 s of it
@@ -131,11 +131,12 @@ def render(settings: dict[str, Any]) -> str:
 
 def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
     """A new file (never an existing one, never through a symlink) holding ``data``, fsynced."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        files.write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _backup(path: Path, data: bytes, mode: int, now: datetime) -> Path:
@@ -177,20 +178,23 @@ def install_claude(settings_path: Path, command: str, *, write: bool = True, now
     }
     if not write or action == "unchanged":
         return result
-    directory = settings_path.parent
+    # A settings file kept elsewhere and linked in (a dotfiles repository) is
+    # updated where it lives: replacing the link would cut it off.
+    target = Path(os.path.realpath(settings_path)) if settings_path.is_symlink() else settings_path
+    directory = target.parent
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     mode = 0o600
-    if settings_path.exists():
-        mode = settings_path.stat().st_mode & 0o777
-        result["backup"] = str(_backup(settings_path, settings_path.read_bytes(), mode, now))
-    tmp = settings_path.with_name(f".{settings_path.name}.retained-tmp-{os.getpid()}")
+    if target.exists():
+        mode = target.stat().st_mode & 0o777
+        result["backup"] = str(_backup(target, target.read_bytes(), mode, now))
+    tmp = target.with_name(f".{target.name}.retained-tmp-{os.getpid()}")
     try:
         _write_exclusive(tmp, render(after).encode("utf-8"), mode)
-        os.replace(tmp, settings_path)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(directory)
+    files.fsync_dir(directory)
     result["written"] = True
     return result
 

@@ -1,8 +1,9 @@
 """Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF.
 
-What it owns: the ``vectors`` table in ``index.sqlite3`` (one row per record
+What it owns: the ``vectors`` table in the index file (one row per record
 and model: the record's seq and chain hash, the model name, the dimension and
-the L2-normalised float32 vector), a ``vectors_meta`` table, and the search
+the L2-normalised float32 vector; its DDL is ``index_schema.VECTORS_SCHEMA``),
+a ``vectors_meta`` table, and the search
 that fuses ``Index.ranked`` (bm25) with a cosine ranking over those vectors.
 It never writes the log and never writes the index's own tables; the index's
 ``rebuild`` leaves these tables alone, and a vector whose hash no longer
@@ -55,7 +56,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import vectors
+from . import index_schema, vectors
 from .dense import Matrix, embed_text
 from .embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
 from .errors import EmbedConfigError, EmbedError, InvalidRecord
@@ -72,20 +73,6 @@ CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, on
 BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
 SKIP_KINDS = ("retract", "redaction")  # store kinds with no text worth embedding
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS vectors (
-    id INTEGER PRIMARY KEY,
-    model TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    hash TEXT NOT NULL,
-    dim INTEGER NOT NULL,
-    v BLOB NOT NULL,
-    UNIQUE (model, seq)
-);
-CREATE TABLE IF NOT EXISTS vectors_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
-"""
-
 
 class Hybrid:
     """Vectors for one index and one embedder, and the search that uses them.
@@ -156,9 +143,8 @@ class Hybrid:
         """The index's connection with this module's tables in place; hold ``index.lock``."""
         db = self.index.connection()
         if not self._schema_ready:
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
+            for stmt in index_schema.statements(index_schema.VECTORS_SCHEMA):
+                db.execute(stmt)
             self._schema_ready = True
         return db
 
@@ -243,7 +229,7 @@ class Hybrid:
             eligible = db.execute(
                 "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
             ).fetchone()[0]
-            per_model = dict(db.execute("SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
+            per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(db) or {}).items()}
         model = self.model
         missing = self.pending() if model is not None else None
         return {
@@ -746,9 +732,8 @@ def prune_db(db: sqlite3.Connection) -> int:
     Returns how many rows went. A redacted line keeps its chain hash, so the
     redacted flag, not the hash, is what finds its vector.
     """
-    for stmt in _SCHEMA.split(";"):
-        if stmt.strip():
-            db.execute(stmt)
+    for stmt in index_schema.statements(index_schema.VECTORS_SCHEMA):
+        db.execute(stmt)
     cur = db.execute(
         "DELETE FROM vectors WHERE seq IN (SELECT seq FROM records WHERE redacted = 1)"
         " OR NOT EXISTS (SELECT 1 FROM records AS r WHERE r.seq = vectors.seq AND r.hash = vectors.hash)"

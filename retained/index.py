@@ -1,4 +1,4 @@
-"""The derived index: ``index.sqlite3`` beside the log (L5: rebuilt from the log alone).
+"""The derived index beside the log, written here (L5: rebuilt from the log alone).
 
 What it holds: an FTS5 table for lexical search (contentless: the log has the
 text) and a ``records`` table with each chained record's place in the log
@@ -15,9 +15,10 @@ mark no longer carries the recorded hash, or the log is shorter than the mark,
 the log was replaced (restored from a copy, redacted, truncated by hand):
 reads then rebuild, and ``verify`` reports it first.
 
-What the index stores for a record (its words, links and token cost) is in
-``documents``; ranked search, mixed into `Index`, is in ``index_search``; the
-two-way verify is in ``index_verify``.
+The file name, the tables, the mark and the read-only queries are defined
+once in ``index_schema``; what the index stores for a record (its words,
+links and token cost) is in ``documents``; ranked search, mixed into `Index`,
+is in ``index_search``; the two-way verify is in ``index_verify``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,19 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from . import index_schema as schema
 from . import record
-from .documents import FIELDS_CHARS_MAX, _seqs, documents, estimate_tokens
+from .documents import FIELDS_CHARS_MAX, documents, estimate_tokens
 from .errors import InvalidRecord, RetainedError
+from .index_schema import (
+    BATCH_ROWS,
+    FLAG_COLUMNS,
+    INDEX_NAME,
+    LINK_FIELDS,
+    SCHEMA_VERSION,
+    TOKENIZER,
+    link_targets,
+)
 from .index_search import (
     COVERAGE_WEIGHT,
     K_MAX,
@@ -48,65 +59,14 @@ __all__ = [
     "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
 ]
 
-INDEX_NAME = "index.sqlite3"
-SCHEMA_VERSION = "2"
-TOKENIZER = "porter unicode61 remove_diacritics 2"
-BATCH_ROWS = 2000  # rows per executemany during rebuild and catch-up
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY,
-    offset INTEGER NOT NULL,
-    length INTEGER NOT NULL,
-    hash TEXT NOT NULL,
-    kind TEXT,
-    scope TEXT,
-    ts TEXT,
-    client_op_id TEXT,
-    superseded INTEGER NOT NULL DEFAULT 0,
-    retracted INTEGER NOT NULL DEFAULT 0,
-    redacted INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
-CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
-CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
-CREATE TABLE IF NOT EXISTS links (
-    target INTEGER NOT NULL,
-    source INTEGER NOT NULL,
-    rel TEXT NOT NULL,
-    PRIMARY KEY (target, rel, source)
-) WITHOUT ROWID;
-CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    text, body, fields, content='', tokenize='{TOKENIZER}'
-);
-"""
-
-_DROP = """
-DROP TABLE IF EXISTS fts;
-DROP TABLE IF EXISTS links;
-DROP TABLE IF EXISTS records;
-DROP TABLE IF EXISTS meta;
-"""
-
-_REL_COLUMN = {"supersedes": "superseded", "retracts": "retracted", "redacts": "redacted"}
-
-
 class IndexError_(RetainedError):
     """The index file cannot be used (not SQLite, locked past the timeout).
 
-    The log is untouched; ``retained rebuild`` (or deleting index.sqlite3)
+    The log is untouched; ``retained rebuild`` (or deleting the index file)
     recreates the index from it.
     """
 
     code = "index_unavailable"
-
-
-def _line_has_hash(raw: bytes, h: str) -> bool:
-    # Canonical lines hold `"hash":"<64 hex>"` exactly once at top level; a
-    # nested caller field can never be named "hash" at top level, so the
-    # check is exact enough to tell a replaced log from the one indexed.
-    return raw.endswith(b"\n") and (b'"hash":"' + h.encode("ascii") + b'"') in raw
 
 
 class Index(Search):
@@ -150,7 +110,7 @@ class Index(Search):
         while (aside := self.path.with_name(f"{self.path.name}.damaged-{n}")).exists():
             n += 1
         os.replace(self.path, aside)
-        for suffix in ("-wal", "-shm"):
+        for suffix in schema.INDEX_SUFFIXES:
             try:
                 os.unlink(str(self.path) + suffix)
             except FileNotFoundError:
@@ -175,29 +135,11 @@ class Index(Search):
             # a page cache big enough for the whole index at 100k records
             # (~30 MB) keeps those reads off the OS. Allocated only as used.
             db.execute("PRAGMA cache_size=-65536")
-            version = None
-            try:
-                row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-                version = row[0] if row else None
-            except sqlite3.OperationalError:
-                version = None
-            if version != SCHEMA_VERSION:
+            if schema.schema_version(db) != SCHEMA_VERSION:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    row = None
-                    try:
-                        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-                    except sqlite3.OperationalError:
-                        pass
-                    if not row or row[0] != SCHEMA_VERSION:
-                        for stmt in (_DROP + _SCHEMA).split(";"):
-                            if stmt.strip():
-                                db.execute(stmt)
-                        db.executemany(
-                            "INSERT INTO meta (key, value) VALUES (?, ?)",
-                            [("schema", SCHEMA_VERSION), ("hwm_offset", 0), ("hwm_seq", 0), ("hwm_hash", ""),
-                             ("hwm_line_offset", -1), ("hwm_line_length", 0)],
-                        )
+                    if schema.schema_version(db) != SCHEMA_VERSION:  # another process may have made it meanwhile
+                        self._reset(db)
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -216,35 +158,32 @@ class Index(Search):
                 self._db.close()
                 self._db = None
 
+    @staticmethod
+    def _reset(db: sqlite3.Connection) -> None:
+        """Drop the index's tables and make them empty, in the caller's write transaction."""
+        for stmt in schema.statements(schema.DROP + schema.SCHEMA):
+            db.execute(stmt)
+        db.executemany(schema.INSERT_META, schema.EMPTY_META)
+
     # -- high-water mark ------------------------------------------------------
 
-    def _mark(self, db: sqlite3.Connection) -> dict[str, Any]:
-        return dict(db.execute("SELECT key, value FROM meta").fetchall())
-
-    def _mark_state(self, mark: dict[str, Any], size: int) -> str:
+    def _mark_state(self, mark: schema.Mark, size: int) -> str:
         """``ok``, ``behind`` (the log grew) or ``replaced``."""
-        hwm = int(mark["hwm_offset"])
-        if hwm > size:
-            return "replaced"
-        line_offset = int(mark["hwm_line_offset"])
-        if line_offset >= 0:
-            raw = self.log.read_at(line_offset, int(mark["hwm_line_length"]))
-            if not _line_has_hash(raw, str(mark["hwm_hash"])):
-                return "replaced"
-        return "ok" if hwm == size else "behind"
+        state = schema.mark_state(mark, size, self.log.read_at)
+        return "replaced" if state in ("log_shorter", "log_other") else state
 
     def status(self) -> dict[str, Any]:
         """The mark and whether the log moved past it (no catch-up)."""
         with self._mutex:
             db = self.connection()
-            mark = self._mark(db)
+            mark = schema.read_mark(db)
             size = self.log.size()
             return {
                 "state": self._mark_state(mark, size),
-                "indexed_to": int(mark["hwm_offset"]),
+                "indexed_to": mark.offset,
                 "log_bytes": size,
-                "seq": int(mark["hwm_seq"]),
-                "hash": mark["hwm_hash"],
+                "seq": mark.seq,
+                "hash": mark.hash,
                 "path": str(self.path),
             }
 
@@ -259,10 +198,10 @@ class Index(Search):
         """
         with self._mutex:
             db = self.connection()
-            mark = self._mark(db)
+            mark = schema.read_mark(db)
             size = self.log.size()
             # Fast path without a write lock: nothing new (the common case).
-            if int(mark["hwm_offset"]) == size and self._mark_state(mark, size) == "ok":
+            if mark.offset == size and self._mark_state(mark, size) == "ok":
                 self.last_catch_up = {"state": "ok", "indexed": 0}
                 return self.last_catch_up
             try:
@@ -274,7 +213,7 @@ class Index(Search):
                 self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
                 return self.last_catch_up
             try:
-                mark = self._mark(db)  # another process may have moved it meanwhile
+                mark = schema.read_mark(db)  # another process may have moved it meanwhile
                 size = self.log.size()
                 state = self._mark_state(mark, size)
                 if state == "replaced":
@@ -285,7 +224,7 @@ class Index(Search):
                     else:
                         self.last_catch_up = {"state": "replaced", "indexed": 0}
                     return self.last_catch_up
-                n = self._ingest(db, int(mark["hwm_offset"]), size, None)
+                n = self._ingest(db, mark.offset, size, None)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -340,8 +279,8 @@ class Index(Search):
             if not redacted:
                 docs.append((seq, line.offset, fresh, *documents(rec)))
                 if "supersedes" in rec or "retracts" in rec or "redacts" in rec:
-                    for rel in ("supersedes", "retracts", "redacts"):
-                        for target in _seqs(rec.get(rel)):
+                    for rel in LINK_FIELDS:
+                        for target in link_targets(rec.get(rel)):
                             if target < seq:
                                 links.append((target, seq, rel))
             count += 1
@@ -350,11 +289,7 @@ class Index(Search):
                 if progress is not None:
                     progress(end, stop)
         self._flush(db, rows, docs, links, dupes)
-        updates: list[tuple[str, Any]] = [("hwm_offset", end)]
-        if last is not None:
-            updates += [("hwm_seq", last.seq), ("hwm_hash", last.hash),
-                        ("hwm_line_offset", last.offset), ("hwm_line_length", last.length)]
-        db.executemany("UPDATE meta SET value = ? WHERE key = ?", [(v, k) for k, v in updates])
+        schema.write_mark(db, end, last)
         if progress is not None:
             progress(end, stop)
         return count
@@ -381,7 +316,7 @@ class Index(Search):
         )
         if links:
             db.executemany("INSERT OR IGNORE INTO links (target, source, rel) VALUES (?, ?, ?)", links)
-            for rel, column in _REL_COLUMN.items():
+            for rel, column in FLAG_COLUMNS.items():
                 targets = [(t,) for t, _, r in links if r == rel]
                 if targets:
                     db.executemany(f"UPDATE records SET {column} = 1 WHERE seq = ?", targets)
@@ -399,7 +334,7 @@ class Index(Search):
         the log was replaced and the next read rebuilds without them.
         """
         for seq in targets:
-            row = db.execute("SELECT offset, length, hash FROM records WHERE seq = ?", (seq,)).fetchone()
+            row = schema.place(db, seq)
             if row is None:
                 continue
             line = self.log.line_at(row[0], row[1])
@@ -421,14 +356,7 @@ class Index(Search):
             db = self.connection()
             db.execute("BEGIN IMMEDIATE")
             try:
-                for stmt in (_DROP + _SCHEMA).split(";"):
-                    if stmt.strip():
-                        db.execute(stmt)
-                db.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?)",
-                    [("schema", SCHEMA_VERSION), ("hwm_offset", 0), ("hwm_seq", 0), ("hwm_hash", ""),
-                     ("hwm_line_offset", -1), ("hwm_line_length", 0)],
-                )
+                self._reset(db)
                 size = self.log.size()
                 n = self._ingest(db, 0, size, progress)
                 db.execute("COMMIT")
@@ -444,19 +372,12 @@ class Index(Search):
         """``(offset, length, hash)`` of a record, or None if the index has no such seq."""
         self.catch_up()
         with self._mutex:
-            row = self.connection().execute("SELECT offset, length, hash FROM records WHERE seq = ?", (seq,)).fetchone()
-            return (row[0], row[1], row[2]) if row else None
+            return schema.place(self.connection(), seq)
 
     def links(self, seq: int) -> dict[str, list[int]]:
         """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``."""
         with self._mutex:
-            out: dict[str, list[int]] = {}
-            names = {"supersedes": "superseded_by", "retracts": "retracted_by", "redacts": "redacted_by"}
-            for source, rel in self.connection().execute(
-                "SELECT source, rel FROM links WHERE target = ? ORDER BY source", (seq,)
-            ):
-                out.setdefault(names[rel], []).append(source)
-            return out
+            return schema.links_to(self.connection(), seq)
 
     def read(self, seq: int) -> dict[str, Any] | None:
         """The record read from the log at its indexed place, checked against its hash.
@@ -481,24 +402,10 @@ class Index(Search):
         if type(limit) is not int or limit < 0:
             raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
         self.catch_up()
-        where = ["redacted = 0"]
-        args: list[Any] = []
-        if kind is not None:
-            where.append("kind = ?")
-            args.append(kind)
-        if scope is not None:
-            where.append("scope = ?")
-            args.append(scope)
-        if before_seq is not None:
-            where.append("seq < ?")
-            args.append(before_seq)
-        cond = " AND ".join(where)
         with self._mutex:
             db = self.connection()
-            total = db.execute(f"SELECT count(*) FROM records WHERE {cond}", args).fetchone()[0]
-            rows = db.execute(
-                f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq DESC LIMIT ?", [*args, limit]
-            ).fetchall()
+            total = schema.count_listed(db, below=before_seq, kind=kind, scope=scope)
+            rows = schema.newest(db, limit, below=before_seq, kind=kind, scope=scope)
         out = []
         for seq, offset, length, h in rows:
             entry = self._read_checked(seq, offset, length, h)
@@ -531,4 +438,6 @@ class Index(Search):
         # orjson) would otherwise load with every reader of the index.
         from .index_verify import verify
 
-        return verify(self, lines)
+        caught = self.catch_up(on_replaced="report")
+        return verify(self.log, self.connection, self._mutex, self.path, self.busy_timeout_s,
+                      replaced=caught["state"] == "replaced", lines=lines)

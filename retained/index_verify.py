@@ -7,7 +7,8 @@ findings and their kinds are listed on ``Index.verify``.
 
 Imported by ``Index.verify`` when it runs, so this module (and orjson, which
 parses the lines the byte scan cannot settle) stays off the path of every
-other read.
+other read. It reads the tables through ``index_schema`` and is handed the
+index's connection and lock, so it needs nothing from ``index``.
 """
 
 from __future__ import annotations
@@ -16,43 +17,55 @@ import bisect
 import itertools
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .index import BATCH_ROWS
+from . import index_schema as schema
+from .index_schema import BATCH_ROWS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .index import Index
     from .log import Log
 
 
-def verify(index: Index, lines: Iterable[tuple[Any, ...]] | None = None) -> list[dict[str, Any]]:
-    """``Index.verify``: the findings, none if the index matches the log (see there)."""
+def verify(
+    log: Log,
+    connection: Callable[[], sqlite3.Connection],
+    lock: threading.RLock,
+    path: Path,
+    busy_timeout_s: float,
+    *,
+    replaced: bool,
+    lines: Iterable[tuple[Any, ...]] | None = None,
+) -> list[dict[str, Any]]:
+    """``Index.verify``: the findings, none if the index at ``path`` matches ``log`` (see there).
+
+    The caller has caught the index up without rebuilding it; ``replaced``:
+    that catch-up found the log replaced. ``connection()`` is the index's
+    connection, used only while holding ``lock``.
+    """
     findings: list[dict[str, Any]] = []
-    caught = index.catch_up(on_replaced="report")
-    integrity = _IntegrityCheck(index.path, index.busy_timeout_s)
-    with index.lock:
-        db = index.connection()
-        mark = index._mark(db)
-        size = index.log.size()
-        if caught["state"] == "replaced":
+    integrity = _IntegrityCheck(path, busy_timeout_s)
+    with lock:
+        db = connection()
+        mark = schema.read_mark(db)
+        size = log.size()
+        if replaced:
             findings.append(_finding(
-                "index_log_replaced", int(mark["hwm_seq"]) or None, int(mark["hwm_line_offset"]),
-                mark["hwm_hash"], "other bytes" if int(mark["hwm_offset"]) <= size else f"log of {size} bytes",
-                f"the index was built from another log: it read to byte {mark['hwm_offset']} (seq "
-                f"{mark['hwm_seq']}, hash {str(mark['hwm_hash'])[:12]}...) but the log {index.log.path.name} "
+                "index_log_replaced", mark.seq or None, mark.line_offset,
+                mark.hash, "other bytes" if mark.offset <= size else f"log of {size} bytes",
+                f"the index was built from another log: it read to byte {mark.offset} (seq "
+                f"{mark.seq}, hash {mark.hash[:12]}...) but the log {log.path.name} "
                 f"is {size} bytes and no longer holds that line there; run `retained rebuild`",
             ))
-        hwm = int(mark["hwm_offset"])
-        seen = bytearray((int(mark["hwm_seq"]) >> 3) + 1)
+        seen = bytearray((mark.seq >> 3) + 1)
         batch: list[tuple[Any, ...]] = []
         ranges: list[tuple[int, int]] = []
-        stop = min(hwm, size)
-        source = iter(_raw_lines(index.log, stop) if lines is None else _lines_before(lines, stop))
+        stop = min(mark.offset, size)
+        source = iter(_raw_lines(log, stop) if lines is None else _lines_before(lines, stop))
         # FTS5's integrity check reads the whole full-text index (a large
         # share of verify's time) and needs nothing from the lines: it runs on its
         # own connection (sqlite3 lets go of the GIL while a statement runs)
@@ -65,15 +78,15 @@ def verify(index: Index, lines: Iterable[tuple[Any, ...]] | None = None) -> list
             for item in itertools.chain(() if first is None else (first,), source):
                 batch.append(item)
                 if len(batch) >= BATCH_ROWS:
-                    findings.extend(_verify_batch(index.log, db, batch, seen, ranges))
+                    findings.extend(_verify_batch(log, db, batch, seen, ranges))
                     batch.clear()
-            findings.extend(_verify_batch(index.log, db, batch, seen, ranges))
+            findings.extend(_verify_batch(log, db, batch, seen, ranges))
         except BaseException:
             integrity.join()
             raise
         # Every seq marked in `seen` is an index row a log line matched;
         # when they are all of the rows there is no ghost to look for.
-        indexed = db.execute("SELECT count(*) FROM records").fetchone()[0]
+        indexed = schema.row_count(db)
         matched = int.from_bytes(seen, "little").bit_count() + sum(b - a + 1 for a, b in ranges)
         ghosts = db.execute("SELECT seq, offset, hash FROM records ORDER BY seq") if matched != indexed else ()
         ranges.sort()
@@ -175,18 +188,10 @@ def _verify_batch(
     lo, hi = claims[0][0], claims[-1][0]
     if hi - lo + 1 == len(claims):
         expected = [(c[0], c[2], c[3], c[1]) for c in claims]
-        if db.execute(
-            "SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi)
-        ).fetchall() == expected:
+        if schema.places_between(db, lo, hi) == expected:
             ranges.append((lo, hi))
             return []
-    rows = {}
-    for i in range(0, len(claims), 500):
-        part = claims[i : i + 500]
-        rows.update((r[0], r[1:]) for r in db.execute(
-            f"SELECT seq, offset, length, hash FROM records WHERE seq IN ({','.join('?' * len(part))})",
-            [c[0] for c in part],
-        ))
+    rows = schema.places(db, [c[0] for c in claims])
     out = []
     for seq, h, offset, length in claims:
         row = rows.get(seq)

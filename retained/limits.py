@@ -28,5 +28,14 @@ SCAN_CHUNK_BYTES = 1024 * 1024
 # A client_op_id is an idempotency key, not a payload.
 CLIENT_OP_ID_CHARS_MAX = 200
 
-assert SCAN_CHUNK_BYTES >= TAIL_CHUNK_BYTES
-assert RECORD_BYTES_MAX > SCAN_CHUNK_BYTES  # scan must cope with lines longer than a chunk
+# The largest single os.write of an append: Linux writes at most about 2 GiB
+# per call and macOS refuses larger counts, so a huge batch goes in pieces.
+WRITE_BYTES_MAX = 1024 * 1024 * 1024
+
+# How the bounds relate, checked at import (explicit raises: `python -O` strips asserts).
+if SCAN_CHUNK_BYTES < TAIL_CHUNK_BYTES:
+    raise ImportError("limits: SCAN_CHUNK_BYTES must be at least TAIL_CHUNK_BYTES")
+if RECORD_BYTES_MAX <= SCAN_CHUNK_BYTES:
+    raise ImportError("limits: RECORD_BYTES_MAX must exceed SCAN_CHUNK_BYTES (scans cope with lines longer than a chunk)")
+if WRITE_BYTES_MAX < RECORD_BYTES_MAX:
+    raise ImportError("limits: WRITE_BYTES_MAX must hold at least one whole record (one write per line)")

@@ -16,8 +16,7 @@ from types import TracebackType
 
 from . import limits
 from .errors import LockTimeout
-
-_O_BINARY = getattr(os, "O_BINARY", 0)
+from .files import open_fd
 
 
 _calls = None  # (lock, unlock, flags), resolved once by _lock_calls
@@ -71,7 +70,7 @@ class StoreLock:
         # each other.
         fd = self._fd
         if fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _O_BINARY, 0o600)
+            fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
             self._fd = fd
         deadline = time.monotonic() + self.wait_s
         pause = 0.0005
@@ -103,7 +102,8 @@ class StoreLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._fd is not None
+        if self._fd is None:
+            return  # closed while held (close() released it)
         try:
             _lock_calls()[1](self._fd)
         finally:

@@ -26,21 +26,21 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from collections import namedtuple
+from pathlib import Path
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from typing import Any, BinaryIO
 
 from . import limits, record, recovery
-from .errors import LogUnusable, NotFound, ReadBackMismatch, StoreDamaged, WriteFailed
+from .files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from .errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
 from .lock import StoreLock
 
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
-_O_BINARY = getattr(os, "O_BINARY", 0)
 
 
 class Line(namedtuple("Line", "offset raw status record seq hash problem")):
@@ -109,20 +109,6 @@ def pread(fd: int, length: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a create, rename or truncate in ``path`` durable (POSIX only).
-
-    Windows cannot open a directory for fsync; NTFS journals the metadata.
-    """
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def segments_reverse(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, bytes)`` of each line before ``end``, newest first.
 
@@ -170,6 +156,7 @@ class Log:
         *,
         record_bytes_max: int = limits.RECORD_BYTES_MAX,
         lock_wait_s: float = limits.LOCK_WAIT_S,
+        group_commit: bool = True,
     ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOG_NAME
@@ -191,6 +178,13 @@ class Log:
         self.recovered: list[dict[str, Any]] = []
         # One lock descriptor per Log, reused by every append (see lock.py).
         self._lock = StoreLock(self.lock_path, lock_wait_s, keep_open=True)
+        # Group commit: threads of this process that call append while another
+        # thread's append is under way queue here, and the next leader writes
+        # and fsyncs all of their records at once (see _commit_grouped).
+        self.group_commit = group_commit
+        self._group = threading.Condition(threading.Lock())
+        self._queue: list[_Request] = []
+        self._leading = False
 
     # -- reading -----------------------------------------------------------
 
@@ -205,7 +199,7 @@ class Log:
 
     def _open_read(self) -> BinaryIO | None:
         try:
-            return open(self.path, "rb")  # noqa: SIM115 - closed by callers' with
+            return open_read(self.path)
         except FileNotFoundError:
             return None
         except IsADirectoryError as exc:
@@ -296,11 +290,14 @@ class Log:
         has no valid record. Foreign and damaged lines are passed over: the
         chain skips them.
         """
+        line = self._last_chained(stop)
+        return (0, record.ZERO_HASH, 0) if line is None else (line.seq, line.hash, line.end)
+
+    def _last_chained(self, stop: int | None) -> Line | None:
         for line in self.scan_reverse(stop):
             if line.chained:
-                assert line.seq is not None and line.hash is not None
-                return line.seq, line.hash, line.end
-        return 0, record.ZERO_HASH, 0
+                return line
+        return None
 
     def find(self, seq: int) -> Line:
         """The valid line holding ``seq``, by a scan (the index does this faster).
@@ -346,14 +343,18 @@ class Log:
         self._ino = None
         self._tail_key = None
 
+    def _forget_file(self) -> None:
+        """Drop every cached fact about the file: descriptor, tail, the client_op_id map."""
+        self._close_fd()
+        self._ops.clear()
+        self._ops_end = 0
+        self._ops_ino = None
+
     def reopen(self) -> None:
         """Forget every cached fact and the poisoned state; the next append re-reads the file."""
         with self._mutex:
-            self._close_fd()
+            self._forget_file()
             self._unusable = None
-            self._ops.clear()
-            self._ops_end = 0
-            self._ops_ino = None
 
     def _poison(self, why: str) -> None:
         self._unusable = why
@@ -372,7 +373,7 @@ class Log:
             return self._fd, False
         self._close_fd()
         created = st is None
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_BINARY, 0o600)
+        fd = open_fd(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         self._fd = fd
         self._ino = os.fstat(fd).st_ino
         return fd, created
@@ -387,6 +388,44 @@ class Log:
         if created:
             fsync_dir(self.directory)
 
+    def _set_aside(self, fd: int, start: int, end: int) -> str:
+        """Copy the log's bytes ``[start, end)`` to a new quarantine file, then truncate the log to ``start``.
+
+        Used only for bytes that were never acknowledged (a torn tail, or
+        lines this append wrote that failed their link check). The copy comes
+        first, fsynced with its directory entry: a crash between the two
+        steps leaves a copy and the bytes, and the next append does this
+        again under another name. A copy that cannot be written whole is
+        removed, so a full disk leaves no empty quarantine files behind.
+        """
+        data = pread(fd, end - start, start)
+        attempt = 0
+        while True:
+            qpath = self.directory / recovery.quarantine_name(LOG_NAME, start, attempt)
+            try:
+                qfd = open_fd(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                break
+            except FileExistsError:
+                attempt += 1
+        try:
+            try:
+                write_all(qfd, data)
+                os.fsync(qfd)
+            finally:
+                os.close(qfd)
+        except OSError:
+            try:
+                os.unlink(qpath)
+            except OSError:
+                pass
+            raise
+        fsync_dir(self.directory)
+        os.ftruncate(fd, start)
+        os.fsync(fd)
+        self._tail_key = None
+        self.recovered.append({"file": qpath.name, "offset": start, "bytes": len(data)})
+        return qpath.name
+
     def _recover_tail(self, fd: int, size: int) -> int:
         """Apply recovery.py's table to the log's end; returns the size after it."""
         if self._tail_key == (self._ino or 0, size):
@@ -397,40 +436,20 @@ class Log:
         row = recovery.decide(size == 0, ends_with_newline)
         if row.action == "accept":
             return size
-        assert row.name == "T2"
-        with open(self.path, "rb") as f:
+        with open_read(self.path) as f:
             torn_offset, _ = next(segments_reverse(f, size))
-        torn = pread(fd, size - torn_offset, torn_offset)
-        # Keep the bytes first (fsynced, with their directory entry), truncate
-        # second: a crash between the two leaves a copy and the torn tail, and
-        # the next append simply does this again under another name.
-        attempt = 0
-        while True:
-            qpath = self.directory / recovery.quarantine_name(LOG_NAME, torn_offset, attempt)
-            try:
-                qfd = os.open(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
-                break
-            except FileExistsError:
-                attempt += 1
-        try:
-            view = memoryview(torn)
-            while view:
-                view = view[os.write(qfd, view) :]
-            os.fsync(qfd)
-        finally:
-            os.close(qfd)
-        fsync_dir(self.directory)
-        os.ftruncate(fd, torn_offset)
-        os.fsync(fd)
-        self._tail_key = None
-        self.recovered.append({"file": qpath.name, "offset": torn_offset, "bytes": len(torn)})
+        self._set_aside(fd, torn_offset, size)
         return torn_offset
 
-    def _current_tail(self, fd: int, size: int) -> tuple[int, str]:
+    def _current_tail(self, size: int) -> tuple[int, str, int, int]:
+        """``(seq, hash, offset, length)`` of the last chained line before ``size`` (offset -1: none)."""
         key = (self._ino or 0, size)
         if self._tail_key != key:
-            seq, h, _ = self.tail(stop=size)
-            self._tail = (seq, h)
+            line = self._last_chained(size)
+            if line is None:
+                self._tail = (0, record.ZERO_HASH, -1, 0)
+            else:
+                self._tail = (line.seq, line.hash, line.offset, line.length)
             self._tail_key = key
         return self._tail
 
@@ -458,260 +477,437 @@ class Log:
         self._ops_end = end
         return self._ops.get(client_op_id)
 
+    def _check_usable(self) -> None:
+        if self._unusable is not None:
+            raise LogUnusable(
+                f"an earlier write on this handle failed ({self._unusable}); "
+                "reopen the log to re-read its state, then retry",
+                path=str(self.path),
+            )
+
     def append(
         self,
-        content: record.Content,
+        contents: list[record.Content],
         *,
         client: dict[str, Any],
         ts: str | None = None,
-    ) -> dict[str, Any]:
-        """Append one record and return its proof once it is durable.
+    ) -> list[dict[str, Any]]:
+        """Append records and return their proofs once they are durable.
 
-        Takes the lock, sets aside a torn tail, links to the last valid record,
-        writes one line with one ``os.write`` on an O_APPEND descriptor,
-        fsyncs, and compares the bytes read back at the written offset (L4).
+        The one way into the file: a single write is a batch of one. Takes
+        the lock, sets aside a torn tail, links each record to the one before
+        it (the first to the last valid record), writes the lines with one
+        ``os.write`` on an O_APPEND descriptor, fsyncs, reads the bytes back
+        at the offset they must occupy and compares them byte for byte, and
+        re-reads the chain fields of every record, and of the record before
+        them, from the bytes read back (L3, L4). A record whose client_op_id
+        is already in the log (or earlier in the batch) is not appended
+        again: its first proof comes back with ``duplicate`` true.
+
+        With ``group_commit`` (the default), calls from other threads of this
+        process that arrive while one is writing join the next write: one
+        write and one fsync for all of them, every record still read back and
+        its link checked, and each caller returns only once its own records
+        are durable. A caller whose records are refused (too large, a missing
+        supersedes target) gets its own error; the others are unaffected.
 
         Returns:
-            The proof: seq, hash, prev, offset, length, ts, duplicate.
+            One proof per content, in order: seq, hash, prev, offset, length,
+            ts, duplicate.
 
         Raises:
             InvalidRecord / RecordTooLarge: nothing written.
             NotFound: a ``supersedes`` seq does not exist yet; nothing written.
             LockTimeout: nothing written.
-            WriteFailed / ReadBackMismatch: no acknowledgement; handle unusable.
+            WriteFailed / ReadBackMismatch: nothing acknowledged; handle unusable.
             LogUnusable: an earlier failure on this handle; call reopen().
         """
-        with self._mutex:
-            if self._unusable is not None:
-                raise LogUnusable(
-                    f"an earlier write on this handle failed ({self._unusable}); "
-                    "reopen the log to re-read its state, then retry",
-                    path=str(self.path),
-                )
+        req = _Request(contents, client, ts)
+        if self.group_commit:
+            self._commit_grouped(req)
+        else:
+            with self._mutex:
+                self._commit([req])
+        return req.result()
+
+    def _commit_grouped(self, req: _Request) -> None:
+        """Queue ``req``; the first caller to find no leader writes everything queued so far."""
+        group = self._group
+        with group:
+            self._queue.append(req)
+            while self._leading and not req.done:
+                group.wait()
+            if req.done:
+                return  # a leader wrote it (or failed it) while this thread waited
+            self._leading = True
+            batch, self._queue = self._queue, []
+        try:
+            with self._mutex:
+                self._commit(batch)
+        finally:
+            with group:
+                self._leading = False
+                for r in batch:
+                    r.done = True
+                group.notify_all()
+
+    def _commit(self, batch: list[_Request]) -> None:
+        """Append the records of ``batch`` (this thread holds ``_mutex``); each request gets its proofs or an error."""
+        try:
+            self._check_usable()
             if self._fd is None and not self.directory.is_dir():
                 # Once the log is open its directory exists; a stat per append
                 # is a measurable share of the write path.
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             with self._lock:
-                return self._append_locked(content, client, ts)
+                self._append_locked(batch)
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller whose records it concerns
+            for req in batch:
+                if req.error is None and (req.proofs is None or req.wrote):
+                    req.error = exc
+                    req.proofs = None
 
-    def _append_locked(self, content: record.Content, client: dict[str, Any], ts: str | None) -> dict[str, Any]:
+    def exclusive(self) -> Exclusive:
+        """Hold the log under its lock: ``with log.exclusive() as held: held.append(...); held.replace(...)``.
+
+        For the one flow that rewrites the file (redaction) and for copies
+        that must see a still log (backup): nothing else appends in between.
+
+        Raises (on entering):
+            LockTimeout: another writer held the lock too long; nothing done.
+            LogUnusable: an earlier failure on this handle; call reopen().
+        """
+        return Exclusive(self)
+
+    def _append_locked(self, batch: list[_Request]) -> None:
+        """The pipeline, under the lock: tail, seal, one write, fsync, read-back, link check, then proofs.
+
+        Raises on a failure that concerns every request with records to
+        write (nothing acknowledged); a request refused on its own content
+        gets ``req.error`` and takes no seq.
+        """
         try:
             fd, created = self._ensure_fd()
         except IsADirectoryError as exc:
             raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
-        size = self._recover_tail(fd, os.fstat(fd).st_size)
-
-        op = content.fields.get("client_op_id")
-        if op is not None:
-            earlier = self._ops_lookup(op, size)
-            if earlier is not None:
-                return {**earlier, "duplicate": True}
-
-        tail_seq, tail_hash = self._current_tail(fd, size)
-        for target in content.fields.get("supersedes", ()):
-            if target > tail_seq:
-                raise NotFound(
-                    f"field supersedes: seq {target} does not exist (the newest record is seq {tail_seq}); nothing was written",
-                    seq=target,
-                    path="supersedes",
-                )
-        sealed = record.seal(
-            content,
-            seq=tail_seq + 1,
-            prev=tail_hash,
-            ts=ts or record.utc_now(),
-            client=client,
-            record_bytes_max=self.record_bytes_max,
-        )
-        line = sealed.line
-        offset = size
-
-        # One write on an O_APPEND descriptor: the kernel places it at the end
-        # as a unit with respect to other O_APPEND writers on POSIX. A short
-        # count leaves an unterminated tail that recovery T2 sets aside.
         try:
-            written = os.write(fd, line)
+            size = self._recover_tail(fd, os.fstat(fd).st_size)
         except OSError as exc:
-            self._poison(f"write failed: {exc.strerror or exc}")
             raise WriteFailed(
-                f"writing seq {tail_seq + 1} to {self.path} failed ({exc.strerror or exc}); nothing was acknowledged; "
-                "free space or fix the device, then retry",
+                f"setting aside the unterminated tail of {self.path} failed ({exc.strerror or exc}); "
+                "nothing was written; free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc
-        if written != len(line):
-            self._poison(f"short write ({written} of {len(line)} bytes)")
-            raise WriteFailed(
-                f"short write to {self.path}: {written} of {len(line)} bytes for seq {tail_seq + 1}; "
-                "nothing was acknowledged; the partial line is set aside by the next append",
-                path=str(self.path),
-                expected=len(line),
-                observed=written,
-            )
-        try:
-            self._make_durable(fd, created)
-        except OSError as exc:
-            self._poison(f"fsync failed: {exc.strerror or exc}")
-            raise WriteFailed(
-                f"fsync of {self.path} failed ({exc.strerror or exc}) after writing seq {tail_seq + 1}; "
-                "nothing was acknowledged; the device may be failing",
-                path=str(self.path),
-            ) from exc
+        tail = self._current_tail(size)
+        tail_seq, tail_hash = tail[0], tail[1]
 
-        # Read back from the file, not from our buffer, at the offset the line
-        # must occupy; only bytes that come back equal are acknowledged.
-        try:
-            back = pread(fd, len(line), offset)
-        except OSError as exc:
-            self._poison(f"read-back failed: {exc.strerror or exc}")
-            raise ReadBackMismatch(
-                f"reading back seq {tail_seq + 1} at byte {offset} of {self.path} failed ({exc.strerror or exc}); "
-                "nothing was acknowledged",
-                path=str(self.path),
-                offset=offset,
-            ) from exc
-        if back != line:
-            self._poison("read-back mismatch")
-            first = next((i for i, (a, b) in enumerate(zip(back, line)) if a != b), min(len(back), len(line)))
-            raise ReadBackMismatch(
-                f"read-back of seq {tail_seq + 1} at byte {offset} of {self.path} differs from what was written "
-                f"(first difference at byte {offset + first}; {len(back)} of {len(line)} bytes came back); "
-                "nothing was acknowledged; run `retained verify`",
-                path=str(self.path),
-                offset=offset,
-                expected=len(line),
-                observed=len(back),
-            )
-        # The chain link is checked on the bytes that came back, not only on
-        # the object we built (the second of two paths for L3).
-        status, obj, seq, h, problem = record.classify(back[:-1])
-        if status != record.RECORD or seq != tail_seq + 1 or obj["prev"] != tail_hash or h != sealed.hash:
-            self._poison("read-back does not link")
-            raise ReadBackMismatch(
-                f"seq {tail_seq + 1} read back from byte {offset} does not link to seq {tail_seq} "
-                f"({problem or 'prev or seq differs'}); nothing was acknowledged; run `retained verify`",
-                path=str(self.path),
-                offset=offset,
-            )
-
-        new_size = offset + len(line)
-        self._tail = (tail_seq + 1, sealed.hash)
-        self._tail_key = (self._ino or 0, new_size)
-        proof = {
-            "seq": tail_seq + 1,
-            "hash": sealed.hash,
-            "prev": tail_hash,
-            "offset": offset,
-            "length": len(line),
-            "ts": sealed.record["ts"],
-        }
-        if op is not None and self._ops_ino == self._ino and self._ops_end == offset:
-            self._ops[op] = proof
-            self._ops_end = new_size
-        return {**proof, "duplicate": False}
-
-
-    def append_batch(
-        self,
-        contents: list[record.Content],
-        *,
-        client: dict[str, Any],
-    ) -> list[dict[str, Any]]:
-        """Append many records under one lock with one fsync; return their proofs.
-
-        Each record is chained to the one before it; the whole region is read
-        back and compared byte for byte before any proof is returned (L4). A
-        record whose client_op_id is already in the log (or earlier in the
-        batch) is not appended again: its proof comes back with duplicate true.
-
-        Raises what ``append`` raises; on a write, fsync or read-back failure no
-        record of the batch is acknowledged.
-        """
-        with self._mutex:
-            if self._unusable is not None:
-                raise LogUnusable(
-                    f"an earlier write on this handle failed ({self._unusable}); reopen the log, then retry",
-                    path=str(self.path),
-                )
-            if self._fd is None and not self.directory.is_dir():
-                # Once the log is open its directory exists; a stat per append
-                # is a measurable share of the write path.
-                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with self._lock:
-                return self._append_batch_locked(contents, client)
-
-    def _append_batch_locked(self, contents: list[record.Content], client: dict[str, Any]) -> list[dict[str, Any]]:
-        fd, created = self._ensure_fd()
-        size = self._recover_tail(fd, os.fstat(fd).st_size)
-        seq, prev = self._current_tail(fd, size)
-        start_seq = seq
-        ts = record.utc_now()
+        # Seal every record before anything is written: a bad one refuses its request.
+        seq, prev, offset = tail_seq, tail_hash, size
+        stamp = record.utc_now()
         lines: list[bytes] = []
-        proofs: list[dict[str, Any]] = []
         new_ops: dict[str, dict[str, Any]] = {}
-        offset = size
-        for content in contents:
-            op = content.fields.get("client_op_id")
+        for req in batch:
+            mark = (seq, prev, offset, len(lines))
+            added: list[str] = []
+            try:
+                req.proofs, (seq, prev, offset) = self._seal(req, stamp, size, (seq, prev, offset), lines, new_ops, added)
+            except RetainedError as exc:
+                # Refused on its own content: its records take no seq.
+                seq, prev, offset, n = mark
+                del lines[n:]
+                for op in added:
+                    del new_ops[op]
+                req.error = exc
+                req.proofs = None
+                continue
+            req.wrote = len(lines) > mark[3]
+        if not lines:
+            return
+        what = f"seq {seq}" if len(lines) == 1 else f"the batch seq {tail_seq + 1}..{seq}"
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        self._write_durable(fd, data, created, what)
+        self._read_back(fd, lines, data, size, tail, what)
+
+        self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
+        self._tail_key = (self._ino or 0, offset)
+        if new_ops and self._ops_ino == self._ino and self._ops_end == size:
+            self._ops.update(new_ops)
+            self._ops_end = offset
+
+    def _seal(
+        self,
+        req: _Request,
+        stamp: str,
+        size: int,
+        at: tuple[int, str, int],
+        lines: list[bytes],
+        new_ops: dict[str, dict[str, Any]],
+        added: list[str],
+    ) -> tuple[list[dict[str, Any]], tuple[int, str, int]]:
+        """Seal one request's records from chain position ``at``: their lines go to ``lines``; returns their proofs and the new position."""
+        seq, prev, offset = at
+        proofs: list[dict[str, Any]] = []
+        contents = req.contents
+        batch = len(contents) > 1
+        ts = req.ts or stamp
+        for i, content in enumerate(contents):
+            fields = content.fields
+            op = fields.get("client_op_id")
             if op is not None:
                 earlier = new_ops.get(op) or self._ops_lookup(op, size)
                 if earlier is not None:
                     proofs.append({**earlier, "duplicate": True})
                     continue
-            for target in content.fields.get("supersedes", ()):
+            for target in fields.get("supersedes", ()):
                 if target > seq:
+                    where = f" when record {i + 1} of the batch is written" if batch else ""
                     raise NotFound(
-                        f"field supersedes: seq {target} does not exist when record {len(proofs) + 1} of the batch "
-                        "is written; nothing was written",
+                        f"field supersedes: seq {target} does not exist{where} (the newest record is seq {seq}); "
+                        "nothing was written",
                         seq=target,
                         path="supersedes",
                     )
-            sealed = record.seal(content, seq=seq + 1, prev=prev, ts=ts, client=client, record_bytes_max=self.record_bytes_max)
-            proof = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(sealed.line), "ts": ts}
+            sealed = record.seal(
+                content, seq=seq + 1, prev=prev, ts=ts, client=req.client, record_bytes_max=self.record_bytes_max
+            )
+            line = sealed.line
+            proof = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line), "ts": ts}
             if op is not None:
                 new_ops[op] = proof
+                added.append(op)
             proofs.append({**proof, "duplicate": False})
-            lines.append(sealed.line)
-            seq, prev, offset = seq + 1, sealed.hash, offset + len(sealed.line)
-        if not lines:
-            return proofs
-        data = b"".join(lines)
-        assert len(data) == offset - size
+            lines.append(line)
+            seq, prev, offset = seq + 1, sealed.hash, offset + len(line)
+        return proofs, (seq, prev, offset)
+
+    def _write_durable(self, fd: int, data: bytes, created: bool, what: str) -> None:
+        """Write ``data`` at the end with one ``os.write`` (pieces only past 1 GiB), then fsync.
+
+        One write on an O_APPEND descriptor: the kernel places it at the end
+        as a unit with respect to other O_APPEND writers on POSIX. A short
+        count leaves an unterminated tail that recovery T2 sets aside; it is
+        never completed by a second write, which another writer could have
+        overtaken. Any failure poisons the handle: what reached the file is
+        unknown until it is read again.
+        """
         try:
             view = memoryview(data)
             while view:
-                n = os.write(fd, view[: 8 * 1024 * 1024])
-                if n <= 0:
-                    raise OSError(0, "write returned 0")
-                view = view[n:]
-            self._make_durable(fd, created)
+                piece = view[: limits.WRITE_BYTES_MAX]
+                written = os.write(fd, piece)
+                if written != len(piece):
+                    self._poison(f"short write ({written} of {len(piece)} bytes)")
+                    raise WriteFailed(
+                        f"short write to {self.path}: {written} of {len(piece)} bytes for {what}; "
+                        "nothing was acknowledged; the partial line is set aside by the next append",
+                        path=str(self.path),
+                        expected=len(piece),
+                        observed=written,
+                    )
+                view = view[written:]
         except OSError as exc:
-            self._poison(f"batch write failed: {exc.strerror or exc}")
+            self._poison(f"write failed: {exc.strerror or exc}")
             raise WriteFailed(
-                f"writing a batch of {len(lines)} records (seq {start_seq + 1}..{seq}) to {self.path} failed "
-                f"({exc.strerror or exc}); nothing was acknowledged; whole lines that landed are valid records, "
-                "an unterminated tail is set aside by the next append",
+                f"writing {what} to {self.path} failed ({exc.strerror or exc}); nothing was acknowledged; "
+                "free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc
-        back = pread(fd, len(data), size)
-        if back != data:
-            self._poison("batch read-back mismatch")
+        try:
+            self._make_durable(fd, created)
+        except OSError as exc:
+            self._poison(f"fsync failed: {exc.strerror or exc}")
+            raise WriteFailed(
+                f"fsync of {self.path} failed ({exc.strerror or exc}) after writing {what}; "
+                "nothing was acknowledged; the device may be failing",
+                path=str(self.path),
+            ) from exc
+
+    def _read_back(
+        self, fd: int, lines: list[bytes], data: bytes, size: int, tail: tuple[int, str, int, int], what: str
+    ) -> None:
+        """Check what the file now holds at ``size``: the bytes, then every link (L3, L4).
+
+        Read from the file, not from our buffer, at the offset the lines must
+        occupy. The record before them is read back too, in the same read
+        when it ends where they begin, and its stored seq and hash must be
+        the ones they link to: a line that another program rewrote in place
+        since this handle read the tail is caught here, not by a later
+        verify. Any failure poisons the handle and acknowledges nothing.
+        """
+        tail_seq, tail_hash, tail_offset, tail_length = tail
+        end = size + len(data)
+        start = tail_offset if tail_offset >= 0 and tail_offset + tail_length == size else size
+        try:
+            back = pread(fd, end - start, start)
+            if 0 <= tail_offset and start == size:
+                before = pread(fd, tail_length, tail_offset)
+            else:
+                before = back[: size - start]
+        except OSError as exc:
+            self._poison(f"read-back failed: {exc.strerror or exc}")
             raise ReadBackMismatch(
-                f"read-back of the batch seq {start_seq + 1}..{seq} at byte {size} differs from what was written; "
+                f"reading back {what} at byte {size} of {self.path} failed ({exc.strerror or exc}); "
+                "nothing was acknowledged",
+                path=str(self.path),
+                offset=size,
+            ) from exc
+        mine = back[size - start :]
+        if mine != data:
+            self._poison("read-back mismatch")
+            first = next((i for i, (a, b) in enumerate(zip(mine, data)) if a != b), min(len(mine), len(data)))
+            raise ReadBackMismatch(
+                f"read-back of {what} at byte {size} of {self.path} differs from what was written "
+                f"(first difference at byte {size + first}; {len(mine)} of {len(data)} bytes came back); "
                 "nothing was acknowledged; run `retained verify`",
                 path=str(self.path),
                 offset=size,
+                expected=len(data),
+                observed=len(mine),
             )
-        self._tail = (seq, prev)
-        self._tail_key = (self._ino or 0, offset)
-        if self._ops_ino == self._ino and self._ops_end == size:
-            self._ops.update(new_ops)
-            self._ops_end = offset
-        return proofs
+        # The chain fields, read again from the bytes that came back (the
+        # second of two paths for L3; the first is seal()).
+        problem = None
+        if tail_offset >= 0 and _link_fields(before)[::2] != (tail_seq, tail_hash):
+            problem = f"the record before it is no longer seq {tail_seq} with hash {tail_hash[:12]}…"
+        seq, prev, pos = tail_seq, tail_hash, 0
+        for line in lines if problem is None else ():
+            found = _link_fields(mine[pos : pos + len(line)])
+            if found[0] != seq + 1 or found[1] != prev:
+                problem = f"seq {seq + 1} read back as seq {found[0]} with prev {str(found[1])[:12]}…"
+                break
+            seq, prev, pos = seq + 1, found[2], pos + len(line)
+        if problem is not None:
+            self._unlinked(fd, size, end, what, problem)
+
+    def _unlinked(self, fd: int, size: int, end: int, what: str, problem: str) -> None:
+        """Raise for lines that landed but do not link; set them aside while the file still ends with them."""
+        note = ""
+        try:
+            if os.fstat(fd).st_size == end:
+                note = f"; the lines were set aside as {self._set_aside(fd, size, end)}"
+        except OSError as exc:
+            note = f"; setting them aside failed ({exc.strerror or exc})"
+        self._poison("read-back does not link")
+        raise ReadBackMismatch(
+            f"{what} read back from byte {size} of {self.path} does not link: {problem}; "
+            f"nothing was acknowledged{note}; run `retained verify`",
+            path=str(self.path),
+            offset=size,
+        )
+
+    def _replace_locked(self, suffix: str, write: Callable[[BinaryIO, int], None], check: Callable[[Path], None]) -> None:
+        """Replace the whole file: write a temporary beside it, fsync, check, rename, fsync the directory.
+
+        ``write(source, fd)`` streams the new content into ``fd`` from the
+        current log; ``check(path)`` raises if the temporary is not what it
+        must be (the log is then untouched). A leftover temporary of an
+        interrupted run is removed first (unlink never follows a symlink) and
+        the new one is created exclusively.
+        """
+        tmp = self.directory / (LOG_NAME + suffix)
+        fd = create_exclusive(tmp)
+        try:
+            try:
+                with open_read(self.path) as source:
+                    write(source, fd)
+                # Durable before it may replace the log.
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            check(tmp)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        os.replace(tmp, self.path)
+        fsync_dir(self.directory)
+        # Every cached fact (descriptor, tail, offsets) belonged to the old file.
+        self._forget_file()
+
+
+class _Request:
+    """One caller's records on their way into the file, and what came of them."""
+
+    __slots__ = ("contents", "client", "ts", "proofs", "error", "wrote", "done")
+
+    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
+        self.contents = contents
+        self.client = client
+        self.ts = ts
+        self.proofs: list[dict[str, Any]] | None = None
+        self.error: BaseException | None = None
+        self.wrote = False  # some of its records are among the lines written
+        self.done = False
+
+    def result(self) -> list[dict[str, Any]]:
+        if self.error is not None:
+            raise self.error
+        if self.proofs is None:
+            raise LogUnusable("an append ended without a proof or an error; reopen the log and retry")
+        return self.proofs
+
+
+class Exclusive:
+    """The log held under its lock by one caller (see ``Log.exclusive``): a context manager.
+
+    Not ``contextlib.contextmanager``: log.py is on the brief's path, which
+    imports no more than it uses.
+    """
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def __enter__(self) -> Exclusive:
+        log = self._log
+        log._mutex.acquire()
+        try:
+            log._check_usable()
+            log._lock.__enter__()
+        except BaseException:
+            log._mutex.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        log = self._log
+        try:
+            log._lock.__exit__(None, None, None)
+        finally:
+            log._mutex.release()
+
+    def append(self, contents: list[record.Content], *, client: dict[str, Any], ts: str | None = None) -> list[dict[str, Any]]:
+        """``Log.append`` without taking the lock again: the same pipeline."""
+        req = _Request(contents, client, ts)
+        try:
+            self._log._append_locked([req])
+        except BaseException as exc:  # noqa: BLE001 - raised below, as for any caller
+            req.error = exc
+        return req.result()
+
+    def replace(self, suffix: str, write: Callable[[BinaryIO, int], None], check: Callable[[Path], None]) -> None:
+        """Replace the whole file through a temporary named log.jsonl + ``suffix`` (see ``Log._replace_locked``)."""
+        self._log._replace_locked(suffix, write, check)
+
+
+def _link_fields(raw: bytes) -> tuple[Any, Any, Any]:
+    """``(seq, prev, hash)`` as a stored line holds them; Nones where it holds no such object."""
+    try:
+        obj = record.orjson.loads(raw)
+    except record.orjson.JSONDecodeError:
+        return None, None, None
+    if type(obj) is not dict:
+        return None, None, None
+    return obj.get("seq"), obj.get("prev"), obj.get("hash")
 
 
 def proof_of(line: Line) -> dict[str, Any]:
     """The proof fields of a stored chained line."""
-    assert line.chained
+    if not line.chained:
+        raise ValueError(f"the line at byte {line.offset} is {line.status}, not a chained record: it has no proof")
     rec = line.record
     return {
         "seq": line.seq,
@@ -721,4 +917,3 @@ def proof_of(line: Line) -> dict[str, Any]:
         "length": line.length,
         "ts": rec.get("ts"),
     }
-

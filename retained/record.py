@@ -296,8 +296,8 @@ def seal(
         RecordTooLarge: the line is over ``record_bytes_max`` (nothing written).
         InvalidRecord: a string is not valid UTF-8.
     """
-    assert seq >= 1
-    assert is_hash(prev)
+    if type(seq) is not int or seq < 1 or not is_hash(prev):
+        raise ValueError(f"seal: seq {seq!r} and prev {prev!r} are not a chain position (seq from 1, prev 64 hex digits)")
     body = dict(content.fields)
     body["v"] = FORMAT_VERSION
     body["ts"] = ts

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from . import record
 from .errors import InvalidRecord, NotFound
-from .lock import StoreLock
-from .log import Log, fsync_dir
+from .files import create_exclusive, fsync_dir, open_read, write_all
+from .log import Exclusive, Log, proof_of
 
 TMP_SUFFIX = ".redact-tmp"
 _COPY_CHUNK = 1024 * 1024
@@ -99,26 +100,39 @@ def _pending(log: Log, seq: int) -> tuple[Any, Any]:
     return target, existing
 
 
-def redact(log: Log, seq: int, reason: str, *, client: dict[str, Any]) -> Redaction:
-    """Erase one record's content, keeping the chain verifiable end to end.
+def record_content(seq: int, reason: str) -> record.Content:
+    """The content of the redaction record for ``seq``, after checking both arguments.
 
     Raises:
         InvalidRecord: bad seq or empty reason (nothing changed).
-        NotFound: no valid record with that seq (nothing changed).
-        LockTimeout: nothing changed.
     """
     if type(seq) is not int or seq < 1:
         raise InvalidRecord(f"seq {seq!r} is not a seq (a whole number from 1); nothing was changed", path="seq")
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidRecord("field reason: say why the record is erased; nothing was changed", path="reason")
-    with log._mutex:  # noqa: SLF001 - redaction is the log's one sanctioned rewriter
-        if not log.directory.is_dir():
-            raise NotFound(f"no store at {log.directory}; nothing was changed", seq=seq)
-        with StoreLock(log.lock_path, log.lock_wait_s):
-            return _redact_locked(log, seq, reason, client)
+    return record.make_content(text=None, kind="redaction", fields={"redacts": seq, "reason": reason}, store_kind=True)
 
 
-def _redact_locked(log: Log, seq: int, reason: str, client: dict[str, Any]) -> Redaction:
+def redact(log: Log, seq: int, content: record.Content, *, client: dict[str, Any]) -> Redaction:
+    """Erase one record's content, keeping the chain verifiable end to end.
+
+    ``content`` is the redaction record (``record_content``, through the
+    store's write guard). Everything happens under the log's lock, through
+    its public operations: the record goes through the one append pipeline,
+    the rewrite through ``Log``'s whole-file replacement.
+
+    Raises:
+        NotFound: no valid record with that seq (nothing changed).
+        InvalidRecord: the target is a redaction record itself (nothing changed).
+        LockTimeout: nothing changed.
+    """
+    if not log.directory.is_dir():
+        raise NotFound(f"no store at {log.directory}; nothing was changed", seq=seq)
+    with log.exclusive() as held:
+        return _redact_locked(log, held, seq, content, client)
+
+
+def _redact_locked(log: Log, held: Exclusive, seq: int, content: record.Content, client: dict[str, Any]) -> Redaction:
     target, existing = _pending(log, seq)
     if target is None:
         raise NotFound(f"no record with seq {seq} to redact; nothing was changed; see `retained list`", seq=seq)
@@ -129,14 +143,10 @@ def _redact_locked(log: Log, seq: int, reason: str, client: dict[str, Any]) -> R
     values = erased_values(target.record)
 
     # Step 1: the redaction record, unless an interrupted run already wrote it.
-    proof = None
     if existing is None:
-        content = record.make_content(
-            text=None, kind="redaction", fields={"redacts": seq, "reason": reason}, store_kind=True
-        )
-        proof = log._append_locked(content, client, None)  # noqa: SLF001 - we hold the lock
+        proof = held.append([content], client=client)[0]
     else:
-        proof = {**_proof(existing), "duplicate": True}
+        proof = {**proof_of(existing), "duplicate": True}
 
     # Step 2: a torn tail may hold the same bytes; erasure means everywhere.
     # Done before the rename: once the log is rewritten the values are gone,
@@ -144,7 +154,8 @@ def _redact_locked(log: Log, seq: int, reason: str, client: dict[str, Any]) -> R
     scrubbed = []
     for q in log.quarantined():
         qpath = log.directory / q["file"]
-        data = qpath.read_bytes()
+        with open_read(qpath) as f:
+            data = f.read()
         cleaned = data
         for v in values:
             cleaned = cleaned.replace(v, b"*" * len(v))
@@ -152,47 +163,31 @@ def _redact_locked(log: Log, seq: int, reason: str, client: dict[str, Any]) -> R
             _rewrite(qpath, cleaned)
             scrubbed.append(q["file"])
 
-    # Step 3: the new file, streamed (memory flat in log size).
+    # Step 3: the new file, streamed (memory flat in log size), checked, renamed in.
     new_line = record.canonical(record.redacted_form(target.record)) + b"\n"
-    tmp = log.directory / (log.path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
-    try:
-        with open(log.path, "rb") as src:
-            size = os.fstat(src.fileno()).st_size
-            _copy(src, fd, target.offset)
-            _write_all(fd, new_line)
-            src.seek(target.end)
-            _copy(src, fd, size - target.end)
-        # Durable before it may replace the log.
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    size = log.size()
     expected_size = size - target.length + len(new_line)
-    with open(tmp, "rb") as f:
-        f.seek(target.offset)
-        back = f.read(len(new_line))
-        tmp_size = os.fstat(f.fileno()).st_size
-    if back != new_line or tmp_size != expected_size:
-        os.unlink(tmp)
-        raise InvalidRecord(
-            f"the rewritten log did not read back as written (size {tmp_size}, expected {expected_size}); "
-            "the log was not replaced; nothing was changed",
-            path="seq",
-        )
-    os.replace(tmp, log.path)
-    fsync_dir(log.directory)
-    # Every cached fact (descriptor, tail, offsets) belonged to the old file.
-    log._close_fd()  # noqa: SLF001
-    log._ops.clear()  # noqa: SLF001
-    log._ops_end = 0  # noqa: SLF001
 
+    def write(src: BinaryIO, fd: int) -> None:
+        _copy(src, fd, target.offset)
+        write_all(fd, new_line)
+        src.seek(target.end)
+        _copy(src, fd, size - target.end)
+
+    def check(tmp: Path) -> None:
+        with open(tmp, "rb") as f:
+            f.seek(target.offset)
+            back = f.read(len(new_line))
+            tmp_size = os.fstat(f.fileno()).st_size
+        if back != new_line or tmp_size != expected_size:
+            raise InvalidRecord(
+                f"the rewritten log did not read back as written (size {tmp_size}, expected {expected_size}); "
+                "the log was not replaced; nothing was changed",
+                path="seq",
+            )
+
+    held.replace(TMP_SUFFIX, write, check)
     return Redaction(seq, proof, target.length, len(new_line), quarantine_scrubbed=scrubbed)
-
-
-def _proof(line: Any) -> dict[str, Any]:
-    from .log import proof_of
-
-    return proof_of(line)
 
 
 def _copy(src: Any, fd: int, n: int) -> None:
@@ -200,23 +195,17 @@ def _copy(src: Any, fd: int, n: int) -> None:
         chunk = src.read(min(_COPY_CHUNK, n))
         if not chunk:
             raise OSError(0, "log shrank while it was being copied")
-        _write_all(fd, chunk)
+        write_all(fd, chunk)
         n -= len(chunk)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _rewrite(path: Any, data: bytes) -> None:
     # Not named like a quarantine file, so a crash here leaves nothing that
     # verify would mistake for a torn tail.
     tmp = path.with_name(".scrub-" + path.name)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
+    fd = create_exclusive(tmp)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

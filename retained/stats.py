@@ -3,8 +3,8 @@
 One forward scan of the log (memory flat in its size, apart from one counter
 per distinct kind and scope and the sets of superseded and retracted seqs),
 plus looks at the index only when it exists: the index's own public
-``Index.status()`` for the lag (no catch-up), and a read-only SQLite
-connection for the vector counts. Stats never creates an index and never
+``Index.status()`` for the lag (no catch-up), and ``index_schema``'s
+read-only connection and vector counts. Stats never creates an index and never
 touches the log; opening an existing index through ``Index`` does what any
 reader does (sets up its schema if it is missing or from another version).
 """
@@ -16,16 +16,18 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import chain, record
+from . import chain, index_schema, record
+from .index_schema import INDEX_NAME
 from .log import Line, Log
 
-INDEX_NAME = "index.sqlite3"
+# How long the vector counts may wait on SQLite's own locks.
+VECTORS_BUSY_S = 5.0
 
 
 def _index_files(log: Log) -> dict[str, int]:
     out = {}
-    for suffix in ("", "-wal", "-shm"):
-        p = log.directory / (INDEX_NAME + suffix)
+    for name in index_schema.INDEX_FILES:
+        p = log.directory / name
         if p.exists():
             out[p.name] = p.stat().st_size
     return out
@@ -55,18 +57,20 @@ def _vectors(log: Log) -> dict[str, int] | None:
     if not path.exists():
         return None
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        db = index_schema.connect_read_only(path, VECTORS_BUSY_S)
     except sqlite3.Error:
         return None
     try:
-        has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='vectors'").fetchone()
-        if not has:
-            return None
-        return {str(m): int(n) for m, n in db.execute("SELECT model, count(*) AS n FROM vectors WHERE dim > 0 GROUP BY model ORDER BY n DESC, model")}
+        counts = index_schema.vector_counts(db)
     except sqlite3.Error:
         return None
     finally:
         db.close()
+    if counts is None:
+        return None
+    # Rows with an empty vector (a record with no text) are never ranked: not counted here.
+    ranked = sorted(((n, m) for m, (_, n) in counts.items() if n), key=lambda nm: (-nm[0], nm[1]))
+    return {m: n for n, m in ranked}
 
 
 def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:

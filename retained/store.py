@@ -10,13 +10,21 @@ import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import chain, limits, record
 from .errors import InvalidRecord, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 
 DEFAULT_CLIENT = {"name": "retained", "version": "0.1.0"}
+_NO_NOTES: dict[str, Any] = {}
+
+
+class Guarded(NamedTuple):
+    """A record's content as the write guard left it, and what the write's reply should say of it."""
+
+    content: record.Content
+    notes: dict[str, Any]
 
 
 def _entry(line: Any) -> dict[str, Any]:
@@ -37,6 +45,7 @@ class Store:
         guard: Any = None,
         embed_settings: Mapping[str, str] | None = None,
         follow_writes: bool = False,
+        group_commit: bool = True,
     ) -> None:
         self.directory = Path(directory)
         self.client = dict(client or DEFAULT_CLIENT)
@@ -51,7 +60,8 @@ class Store:
         self.embed_settings = dict(embed_settings or {})
         self._follow = follow_writes
         self._hybrid: Any = None
-        self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s)
+        # group_commit: threads sharing this Store share fsyncs (see Log.append).
+        self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
         self._index: Any = None  # the derived index (retained/index.py), opened on first use
 
     def close(self) -> None:
@@ -79,12 +89,15 @@ class Store:
             self._guard = Guard("refuse")
         return self._guard
 
-    def _guarded(self, content: record.Content) -> tuple[record.Content, dict[str, Any]]:
-        """Apply the write guard; returns the content to store and what the reply should say.
+    def prepare(self, content: record.Content) -> Guarded:
+        """Run the write guard on one record's content: what to store, and what the reply should say.
 
         A record already over the size limit is refused first: scanning 16 MiB
         for secrets only to refuse it afterwards would be wasted work. The one
         encoding serves both the size test and the guard's fast test.
+
+        Raises:
+            RecordTooLarge / SecretDetected / InvalidRecord: nothing written.
         """
         fields = content.fields
         try:
@@ -99,26 +112,38 @@ class Store:
                 expected=self.log.record_bytes_max,
             )
         if encoded is not None and self.guard.untouched(fields, encoded):
-            return content, {}
+            return Guarded(content, _NO_NOTES)
         result = self.guard.apply(fields)
         notes: dict[str, Any] = {}
         if result.private_spans_removed:
             notes["private_spans_removed"] = result.private_spans_removed
         if result.redactions:
             notes["redactions"] = result.redactions
-        return record.Content(result.fields), notes
+        return Guarded(record.Content(result.fields), notes)
 
-    def _append(self, content: record.Content, client: dict[str, Any] | None) -> dict[str, Any]:
-        content, notes = self._guarded(content)
+    def append(self, items: list[Guarded], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Append records the guard has seen (``prepare``); one proof each, in order, once durable.
+
+        Every write of the store comes through here and then ``Log.append``,
+        the one pipeline into the file: write, checkpoint, forget,
+        write_batch and import alike.
+        """
+        for i, item in enumerate(items):
+            if not isinstance(item, Guarded):
+                raise InvalidRecord(
+                    f"item {i}: {type(item).__name__} is not prepared content; pass it through Store.prepare first; "
+                    "nothing was written",
+                    path=f"[{i}]",
+                )
         if self.log.unusable:
             # A failed write poisoned the handle; start again from the file.
             self.log.reopen()
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
-        proof = self.log.append(content, client=client or self.client)
+        proofs = self.log.append([item.content for item in items], client=client or self.client)
         if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
-        return {**proof, **notes} if notes else proof
+        return [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
 
     def write(
         self,
@@ -148,7 +173,7 @@ class Store:
             client_op_id=client_op_id,
             fields=fields,
         )
-        return self._append(content, client)
+        return self.append([self.prepare(content)], client=client)[0]
 
     def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Append many records with one lock and one fsync; proofs in order.
@@ -157,8 +182,7 @@ class Store:
         kind, scope, source, body, fields, supersedes, client_op_id). Every item
         is validated before anything is written: one bad item refuses the batch.
         """
-        contents = []
-        all_notes: list[dict[str, Any]] = []
+        prepared = []
         for i, item in enumerate(items):
             if not isinstance(item, dict) or not isinstance(item.get("text"), str):
                 raise InvalidRecord(f"batch item {i}: needs a string text; nothing was written", path=f"[{i}].text")
@@ -169,15 +193,40 @@ class Store:
                     path=f"[{i}]",
                 )
             try:
-                content, notes = self._guarded(record.make_content(**item))
+                prepared.append(self.prepare(record.make_content(**item)))
             except InvalidRecord as exc:
                 raise type(exc)(f"batch item {i}: {exc.message}", **exc.fields) from exc
-            contents.append(content)
-            all_notes.append(notes)
-        if self.log.unusable:
-            self.log.reopen()
-        proofs = self.log.append_batch(contents, client=client or self.client)
-        return [{**p, **n} if n else p for p, n in zip(proofs, all_notes)]
+        return self.append(prepared, client=client)
+
+    def import_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str = "auto",
+        scope: str | None = None,
+        on_reserved: str = "refuse",
+        batch: int | None = None,
+        dry_run: bool = False,
+        progress: Any = None,
+        validate_progress: Any = None,
+    ) -> dict[str, Any]:
+        """Append the records of a file (a retained export, JSONL with a text field, server-memory's memory.jsonl).
+
+        The whole file is validated, and every record passed through the
+        write guard, before anything is written; then batches go through
+        ``append``. ``validate_progress(done_bytes, total_bytes)`` is called
+        while the file is read, ``progress(done, total)`` while records are
+        written. With ``dry_run`` nothing is written and the reply says what
+        would be.
+        """
+        from . import transfer
+
+        plan = transfer.plan_import(path, format=format, scope=scope, on_reserved=on_reserved, progress=validate_progress)
+        if dry_run:
+            return {"ok": True, "dry_run": True, "path": plan.path, "format": plan.format, "lines": plan.lines,
+                    "records": plan.records, "written": 0, "skipped": plan.skipped, "source": plan.source_head}
+        size = transfer.BATCH_RECORDS if batch is None else batch
+        return transfer.run_import(self, plan, batch=size, progress=progress)
 
     def checkpoint(
         self,
@@ -193,7 +242,7 @@ class Store:
         if summary is not None and not isinstance(summary, str):
             raise InvalidRecord("field summary: must be a string; nothing was written", path="summary")
         content = record.make_content(text=label, kind="checkpoint", body=summary, scope=scope, store_kind=True)
-        return self._append(content, client)
+        return self.append([self.prepare(content)], client=client)[0]
 
     def forget(self, seqs: list[int], reason: str, *, client: dict[str, Any] | None = None) -> dict[str, Any]:
         """Append a retraction naming ``seqs``: they leave search and the brief, stay readable."""
@@ -204,7 +253,7 @@ class Store:
         content = record.make_content(
             text=None, kind="retract", fields={"retracts": targets, "reason": reason}, store_kind=True
         )
-        return self._append(content, client)
+        return self.append([self.prepare(content)], client=client)[0]
 
     def _require(self, seqs: list[int], path: str) -> None:
         found = {e["seq"] for e in self.get(seqs, missing_ok=True)}
@@ -226,13 +275,16 @@ class Store:
         """
         from . import redaction
 
-        result = redaction.redact(self.log, seq, reason, client=client or self.client).to_dict()
+        # The reason is caller text like any other: the guard sees it first.
+        content = self.prepare(redaction.record_content(seq, reason)).content
+        result = redaction.redact(self.log, seq, content, client=client or self.client).to_dict()
         result["index"] = self._scrub_index()
         return result
 
     def _scrub_index(self) -> str:
-        index_path = self.directory / "index.sqlite3"
-        if not index_path.exists():
+        from .index_schema import INDEX_NAME
+
+        if not (self.directory / INDEX_NAME).exists():
             return "absent"
         from .index import Index
 

@@ -2,7 +2,7 @@
 
 Import validates the whole file before it writes anything (one bad line
 refuses the file, with its line number), then appends in batches through
-``Log.append_batch``: one lock, one write, one fsync and one byte-exact
+``Store.append`` (then ``Log.append``): one lock, one write, one fsync and one byte-exact
 read-back per batch, every record chained (L2, L3, L4).
 
 Sources (``detect_format`` picks one from the first non-blank line):
@@ -70,7 +70,7 @@ from .export import Progress, export, export_to_file, markdown_entry  # likewise
 from .log import Log, make_line
 
 FORMATS = ("retained", "jsonl", "memory")
-BATCH_RECORDS = 2000  # records per append_batch: one lock, one fsync each
+BATCH_RECORDS = 2000  # records per Store.append: one lock, one fsync each
 BAD_LINES_LISTED = 20  # line numbers named in one refusal
 _LINK_FIELDS = ("supersedes", "retracts")
 _PLAIN_API = ("kind", "scope", "source", "body", "client_op_id")
@@ -426,10 +426,10 @@ def _batches(items: list[_Item], size: int) -> Iterator[list[_Item]]:
         yield batch
 
 
-def _relink(item: _Item, new_seq: dict[int, int]) -> record.Content:
+def _relink(item: _Item, content: record.Content, new_seq: dict[int, int]) -> record.Content:
     if not item.links:
-        return item.content
-    fields = dict(item.content.fields)
+        return content
+    fields = dict(content.fields)
     provenance = dict(fields["imported"])
     refs = dict(provenance.get("refs", {}))
     for name, olds in item.links.items():
@@ -447,40 +447,47 @@ def _relink(item: _Item, new_seq: dict[int, int]) -> record.Content:
 
 
 def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, progress: Progress | None = None) -> dict[str, Any]:
-    """Append a validated plan in batches; returns counts and the seq range written.
+    """Append a validated plan in batches through the store; returns counts and the seq range written.
 
-    Raises what ``Log.append_batch`` raises. If a batch fails, the batches
+    Uses the store's public operations only: ``Store.prepare`` (the write
+    guard) for every record before anything is written, then
+    ``Store.append`` per batch, the one pipeline into the log.
+
+    Raises what ``Store.append`` raises. If a batch fails, the batches
     before it stay written (each was acknowledged); the error says how many.
     """
     if type(batch) is not int or batch < 1:
         raise InvalidRecord(f"batch must be a whole number from 1, got {batch!r}; nothing was written", path="batch")
-    log: Log = store.log
     # The write guard sees every imported record before anything is written:
     # a secret refuses the whole file (naming its line), as a bad line does.
     guarded = redacted = spans = 0
+    prepared: dict[int, Any] = {}  # id(item) -> what Store.prepare made of it
     for item in plan.items:
         try:
-            content, notes = store._guarded(item.content)  # noqa: SLF001 - the store's own guard
+            ready = store.prepare(item.content)
         except RetainedError as exc:
             exc.message = f"line {item.line}: {exc.message}"
             exc.args = (exc.message,)
             raise
-        if notes:
+        if ready.notes:
             guarded += 1
-            redacted += len(notes.get("redactions", ()))
-            spans += notes.get("private_spans_removed", 0)
-            item.content = content
+            redacted += len(ready.notes.get("redactions", ()))
+            spans += ready.notes.get("private_spans_removed", 0)
+        prepared[id(item)] = ready
     new_seq: dict[int, int] = {}
     written = duplicates = 0
     first_seq = last_seq = None
     total = plan.records
     done = 0
     for chunk in _batches(plan.items, batch):
-        contents = [_relink(item, new_seq) for item in chunk]
-        if log.unusable:
-            log.reopen()
+        # Links to records of the source file become links to their new seqs
+        # (known once their batch is written); only seq numbers change here.
+        ready_chunk = []
+        for item in chunk:
+            ready = prepared[id(item)]
+            ready_chunk.append(ready._replace(content=_relink(item, ready.content, new_seq)))
         try:
-            proofs = log.append_batch(contents, client=store.client)
+            proofs = store.append(ready_chunk)
         except RetainedError as exc:
             if done:
                 exc.message = (

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RetainedError
+from ..index_schema import INDEX_FILES, INDEX_NAME
 from .context import CheckFailed, Context, NotAvailable, expect, need
 from .spec import _canonical, append_raw, chained, check_proof, read_at
 
@@ -136,7 +137,7 @@ def check_search_hostile(ctx: Context) -> str:
 
 
 def _index_files(directory: Path) -> list[Path]:
-    return [p for p in (directory / "index.sqlite3", directory / "index.sqlite3-wal", directory / "index.sqlite3-shm") if p.exists()]
+    return [p for p in (directory / name for name in INDEX_FILES) if p.exists()]
 
 
 def check_index_rebuild(ctx: Context) -> str:
@@ -150,7 +151,7 @@ def check_index_rebuild(ctx: Context) -> str:
     report = s.verify()
     expect(report["ok"], f"verify before damage: {len(report['findings'])} findings")
     # Damage the index both ways: a record missing from it, a row with no record.
-    db = sqlite3.connect(ctx.directory / "index.sqlite3")
+    db = sqlite3.connect(ctx.directory / INDEX_NAME)
     try:
         row = db.execute("SELECT offset, length, hash FROM records WHERE seq = 5").fetchone()
         expect(row is not None, "the index has no row for seq 5 to damage")
@@ -194,7 +195,7 @@ def check_index_damaged(ctx: Context) -> str:
     for p in _index_files(ctx.directory):
         p.unlink()
     garbage = b"this is not an SQLite database " * 64
-    (ctx.directory / "index.sqlite3").write_bytes(garbage)
+    (ctx.directory / INDEX_NAME).write_bytes(garbage)
     ctx.fault("after_damage")
     s2 = ctx.store()
     proof = s2.write("gamma record written after the damage")
@@ -206,7 +207,7 @@ def check_index_damaged(ctx: Context) -> str:
     expect(report["ok"], f"verify after the index was replaced: {len(report['findings'])} findings")
     kept = [p.name for p in ctx.directory.iterdir() if p.is_file() and p.read_bytes() == garbage]
     return (
-        f"{len(garbage)} bytes of garbage as index.sqlite3: seq {proof['seq']} still acked and read back, "
+        f"{len(garbage)} bytes of garbage as {INDEX_NAME}: seq {proof['seq']} still acked and read back, "
         f"search finds 11/11, verify ok; damaged file kept as {', '.join(kept) or 'nothing'}"
     )
 
@@ -343,7 +344,7 @@ def check_brief_degraded(ctx: Context) -> str:
     s.close()
     for p in _index_files(ctx.directory):
         p.unlink()
-    (ctx.directory / "index.sqlite3").write_bytes(b"garbage, not SQLite " * 50)
+    (ctx.directory / INDEX_NAME).write_bytes(b"garbage, not SQLite " * 50)
     append_raw(ctx.log_path, b'{"from":"another program"}\n{"torn":"tail')
     ctx.fault("after_damage")
     b = build(ctx.directory, budget=10_000)

@@ -83,9 +83,10 @@ def test_flipped_byte_in_the_read_back_raises_and_the_handle_is_poisoned(store, 
     real_pread = os.pread
 
     def flipped(fd, n, offset):
+        # The read-back ends with the new line: flip a byte inside it.
         data = bytearray(real_pread(fd, n, offset))
         if len(data) > 10:
-            data[10] ^= 0x20
+            data[-10] ^= 0x20
         return bytes(data)
 
     monkeypatch.setattr(os, "pread", flipped)
@@ -121,3 +122,101 @@ def test_a_fault_never_leaves_two_records_with_one_seq(store_dir, monkeypatch):
     assert report.ok
     seqs = [line.seq for line in Log(store_dir).scan()]
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+# -- the same checks on a batch: one pipeline for every append (issue 13) ------
+
+
+def _batch(n=3):
+    return [{"text": f"batch record {i}", "scope": "b"} for i in range(n)]
+
+
+def _valid_after_reopen(store, store_dir, head_seq):
+    """The handle is poisoned; after reopening it the log verifies and the chain continues."""
+    assert store.log.unusable
+    store.log.reopen()
+    report = chain.walk(Log(store_dir).scan())
+    assert report.ok, report.findings
+    assert report.head_seq == head_seq
+    assert store.write("after reopen")["seq"] == head_seq + 1
+    assert chain.walk(Log(store_dir).scan()).ok
+
+
+def test_a_failing_pread_in_a_batch_acknowledges_nothing_and_poisons(store, store_dir, monkeypatch):
+    """L4: no proof without a read-back, for every record of a batch."""
+    store.write_batch(_batch())
+
+    def eio(fd, n, offset):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "pread", eio)
+    with pytest.raises(ReadBackMismatch) as err:
+        store.write_batch(_batch(4))
+    monkeypatch.undo()
+    assert "reading back the batch seq 4..7" in err.value.message
+    assert "nothing was acknowledged" in err.value.message
+    # The lines reached the file whole and link: after reopening they are records.
+    _valid_after_reopen(store, store_dir, head_seq=7)
+
+
+def test_a_flipped_byte_in_a_batch_read_back_acknowledges_nothing_and_poisons(store, store_dir, monkeypatch):
+    store.write_batch(_batch())
+    real_pread = os.pread
+
+    def flipped(fd, n, offset):
+        data = bytearray(real_pread(fd, n, offset))
+        data[len(data) * 2 // 3] ^= 0x01  # inside the batch's third or fourth line
+        return bytes(data)
+
+    monkeypatch.setattr(os, "pread", flipped)
+    with pytest.raises(ReadBackMismatch) as err:
+        store.write_batch(_batch(4))
+    monkeypatch.undo()
+    assert "differs from what was written" in err.value.message
+    assert store.log.unusable == "read-back mismatch"
+    _valid_after_reopen(store, store_dir, head_seq=7)
+
+
+def _rewrite_last_record_in_place(store_dir):
+    """Another program replaces the last record by a different one of the same length (size and inode unchanged)."""
+    from retained import record
+
+    path = store_dir / "log.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    last = Log(store_dir).line_at(sum(map(len, lines[:-1])), len(lines[-1]))
+    old = last.record
+    text = old["text"][:-1] + ("X" if old["text"][-1] != "X" else "Y")
+    content = record.Content({k: v for k, v in old.items() if k in ("kind", "scope", "text")} | {"text": text})
+    forged = record.seal(content, seq=old["seq"], prev=old["prev"], ts=old["ts"], client=old["client"]).line
+    assert len(forged) == len(lines[-1]) and forged != lines[-1]
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, forged, last.offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return record.classify(forged[:-1])[3]
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_bytes_that_read_back_equal_but_do_not_link_are_refused_and_set_aside(store, store_dir, n):
+    """L3 on the bytes read back: the record before the new ones must be the one they link to.
+
+    The handle's cached tail goes stale when another program rewrites the
+    last line in place; the new lines read back byte for byte as written,
+    yet link to a hash the file no longer holds.
+    """
+    store.write_batch(_batch())
+    forged_hash = _rewrite_last_record_in_place(store_dir)
+    size_before = (store_dir / "log.jsonl").stat().st_size
+    with pytest.raises(ReadBackMismatch) as err:
+        store.write_batch(_batch(n)) if n > 1 else store.write("links to a stale tail")
+    assert "does not link" in err.value.message
+    assert "nothing was acknowledged" in err.value.message
+    assert store.log.unusable == "read-back does not link"
+    # The unacknowledged lines were kept aside, the log cut back to what it held.
+    assert (store_dir / "log.jsonl").stat().st_size == size_before
+    aside = list(store_dir.glob("log.jsonl.torn-*"))
+    assert len(aside) == 1 and aside[0].read_bytes().count(b"\n") == n
+    _valid_after_reopen(store, store_dir, head_seq=3)
+    assert store.get([4])[0]["record"]["prev"] == forged_hash

@@ -85,6 +85,7 @@ def test_appends_after_a_redaction_continue_the_chain_from_any_handle(store_dir)
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
+    import retained.log as L
     import retained.redaction as r
     from retained import Store
     step = sys.argv[2]
@@ -94,7 +95,7 @@ CHILD = textwrap.dedent(
         real_copy = r._copy
         r._copy = die
     elif step == "mid_copy":
-        real = r._write_all
+        real = r.write_all
         calls = {"n": 0}
         def partial(fd, data):
             calls["n"] += 1
@@ -102,11 +103,11 @@ CHILD = textwrap.dedent(
                 real(fd, data[: len(data) // 2])
                 die()
             real(fd, data)
-        r._write_all = partial
+        r.write_all = partial
     elif step == "before_rename":
         r.os.replace = die
     elif step == "after_rename":
-        r.fsync_dir = die
+        L.fsync_dir = die  # the log's whole-file replacement fsyncs the directory right after the rename
     Store(sys.argv[1]).redact(2, "crash test")
     """
 )

@@ -85,7 +85,7 @@ def test_append_after_torn_tail_vector_sets_it_aside_and_continues_the_chain(tmp
     original = (VECTORS / "torn-tail.jsonl").read_bytes()
     shutil.copy(VECTORS / "torn-tail.jsonl", tmp_path / "log.jsonl")
     log = Log(tmp_path)
-    proof = log.append(record.make_content(text="after the crash"), client={"name": "t", "version": "0"})
+    proof = log.append([record.make_content(text="after the crash")], client={"name": "t", "version": "0"})[0]
     assert proof["seq"] == 6 and proof["prev"] == exp["head"]["hash"]
     assert proof["offset"] == exp["torn_tail_offset"]
     quarantine = tmp_path / f"log.jsonl.torn-{exp['torn_tail_offset']}"
@@ -96,7 +96,7 @@ def test_append_after_torn_tail_vector_sets_it_aside_and_continues_the_chain(tmp
 def test_append_to_the_redacted_foreign_vector_links_to_seq_5(tmp_path):
     shutil.copy(VECTORS / "chain-v1-redacted-foreign.jsonl", tmp_path / "log.jsonl")
     log = Log(tmp_path)
-    proof = log.append(record.make_content(text="next"), client={"name": "t", "version": "0"})
+    proof = log.append([record.make_content(text="next")], client={"name": "t", "version": "0"})[0]
     assert proof["seq"] == 6
     assert proof["prev"] == _expected()["chain-v1-redacted-foreign.jsonl"]["head"]["hash"]
     assert chain.walk(log.scan()).ok

@@ -101,6 +101,20 @@ def test_an_earlier_install_is_updated_in_place_and_duplicates_are_dropped(tmp_p
     assert Path(result["backup"]).exists() and Path(again["backup"]).exists()
 
 
+def test_a_linked_settings_file_is_updated_where_it_lives(tmp_path: Path) -> None:
+    """A dotfiles set-up: ~/.claude/settings.json is a link; the link stays and its target gets the entry."""
+    real = tmp_path / "dotfiles" / "claude-settings.json"
+    real.parent.mkdir()
+    real.write_text('{"model": "opus"}')
+    link = tmp_path / ".claude" / "settings.json"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    result = hook_install.install_claude(link, COMMAND, now=NOW)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert _settings(real)["model"] == "opus" and _ours(_settings(real))[0]["command"] == COMMAND
+    assert Path(result["backup"]).parent == real.parent and Path(result["backup"]).read_text() == '{"model": "opus"}'
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [

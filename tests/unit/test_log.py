@@ -19,7 +19,7 @@ CLIENT = {"name": "test", "version": "0"}
 
 
 def _append(log: Log, text: str, **kw):
-    return log.append(record.make_content(text=text, **kw), client=CLIENT)
+    return log.append([record.make_content(text=text, **kw)], client=CLIENT)[0]
 
 
 def test_proof_matches_the_bytes_in_the_file(store_dir):

@@ -75,13 +75,15 @@ def test_stats_reports_index_lag_and_vectors_when_present(store_dir):
     for i in range(3):
         s.write(f"not yet indexed {i}")
     s.close()
-    from retained.hybrid import _SCHEMA
+    from retained.index_schema import VECTORS_SCHEMA
 
     db = sqlite3.connect(store_dir / "index.sqlite3")
-    db.executescript(_SCHEMA)
+    db.executescript(VECTORS_SCHEMA)
+    # Rows with an empty vector (records with no text) are never ranked, so stats leaves them out.
     db.executemany(
         "INSERT INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)",
-        [("mini", n, "h", 2, b"\0" * 8) for n in (1, 2, 3)] + [("big", 1, "h", 2, b"\0" * 8)],
+        [("mini", n, "h", 2, b"\0" * 8) for n in (1, 2, 3)] + [("big", 1, "h", 2, b"\0" * 8)]
+        + [("mini", 4, "h", 0, b""), ("empty", 1, "h", 0, b"")],
     )
     db.commit()
     db.close()

@@ -1,0 +1,136 @@
+"""Group commit: many threads writing through one Store, with group commit on and off.
+
+Each run starts THREADS threads that each write PER_THREAD records through one
+``Store`` (the way an HTTP server's handlers share one), and reports the
+aggregate acknowledged writes per second and each write's latency. Runs
+alternate on, off, on, off ... in one process and one directory tree, so
+machine and disk noise hit both alike; the figure to quote is the median
+ratio on/off. Target (DESIGN): 16 threads >= 4x with group commit on.
+
+    python -m harness bench group [--threads 16] [--per-thread 500] [--runs 3] [--json]
+
+A benchmark, not a test: the numbers depend on the machine, its disk and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from retained import Store, chain  # noqa: E402
+from retained.log import Log  # noqa: E402
+
+TARGET_RATIO = 4.0
+TEXT = "the deploy target for proj-a moved from staging to production after the 0.3 release"
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: int) -> dict[str, Any]:
+    """THREADS x PER_THREAD acknowledged writes on a fresh store; aggregate rate and latency."""
+    store = Store(directory, group_commit=group_commit)
+    store.write("warm the log and its directory entry")
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads + 1)
+
+    def work(t: int) -> None:
+        start.wait(timeout=60)
+        out = latencies[t]
+        for i in range(per_thread):
+            t0 = time.perf_counter()
+            store.write(f"{TEXT} thread {t} #{i}", scope=f"t{t}")
+            out.append((time.perf_counter() - t0) * 1000)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    start.wait(timeout=60)
+    t0 = time.perf_counter()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    store.close()
+    report = chain.walk(Log(directory).scan())
+    if not report.ok or report.records != threads * per_thread + 1:
+        raise SystemExit(f"bench group: the log does not verify after a run: {report.findings[:3]}")
+    ms = [x for per in latencies for x in per]
+    return {
+        "writes_per_s": round(threads * per_thread / wall, 1),
+        "p50_ms": round(statistics.median(ms), 3),
+        "p99_ms": round(_pct(ms, 0.99), 3),
+        "wall_s": round(wall, 3),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3), "max": round(max(values), 3)}
+
+
+def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
+    on: list[dict[str, Any]] = []
+    off: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for r in range(runs):
+            for flag, out in ((True, on), (False, off)):
+                out.append(one_run(Path(tmp) / f"{'on' if flag else 'off'}-{r}", group_commit=flag,
+                                   threads=threads, per_thread=per_thread))
+    ratios = [a["writes_per_s"] / b["writes_per_s"] for a, b in zip(on, off, strict=True)]
+    return {
+        "bench": "group",
+        "threads": threads,
+        "per_thread": per_thread,
+        "runs": runs,
+        "on": {k: _spread([r[k] for r in on]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
+        "off": {k: _spread([r[k] for r in off]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
+        "ratio_writes_per_s": _spread(ratios),
+        "target_ratio": TARGET_RATIO,
+        "meets_target": statistics.median(ratios) >= TARGET_RATIO,
+        "method": "threads sharing one Store, group commit on and off alternately (A B A B), same run",
+        "cpus": os.cpu_count(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m harness bench group",
+        description="aggregate writes/s of threads sharing one Store, group commit on against off, alternately",
+        epilog="example: python -m harness bench group --threads 16 --per-thread 500 --runs 3 --json",
+    )
+    p.add_argument("--threads", type=int, default=16, help="writer threads (default 16)")
+    p.add_argument("--per-thread", type=int, default=500, help="writes per thread (default 500)")
+    p.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating (default 3)")
+    p.add_argument("--dir", type=Path, help="make the temporary stores under DIR (the filesystem matters)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args, _ = p.parse_known_args(argv)
+    result = bench(args.threads, args.per_thread, args.runs, args.dir)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        on, off, ratio = result["on"], result["off"], result["ratio_writes_per_s"]
+        print(
+            f"group commit, {args.threads} threads x {args.per_thread} writes, {args.runs} runs each: "
+            f"on {on['writes_per_s']['median']:.0f} writes/s (p50 {on['p50_ms']['median']:.2f} ms, "
+            f"p99 {on['p99_ms']['median']:.2f} ms) | off {off['writes_per_s']['median']:.0f} writes/s "
+            f"(p50 {off['p50_ms']['median']:.2f} ms, p99 {off['p99_ms']['median']:.2f} ms) | "
+            f"ratio {ratio['min']:.2f}-{ratio['median']:.2f}-{ratio['max']:.2f} (target >= {TARGET_RATIO})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -146,7 +146,18 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     home.mkdir()
     work = root / "work"
     work.mkdir()
-    return {"root": root, "venv": venv, "bin": venv / "bin", "home": home, "work": work}
+    return {"root": root, "venv": venv, "bin": venv / "bin", "home": home, "work": work, "wheel": wheel}
+
+
+def test_the_wheel_holds_every_module_of_the_package_the_harness_and_the_hook(installed: dict[str, Path]) -> None:
+    """A subpackage added without its line in pyproject.toml would be missing from every install."""
+    import zipfile
+
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    want = {f"retained/{p.relative_to(REPO / 'retained')}" for p in (REPO / "retained").rglob("*.py")}
+    want |= {f"retained/harness/{p.relative_to(REPO / 'harness')}" for p in (REPO / "harness").rglob("*.py")}
+    want |= {"retained/hooks/session-start.sh", "retained/hooks/__init__.py", "retained/py.typed"}
+    assert not {w for w in want if "__pycache__" not in w} - names
 
 
 def test_the_wheel_runs_without_a_checkout(installed: dict[str, Path]) -> None:

@@ -22,19 +22,20 @@ from typing import Any
 
 import anyio
 
-import harness
-from harness.adapters import ADAPTERS, NotApplicable, get
-from harness.probes import PROBES
+from .adapters import ADAPTERS, NotApplicable, get
+from .probes import PROBES
 
 USAGE_ERROR = 2
+# How the user started it: from a checkout, or the console script of an installed wheel.
+PROG = "python -m harness" if __package__ == "harness" else "retained-harness"
 
 
 def _probe_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m harness",
+        prog=PROG,
         description="Probe an MCP memory server over stdio: PASS, FAIL or SKIP with evidence per probe. "
         "Subcommands: 'eval' (retrieval evaluation), 'bench' (benchmarks).",
-        epilog='example: python -m harness --adapter=retained --cmd="python -m retained"',
+        epilog=f'example: {PROG} --adapter=retained --cmd="python -m retained"',
     )
     parser.add_argument("--adapter", default="retained", help=f"one of {', '.join(ADAPTERS)} (default retained)")
     parser.add_argument("--cmd", help="the server command; a leading bare 'python' or 'python3' means the "
@@ -64,7 +65,7 @@ def _command(text: str) -> list[str]:
 
 
 def run_probes(argv: list[str]) -> int:
-    from harness.runner import markdown, render, run_all
+    from .runner import markdown, render, run_all
 
     args = _probe_parser().parse_args(argv)
     names: list[str] = []
@@ -99,7 +100,9 @@ def run_probes(argv: list[str]) -> int:
 
 
 def _modules(prefix: str) -> list[str]:
-    return sorted(info.name for info in pkgutil.iter_modules(harness.__path__) if info.name.startswith(prefix))
+    # __package__ is 'harness' from a checkout and 'retained.harness' in an installed wheel.
+    package = sys.modules[__package__]
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.name.startswith(prefix))
 
 
 def run_eval(argv: list[str]) -> int:
@@ -109,7 +112,7 @@ def run_eval(argv: list[str]) -> int:
     """
     present = {name.removeprefix("eval_"): name for name in _modules("eval_")}
     if argv[:1] in (["-h"], ["--help"]):
-        print("usage: python -m harness eval [--json] | python -m harness eval NAME [ARGS...]\n"
+        print(f"usage: {PROG} eval [--json] | {PROG} eval NAME [ARGS...]\n"
               f"NAME is one of: {', '.join(present) or 'none'}; without NAME runs small, then locomo")
         return 0
     if argv and not argv[0].startswith("-"):
@@ -117,14 +120,14 @@ def run_eval(argv: list[str]) -> int:
         if name not in present:
             print(f"harness eval: no eval {name!r}; have: {', '.join(present) or 'none'}", file=sys.stderr)
             return USAGE_ERROR
-        module = importlib.import_module(f"harness.{present[name]}")
+        module = importlib.import_module(f"{__package__}.{present[name]}")
         return int(module.main(argv[1:]) or 0)
     status = 0
     for name in ("small", "locomo"):
         if name not in present:
             print(f"harness eval: eval_{name} is not present; skipped", file=sys.stderr)
             continue
-        module = importlib.import_module(f"harness.{present[name]}")
+        module = importlib.import_module(f"{__package__}.{present[name]}")
         status = max(status, int(module.main(list(argv)) or 0))
     return status
 
@@ -134,9 +137,10 @@ def run_bench(argv: list[str]) -> int:
     found = {}
     for name in _modules("bench_"):
         try:
-            module = importlib.import_module(f"harness.{name}")
+            module = importlib.import_module(f"{__package__}.{name}")
         except ImportError as exc:
-            print(f"harness bench: {name} cannot be imported ({exc}); skipped", file=sys.stderr)
+            where = "" if __package__ == "harness" else "; run it from a checkout: python -m harness bench"
+            print(f"harness bench: {name} cannot be imported ({exc}){where}; skipped", file=sys.stderr)
             continue
         if callable(getattr(module, "main", None)):
             found[name.removeprefix("bench_")] = module
@@ -144,7 +148,7 @@ def run_bench(argv: list[str]) -> int:
         print("\n".join(found) if found else "no benchmarks yet (harness/bench_*.py with main(argv))")
         return 0
     if argv[:1] in (["-h"], ["--help"]):
-        print("usage: python -m harness bench [--list] [NAME [ARGS...]]\n"
+        print(f"usage: {PROG} bench [--list] [NAME [ARGS...]]\n"
               "runs every harness/bench_NAME.py with main(argv), or only NAME with ARGS")
         return 0
     if argv and not argv[0].startswith("-"):

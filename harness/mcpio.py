@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from harness import __version__
+from . import __version__
 
 CALL_TIMEOUT_S = 30.0
 """Longest wait for one tool call (a 16 MiB argument included)."""

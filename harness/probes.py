@@ -19,8 +19,8 @@ from typing import Any
 
 import anyio
 
-from harness.adapters.base import Adapter, Item, NotApplicable, Written
-from harness.mcpio import Server, spawn
+from .adapters.base import Adapter, Item, NotApplicable, Written
+from .mcpio import Server, spawn
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import anyio
 
-from harness import __version__
-from harness.adapters.base import Adapter, NotApplicable
-from harness.mcpio import ServerStartError
-from harness.probes import FAIL, PASS, PROBES, SKIP, Context, Outcome, Verdict
+from . import __version__
+from .adapters.base import Adapter, NotApplicable
+from .mcpio import ServerStartError
+from .probes import FAIL, PASS, PROBES, SKIP, Context, Outcome, Verdict
 
 PROBE_TIMEOUT_S = 180.0
 """Longest one probe may take, its server starts included."""

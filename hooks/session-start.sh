@@ -23,8 +23,11 @@
 #   RETAINED_DIR           the store (default ~/.retained); retained reads it
 #   RETAINED_BRIEF_BUDGET  token budget on startup, clear and fork (default 1500)
 #   RETAINED_HOOK_TIMEOUT  seconds the brief may take (default 5)
-#   RETAINED_PYTHON        the python to run "-m retained" with when no
-#                          retained command is on PATH (default python3)
+#   RETAINED_BIN           the retained command to run (default: retained on
+#                          PATH); "retained hook install" sets it to the
+#                          command of the install the hook came with
+#   RETAINED_PYTHON        the python to run "-m retained" with when neither
+#                          is there (default python3)
 #
 # POSIX sh only; no jq (the one field read from stdin is matched with sed).
 
@@ -92,7 +95,13 @@ case $limit in
   '' | *[!0-9]* | 0 | 00*) limit=5 ;; # timeout(1) takes 0 to mean no limit at all
 esac
 
-if command -v retained >/dev/null 2>&1; then
+if [ -n "${RETAINED_BIN:-}" ]; then
+  if [ ! -x "$RETAINED_BIN" ]; then
+    say "retained memory: not available (RETAINED_BIN names $RETAINED_BIN, which is not an executable file); no brief."
+    exit 0
+  fi
+  set -- "$RETAINED_BIN" brief
+elif command -v retained >/dev/null 2>&1; then
   set -- retained brief
 else
   py=${RETAINED_PYTHON:-python3}

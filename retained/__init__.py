@@ -8,7 +8,8 @@ the session-start brief imports only the modules it needs.
 
 from __future__ import annotations
 
-# Not `typing.TYPE_CHECKING`: importing typing costs the brief ~10 ms.
+# Not `typing.TYPE_CHECKING`: the session-start brief imports this package,
+# and importing typing would be work on its path for nothing at run time.
 TYPE_CHECKING = False
 
 __all__ = [

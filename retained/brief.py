@@ -59,7 +59,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost ~10 ms here
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would slow every session start
 if TYPE_CHECKING:
     from typing import Any
 

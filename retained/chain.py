@@ -255,7 +255,7 @@ _LINE = 1
 # (two per worker) stay a few MiB each.
 RANGE_BYTES = 8 * 1024 * 1024
 # Below this log size the walk classifies in its own process: starting workers
-# (tens of ms each, more under spawn) would cost more than they save.
+# (each a new process, more so under spawn) would cost more than they save.
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 # Log bytes whose ranges may be classified ahead of the linking: their items
 # are about a tenth of their size, so this bounds memory whatever the log's size.

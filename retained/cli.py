@@ -434,7 +434,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other needs RETAINED_TOKEN)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
+
+    _hook_commands(sub, common)
     return parser
+
+
+# -- retained hook install ---------------------------------------------------
+
+
+def cmd_hook_install(args: argparse.Namespace) -> int:
+    """Merge the SessionStart entry into Claude Code's settings (logic in hook_install)."""
+    import shutil
+
+    from . import hook_install
+
+    here = Path(sys.executable).parent / ("retained.exe" if os.name == "nt" else "retained")
+    retained_bin = here if here.is_file() else shutil.which("retained")
+    if retained_bin is None:
+        raise UsageError(f"no retained command beside {sys.executable} or on PATH; install retained with pip, then run this again")
+    chosen = args.dir or os.environ.get("RETAINED_DIR")
+    store = Path(chosen).expanduser().resolve() if chosen else None
+    project = Path(args.project).expanduser().resolve() if args.project else None
+    path = hook_install.claude_settings_path(Path.home(), project)
+    command = hook_install.hook_command(hook_install.hook_path(), Path(retained_bin), store)
+    result = hook_install.install_claude(path, command, write=not args.print)
+
+    def text() -> str:
+        if args.print:
+            return f"# {path} ({result['action']} if written; nothing was written)\n" + hook_install.render(result["settings"])
+        if result["action"] == "unchanged":
+            return f"{path}: the SessionStart hook is already installed; nothing changed"
+        backup = f"; the old file is kept as {result['backup']}" if result["backup"] else ""
+        return f"{path}: SessionStart hook {result['action']}{backup}\n  {command}"
+
+    emit(args, result, text)
+    return 0
+
+
+def _hook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    hook = sub.add_parser("hook", parents=[common], help="set up the session-start hook in an agent's settings",
+                          description="set up the session-start hook in an agent's settings",
+                          epilog="example: retained hook install --claude", formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = hook.add_subparsers(dest="hook_command", metavar="ACTION")
+
+    def no_action(_args: argparse.Namespace) -> int:
+        hook.print_help(sys.stderr)
+        return 2
+
+    hook.set_defaults(func=no_action)
+    p = actions.add_parser("install", parents=[common], help="add the SessionStart hook to Claude Code's settings (idempotent, keeps a backup)",
+                           description="add the SessionStart hook to Claude Code's settings: ~/.claude/settings.json, or "
+                           "DIR/.claude/settings.json with --project; the old file is kept as a backup, and a second run changes nothing",
+                           epilog="example: retained hook install --claude --project . --print",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--claude", action="store_true", required=True, help="Claude Code (the only host with hooks so far)")
+    p.add_argument("--project", metavar="DIR", help="the project's .claude/settings.json instead of the user's")
+    p.add_argument("--print", action="store_true", help="show the settings file it would write, and write nothing")
+    p.set_defaults(func=cmd_hook_install)
 
 
 def _legacy_flags(argv: list[str]) -> list[str]:

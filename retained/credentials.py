@@ -198,7 +198,7 @@ def _rule(
     # Each pattern starts with a literal so that the regex engine can skip
     # ahead to it; boundaries are lookbehinds placed after the literal.
     # A ``fold`` rule is written in lower case and runs on the lower-cased
-    # text (much faster than an IGNORECASE search); pattern_ci is for text
+    # text (the engine then compares plain characters, not case classes); pattern_ci is for text
     # whose length changes when lower-cased (a few non-ASCII letters).
     ci = re.compile(pattern, flags | re.IGNORECASE) if fold else None
     return _Rule(kind, re.compile(pattern, flags), ci, check, hints, gate, fold, span_back, anchored)
@@ -605,7 +605,7 @@ def _has_long_run(text: str) -> bool:
 
     Whitespace is outside the token class, so a run of 16 token characters
     needs a whitespace-free piece at least that long; ``str.split`` finds the
-    longest piece in C, several times faster than the regex tries every start.
+    longest piece in C, where the regex would try every start position.
     """
     return max(map(len, text.split()), default=0) >= 16 and _LONG_RUN.search(text) is not None
 
@@ -617,8 +617,8 @@ _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
 def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
     """Matches of ``rule`` starting where one of its hints occurs.
 
-    Finding the hints with ``str.find`` and matching only there is several
-    times faster than a regex search over the whole text.
+    Finding the hints with ``str.find`` and matching only there spares the
+    regex a search from every position of the whole text.
     """
     if len(folded) != len(text):
         # Lower-casing changed the length (a few non-ASCII letters): search.

@@ -60,8 +60,8 @@ from retained.errors import (
 )
 
 # Bounds, each with its reason.
-CONNECT_TIMEOUT_S = 2.0  # a local embedder connects in well under a millisecond; 2 s allows a LAN host
-READ_TIMEOUT_S = 10.0  # a CPU model embeds a 32-text batch in ~1-2 s; 10 s flags a stuck server
+CONNECT_TIMEOUT_S = 2.0  # a local embedder connects at once; 2 s allows a LAN host
+READ_TIMEOUT_S = 10.0  # room for a CPU model to embed a full batch; longer means a stuck server
 BATCH_SIZE = 32  # texts per request where the protocol batches; keeps one request under the read timeout
 FAILURES_MAX = 3  # consecutive failures that open the breaker; one blip does not switch search to lexical
 COOLDOWN_S = 30.0  # how long an open breaker sends nothing before one trial request

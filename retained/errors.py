@@ -191,6 +191,15 @@ class BackupRefused(RetainedError):
     code = "invalid_argument"
 
 
+class HookSetupRefused(RetainedError):
+    """A host's settings file cannot take the hook (not a JSON object, hooks misshapen), or the hook is missing.
+
+    The settings file is left as it was.
+    """
+
+    code = "invalid_argument"
+
+
 class BackupFailed(RetainedError):
     """The copy did not verify against the source head; the copy is left for inspection."""
 

@@ -66,8 +66,8 @@ def verify(
         ranges: list[tuple[int, int]] = []
         stop = min(mark.offset, size)
         source = iter(_raw_lines(log, stop) if lines is None else _lines_before(lines, stop))
-        # FTS5's integrity check reads the whole full-text index (0.35-0.45 s
-        # at 100k records) and needs nothing from the lines: it runs on its
+        # FTS5's integrity check reads the whole full-text index (a large
+        # share of verify's time) and needs nothing from the lines: it runs on its
         # own connection (sqlite3 lets go of the GIL while a statement runs)
         # while they are compared, instead of after them. Started once the
         # first line is in: by then the chain walk has forked its worker

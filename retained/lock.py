@@ -27,10 +27,10 @@ def _lock_calls():  # noqa: ANN202 - portalocker is imported lazily
 
     Where portalocker has a flock locker object (POSIX) its methods are used:
     the module-level ``portalocker.lock`` re-validates the flags and resolves
-    the locker on every call, which made a lock cycle 21 us instead of 8.5 us
-    (a tenth of the write path's own cost). Elsewhere (Windows) the
-    module-level functions. The flags are combined once: enum arithmetic
-    costs microseconds a call.
+    the locker on every call, work the write path would repeat on every
+    append for the same answer. Elsewhere (Windows) the module-level
+    functions. The flags are combined once, so no enum arithmetic runs per
+    call.
     """
     global _calls
     if _calls is None:
@@ -64,8 +64,8 @@ class StoreLock:
 
         lock, _, flags = _lock_calls()
         # With keep_open the descriptor stays open between acquisitions
-        # (opening and closing it on every append cost ~10 us of a ~30 us lock
-        # cycle); the owner serialises its own threads, and every StoreLock has
+        # (opening and closing it on every append would add two system calls
+        # to each write); the owner serialises its own threads, and every StoreLock has
         # its own descriptor, so two holders in one process still exclude
         # each other.
         fd = self._fd
@@ -89,9 +89,9 @@ class StoreLock:
                     ) from None
                 # flock is not fair: a writer in a loop re-takes the lock within
                 # microseconds of releasing it, so a waiter only wins if it looks
-                # in that gap. Looking every 2 ms at most keeps a waiter's turn
-                # to tens of milliseconds behind a busy writer (measured by the
-                # selftest's concurrent_writers check), at ~500 syscalls/s.
+                # in that gap. A short pause that doubles up to a small cap keeps
+                # a waiter's turn close behind a busy writer (the selftest's
+                # concurrent_writers check needs both to progress) without spinning.
                 time.sleep(pause)
                 pause = min(pause * 2, 0.002)
         return self

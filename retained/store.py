@@ -106,7 +106,7 @@ class Store:
         """Run the write guard on one record's content: what to store, and what the reply should say.
 
         A record already over the size limit is refused first: scanning 16 MiB
-        for secrets only to refuse it afterwards would cost seconds. The one
+        for secrets only to refuse it afterwards would be wasted work. The one
         encoding serves both the size test and the guard's fast test.
 
         Raises:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.adapters.base import Adapter, NotApplicable
+from .base import Adapter, NotApplicable
 
 ADAPTERS = ("retained", "server-memory")
 
@@ -10,11 +10,11 @@ ADAPTERS = ("retained", "server-memory")
 def get(name: str) -> Adapter:
     """Return the adapter called ``name``."""
     if name == "retained":
-        from harness.adapters.retained import RetainedAdapter
+        from .retained import RetainedAdapter
 
         return RetainedAdapter()
     if name in ("server-memory", "server_memory"):
-        from harness.adapters.server_memory import ServerMemoryAdapter
+        from .server_memory import ServerMemoryAdapter
 
         return ServerMemoryAdapter()
     raise NotApplicable(f"unknown adapter {name!r}; expected one of: {', '.join(ADAPTERS)}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.mcpio import Reply, Server
+from ..mcpio import Reply, Server
 
 
 class NotApplicable(Exception):

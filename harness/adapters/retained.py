@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from harness import logcheck
-from harness.adapters.base import Adapter, BadCall, Item, SearchCount, Written
-from harness.mcpio import Reply
+from .. import logcheck
+from .base import Adapter, BadCall, Item, SearchCount, Written
+from ..mcpio import Reply
 
 RECORD_BYTES_MAX = 16 * 1024 * 1024
 """retained's stated default record limit (DESIGN, "bad input"); one byte over it must be refused."""

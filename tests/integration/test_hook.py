@@ -164,6 +164,23 @@ def test_hook_runs_python_m_retained_when_there_is_no_retained_command(tmp_path:
     assert proc.stdout.startswith("Memory brief from retained")
 
 
+def test_hook_runs_retained_bin_before_any_retained_on_path(tmp_path: Path, full_store: Path) -> None:
+    """RETAINED_BIN (what `retained hook install` writes) names the install to run, whatever PATH holds."""
+    broken = {"retained": "#!/bin/sh\nexit 3\n"}
+    env = _env(str(_bin(tmp_path, extra=broken)), full_store, RETAINED_BIN=str(VENV_BIN / "retained"))
+    proc = _run(env, "claude", stdin='{"source":"startup"}')
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"].startswith("Memory brief from retained")
+
+
+def test_hook_with_a_retained_bin_that_is_not_executable_prints_one_line(tmp_path: Path, full_store: Path) -> None:
+    missing = tmp_path / "gone" / "retained"
+    env = _env(str(_bin(tmp_path, retained=True)), full_store, RETAINED_BIN=str(missing))
+    proc = _run(env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"retained memory: not available (RETAINED_BIN names {missing}, which is not an executable file); no brief.\n"
+
+
 def test_hook_works_without_a_timeout_command(tmp_path: Path, full_store: Path) -> None:
     env = _env(str(_bin(tmp_path, timeout=False, retained=True)), full_store)
     proc = _run(env, stdin='{"source":"compact"}')

@@ -125,13 +125,13 @@ def test_every_command_has_help_ending_with_an_example():
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     commands = sorted(sub.choices)
     assert {"write", "checkpoint", "get", "list", "verify", "head", "serve"} <= set(commands)
-    readme = (__import__("pathlib").Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    reference = (__import__("pathlib").Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
     for command in commands:
         h = run_cli(command, "--help")
         assert h.returncode == 0, command
         assert "example: retained" in h.stdout.strip().splitlines()[-1], command
         assert "--json" in h.stdout, command
-        assert f"`{command}" in readme, f"README has no entry for {command}"
+        assert f"\n## retained {command}\n" in reference, f"docs/cli.md has no entry for {command}"
 
 
 def test_unknown_command_is_a_usage_error():

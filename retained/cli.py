@@ -448,12 +448,14 @@ def cmd_hook_install(args: argparse.Namespace) -> int:
 
     from . import hook_install
 
-    here = Path(sys.executable).parent / ("retained.exe" if os.name == "nt" else "retained")
+    from .paths import chosen_dir
+
+    here = Path(sys.executable).parent / ("retained.exe" if sys.platform == "win32" else "retained")
     retained_bin = here if here.is_file() else shutil.which("retained")
     if retained_bin is None:
         raise UsageError(f"no retained command beside {sys.executable} or on PATH; install retained with pip, then run this again")
-    chosen = args.dir or os.environ.get("RETAINED_DIR")
-    store = Path(chosen).expanduser().resolve() if chosen else None
+    chosen = chosen_dir(args.dir)
+    store = chosen.resolve() if chosen else None
     project = Path(args.project).expanduser().resolve() if args.project else None
     path = hook_install.claude_settings_path(Path.home(), project)
     command = hook_install.hook_command(hook_install.hook_path(), Path(retained_bin), store)

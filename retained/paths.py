@@ -18,7 +18,12 @@ if TYPE_CHECKING:
 DEFAULT_NAME = ".retained"  # the store's directory under the home directory
 
 
+def chosen_dir(given: str | os.PathLike[str] | None = None, environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The store directory the user named (``given``, i.e. ``--dir``, else ``$RETAINED_DIR``), ``~`` expanded; None for the default."""
+    chosen = given or environ.get("RETAINED_DIR")
+    return Path(chosen).expanduser() if chosen else None
+
+
 def store_dir(given: str | os.PathLike[str] | None = None, environ: Mapping[str, str] = os.environ) -> Path:
     """The store directory: ``given`` (``--dir``), else ``$RETAINED_DIR``, else ``~/.retained``; ``~`` expanded."""
-    chosen = given or environ.get("RETAINED_DIR")
-    return Path(chosen).expanduser() if chosen else Path.home() / DEFAULT_NAME
+    return chosen_dir(given, environ) or Path.home() / DEFAULT_NAME

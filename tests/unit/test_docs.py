@@ -148,7 +148,7 @@ def test_the_readme_first_command_runs_the_main_job_on_a_named_demo_store(tmp_pa
 
 
 _HEX = re.compile(r"\b[0-9a-f]{64}\b")
-_TS = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\b")
+_TS = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z\b")
 
 
 def _shape(line: str) -> str:

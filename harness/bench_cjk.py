@@ -35,8 +35,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import query  # noqa: E402
-from retained.index import TOKENIZER  # noqa: E402
+from retained import query
+from retained.index import TOKENIZER
 
 SENTENCES = [
     "我们明天去东京参观博物馆",
@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(docs)} documents, {len(QUERIES)} queries (1-6 characters)")
         for r in out:
             print(f"{r['way']:10s} recall {r['recall']:.3f}  index {r['index_bytes'] / 1e6:6.2f} MB  "
-                  f"build {r['build_s']:.2f} s  precision {r['precision']}  rows {r['rows_returned']}  query p50 {r['query_ms_p50']:.2f} ms  max {r['query_ms_max']:.2f} ms")
+                  f"build {r['build_s']:.2f} s  precision {r['precision']}  rows {r['rows_returned']}  "
+                  f"query p50 {r['query_ms_p50']:.2f} ms  max {r['query_ms_max']:.2f} ms")
     return 0
 
 

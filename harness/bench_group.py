@@ -28,8 +28,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import Store, chain  # noqa: E402
-from retained.log import Log  # noqa: E402
+from retained import Store, chain
+from retained.log import Log
 
 TARGET_RATIO = 4.0
 TEXT = "the deploy target for proj-a moved from staging to production after the 0.3 release"

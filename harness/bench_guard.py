@@ -31,8 +31,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained.errors import SecretDetected  # noqa: E402
-from retained.guard import Guard  # noqa: E402
+from retained.errors import SecretDetected
+from retained.guard import Guard
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "guard_corpus.jsonl"
 
@@ -199,7 +199,7 @@ def detect_secrets_scanner() -> Callable[[Any], bool]:
     def flagged(value: Any) -> bool:
         for text in strings(value):
             lines = list(enumerate(text.splitlines(), start=1))
-            for _ in scan._process_line_based_plugins(lines, filename="record.txt"):  # noqa: SLF001
+            for _ in scan._process_line_based_plugins(lines, filename="record.txt"):
                 return True
         return False
 

@@ -33,7 +33,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.bench_group import one_run  # noqa: E402
+from harness.bench_group import one_run
 
 START_WAIT_S = 60.0
 URL = re.compile(rb"serving MCP on (http://\S+)")

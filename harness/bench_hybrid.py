@@ -34,11 +34,11 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.bench_search import DEFAULT_DATA, build_log  # noqa: E402
-from retained.embed import Breaker, Embedder  # noqa: E402
-from retained.hybrid import Hybrid  # noqa: E402
-from retained.index import Index  # noqa: E402
-from retained.log import Log  # noqa: E402
+from harness.bench_search import DEFAULT_DATA, build_log
+from retained.embed import Breaker, Embedder
+from retained.hybrid import Hybrid
+from retained.index import Index
+from retained.log import Log
 
 WORD = re.compile(r"\w+")
 

@@ -31,9 +31,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import orjson  # noqa: E402
+import orjson
 
-from retained import Store, transfer  # noqa: E402
+from retained import Store, transfer
 
 TARGET_RECORDS_PER_S = 20_000
 WORDS = ("deploy target staging production release note user prefers dark mode editor keybindings "

@@ -37,12 +37,12 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import anyio  # noqa: E402
+import anyio
 
-from harness.adapters.base import NotApplicable  # noqa: E402
-from harness.adapters.retained import RetainedAdapter  # noqa: E402
-from harness.adapters.server_memory import ServerMemoryAdapter, _name, installed_version  # noqa: E402
-from harness.mcpio import spawn  # noqa: E402
+from harness.adapters.base import NotApplicable
+from harness.adapters.retained import RetainedAdapter
+from harness.adapters.server_memory import ServerMemoryAdapter, _name, installed_version
+from harness.mcpio import spawn
 
 WORDS = ("deploy target staging production release note user prefers dark mode editor keybindings meeting moved "
          "thursday budget approved migration index rebuild latency search alice bob carol dave invoice kettle "

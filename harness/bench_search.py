@@ -32,9 +32,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import record  # noqa: E402
-from retained.index import Index  # noqa: E402
-from retained.log import Log  # noqa: E402
+from retained import record
+from retained.index import Index
+from retained.log import Log
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
 CLIENT = {"name": "bench", "version": "0"}
@@ -42,8 +42,10 @@ CLIENT = {"name": "bench", "version": "0"}
 
 def build_log(directory: Path, n: int, data: Path) -> list[tuple[str, set[int]]]:
     """Write a valid chained log of n records; returns the questions to ask, with their evidence seqs."""
-    turns = [json.loads(line) for line in open(data / "memories.jsonl", encoding="utf-8")]
-    questions = [json.loads(line) for line in open(data / "questions.jsonl", encoding="utf-8")]
+    with open(data / "memories.jsonl", encoding="utf-8") as f:
+        turns = [json.loads(line) for line in f]
+    with open(data / "questions.jsonl", encoding="utf-8") as f:
+        questions = [json.loads(line) for line in f]
     speakers = sorted({t["speaker"] for t in turns})
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     prev = record.ZERO_HASH

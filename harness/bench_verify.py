@@ -43,7 +43,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import record  # noqa: E402
+from retained import record
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_S = {"verify": 1.5, "rebuild": 6.0}
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             for op in ("parse_baseline", "chain", "chain_parallel", "verify_walk", "verify", "rebuild"):
                 m = row[op]
                 if "seconds" in m:
-                    parts.append(f"{op} {m['seconds']:.2f} s (cpu {m['cpu_seconds']:.2f} s) rss {m['max_rss_mb']:.0f} MB heap {m['tracemalloc_peak_mb']:.1f} MB;")
+                    parts.append(f"{op} {m['seconds']:.2f} s (cpu {m['cpu_seconds']:.2f} s) rss {m['max_rss_mb']:.0f} MB "
+                                 f"heap {m['tracemalloc_peak_mb']:.1f} MB;")
                 else:
                     parts.append(f"{op} unavailable;")
             print(" ".join(parts))

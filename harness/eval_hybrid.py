@@ -41,13 +41,13 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.embed_cache import CachedEmbedder  # noqa: E402
-from harness.eval_locomo import DEFAULT_DATA, KS, Scorer, load  # noqa: E402
-from retained import vectors  # noqa: E402
-from retained.embed import Embedder  # noqa: E402
-from retained.hybrid import DENSE_N, LEXICAL_N, Hybrid  # noqa: E402
-from retained.index import Index  # noqa: E402
-from retained.store import Store  # noqa: E402
+from harness.embed_cache import CachedEmbedder
+from harness.eval_locomo import DEFAULT_DATA, KS, Scorer, load
+from retained import vectors
+from retained.embed import Embedder
+from retained.hybrid import DENSE_N, LEXICAL_N, Hybrid
+from retained.index import Index
+from retained.store import Store
 
 WEIGHTS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5)
 KEEPS = (0, 1, 2, 3)  # lexical head kept in place (Hybrid.keep_lexical); 0 is plain RRF

@@ -35,9 +35,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import query  # noqa: E402
-from retained.index import COVERAGE_WEIGHT, RERANK_N, TOKENIZER, Index  # noqa: E402
-from retained.store import Store  # noqa: E402
+from retained import query
+from retained.index import COVERAGE_WEIGHT, RERANK_N, TOKENIZER, Index
+from retained.store import Store
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
 KS = (1, 3, 5, 10)

@@ -151,7 +151,7 @@ async def spawn(command: list[str], env: dict[str, str], workdir: Path) -> Async
     )
     async with AsyncExitStack() as stack:
         # A small local file opened once per server; the server's stderr goes straight to it.
-        errlog = stack.enter_context(open(stderr_path, "w", encoding="utf-8"))  # noqa: ASYNC230, SIM115
+        errlog = stack.enter_context(open(stderr_path, "w", encoding="utf-8"))  # noqa: SIM115
         transport = stdio_client(params, errlog=errlog)
         client = Client(
             transport,

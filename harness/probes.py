@@ -166,7 +166,8 @@ async def foreign_field(ctx: Context) -> tuple[str, str]:
     if lost:
         if len(lost) == len(FOREIGN_FIELDS) and not any(key in item.fields for key in lost):
             raise fail(f"the write with {len(lost)} unknown fields was acknowledged, but none of them came back (silently dropped)")
-        raise fail(f"the write was acknowledged but {len(lost)} of {len(FOREIGN_FIELDS)} unknown fields came back different or missing: {', '.join(sorted(lost)[:3])}")
+        raise fail(f"the write was acknowledged but {len(lost)} of {len(FOREIGN_FIELDS)} unknown fields came back different "
+                   f"or missing: {', '.join(sorted(lost)[:3])}")
     on_disk = ctx.adapter.file_record(ctx.read(store), text)
     if on_disk is not None:
         bad = [key for key, value in FOREIGN_FIELDS.items() if on_disk.get(key) != value]
@@ -356,7 +357,7 @@ async def torn_tail(ctx: Context) -> tuple[str, str]:
         if not written.ok:
             raise fail(f"with a torn last line, the next write was refused: {written.error}")
         items = await _read_all(ctx, server, "after writing past a torn tail, reading")
-    expected = texts + [after_text]
+    expected = [*texts, after_text]
     missing = _missing(expected, [item.text for item in items])
     in_file = _missing(expected, ctx.adapter.file_texts(ctx.read(store)))
     if missing or in_file:

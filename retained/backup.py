@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,7 +25,7 @@ def _inside(child: Path, parent: Path) -> bool:
 
 def _is_backup_dir(path: Path) -> bool:
     names = os.listdir(path)
-    return all(n == LOG_NAME or n == BACKUP_MANIFEST or n.startswith(LOG_NAME + ".torn-") for n in names)
+    return all(n in (LOG_NAME, BACKUP_MANIFEST) or n.startswith(LOG_NAME + ".torn-") for n in names)
 
 
 def _copy_file(src: BinaryIO, dest: Path, length: int) -> None:
@@ -116,7 +116,7 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
             while chunk := f.read(limits.SCAN_CHUNK_BYTES):
                 hasher.update(chunk)
         manifest = {
-            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "source": str(src_dir),
             "head": {"seq": seq, "hash": head_hash},
             "log_bytes": size,

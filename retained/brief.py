@@ -59,9 +59,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would slow every session start
-if TYPE_CHECKING:
-    from typing import Any
 
 from . import index_schema, record
 from .errors import InvalidRecord, StoreDamaged
@@ -81,6 +78,10 @@ from .render import client as _client
 from .render import dumps as _dumps
 from .render import short as _short
 from .render import ts as _ts
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would slow every session start
+if TYPE_CHECKING:
+    from typing import Any
 
 # A brief of about 6 KB of text: a useful start of session without crowding
 # the context; fits the output cap with room to spare.

@@ -365,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--supersedes", action="append", type=int, metavar="SEQ", help="seq this record corrects (repeatable)")
     p.add_argument("--client-op-id", help="idempotency key: a retry with the same key appends nothing")
 
-    p = command("checkpoint", "append a checkpoint (a labelled point in the work)", "retained checkpoint 'shipped 0.1' --summary 'core log done'", cmd_checkpoint)
+    p = command("checkpoint", "append a checkpoint (a labelled point in the work)",
+                "retained checkpoint 'shipped 0.1' --summary 'core log done'", cmd_checkpoint)
     p.add_argument("label")
     p.add_argument("--summary", help="what was done, what is next")
     p.add_argument("--scope")
@@ -385,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
     command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
 
-    p = command("selftest", "check retained's claims in temporary stores (never in --dir); exit 1 if any check fails", "retained selftest --check torn_tail", cmd_selftest)
+    p = command("selftest", "check retained's claims in temporary stores (never in --dir); exit 1 if any check fails",
+                "retained selftest --check torn_tail", cmd_selftest)
     p.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
     p.add_argument("--tmp", metavar="DIR", help="make the temporary stores in DIR, e.g. on the filesystem of your store")
 
@@ -447,7 +449,6 @@ def cmd_hook_install(args: argparse.Namespace) -> int:
     import shutil
 
     from . import hook_install
-
     from .paths import chosen_dir
 
     here = Path(sys.executable).parent / ("retained.exe" if sys.platform == "win32" else "retained")
@@ -540,4 +541,4 @@ def _fail(args: argparse.Namespace, code: str, message: str, status: int, exc: R
     return status
 
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]

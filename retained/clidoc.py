@@ -45,7 +45,7 @@ def _metavar(action: argparse.Action) -> str:
         return str(action.metavar)
     if action.choices is not None:
         return "{" + ",".join(str(c) for c in action.choices) + "}"
-    return action.dest.upper() if action.option_strings else action.dest.upper()
+    return action.dest.upper()
 
 
 def _takes_value(action: argparse.Action) -> bool:

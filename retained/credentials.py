@@ -68,7 +68,15 @@ _HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
 # about a third of all pairs, yet nine in ten of the pairs in ordinary words.
 # A piece of random letters rarely has most of its pairs in this set.
 _COMMON_PAIRS = frozenset(
-    ["th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te", "of", "ed", "is", "it", "al", "ar", "st", "to", "nt", "ng", "se", "ha", "as", "ou", "io", "le", "ve", "co", "me", "de", "hi", "ri", "ro", "ic", "ne", "ea", "ra", "ce", "li", "ch", "ll", "be", "ma", "si", "om", "ur", "ca", "el", "ta", "la", "ns", "di", "fo", "ho", "pe", "ec", "pr", "no", "ct", "us", "ac", "ot", "il", "tr", "ly", "nc", "et", "ut", "ss", "so", "rs", "un", "lo", "wa", "ge", "ie", "wh", "ee", "wi", "em", "ad", "ol", "rt", "po", "we", "na", "ul", "ni", "ts", "mo", "ow", "pa", "im", "mi", "ai", "sh", "ir", "su", "id", "os", "iv", "ia", "am", "fi", "ci", "vi", "pl", "ig", "tu", "ev", "ld", "ry", "mp", "fe", "bl", "ab", "gh", "ty", "op", "wo", "sa", "ay", "ex", "ke", "fr", "oo", "av", "ag", "if", "ap", "gr", "od", "bo", "sp", "rd", "do", "uc", "bu", "ei", "ov", "by", "rm", "ep", "tt", "oc", "fa", "ef", "cu", "rn", "sc", "gi", "da", "yo", "cr", "cl", "du", "ga", "qu", "ue", "ff", "ba", "ey", "ls", "va", "um", "pp", "ua", "up", "lu", "go", "ht", "ru", "ug", "ds", "lt", "pi", "rc", "rr", "eg", "au", "ck", "ew", "mu", "br", "bi", "pt", "ak", "pu", "ui", "rg", "ib", "tl", "ny", "ki", "rk", "ys", "ob", "mm", "fu", "ph", "og", "ms", "ye", "ud", "mb", "ip", "ub", "oi", "rl", "gu", "dr", "hr", "cc", "tw", "ft", "wn", "nu", "xt", "ks", "lb", "rv", "nk", "sk", "sl", "sm", "sn", "sw", "ze", "iz", "oa", "oe", "ya", "yp", "bj", "oj", "je", "ax", "ix", "ox", "yn", "ym", "xp", "ps", "dl", "nv", "ky", "ws", "sy"]
+    "th he in er an re on at en nd ti es or te of ed is it al ar st to nt ng se ha as ou io le "
+    "ve co me de hi ri ro ic ne ea ra ce li ch ll be ma si om ur ca el ta la ns di fo ho pe ec "
+    "pr no ct us ac ot il tr ly nc et ut ss so rs un lo wa ge ie wh ee wi em ad ol rt po we na "
+    "ul ni ts mo ow pa im mi ai sh ir su id os iv ia am fi ci vi pl ig tu ev ld ry mp fe bl ab "
+    "gh ty op wo sa ay ex ke fr oo av ag if ap gr od bo sp rd do uc bu ei ov by rm ep tt oc fa "
+    "ef cu rn sc gi da yo cr cl du ga qu ue ff ba ey ls va um pp ua up lu go ht ru ug ds lt pi "
+    "rc rr eg au ck ew mu br bi pt ak pu ui rg ib tl ny ki rk ys ob mm fu ph og ms ye ud mb ip "
+    "ub oi rl gu dr hr cc tw ft wn nu xt ks lb rv nk sk sl sm sn sw ze iz oa oe ya yp bj oj je "
+    "ax ix ox yn ym xp ps dl nv ky ws sy".split()
 )
 
 
@@ -145,14 +153,14 @@ def looks_random(token: str, min_chars: int = GENERIC_CHARS_MIN) -> bool:
         return False
     if classes == 2 and digit == 0:
         # Letters only in two cases: random only if the case flips often.
-        flips = sum(1 for a, b in zip(token, token[1:]) if a.isalpha() and b.isalpha() and a.islower() != b.islower())
+        flips = sum(1 for a, b in itertools.pairwise(token) if a.isalpha() and b.isalpha() and a.islower() != b.islower())
         if flips < n * 0.3:
             return False
     if _word_chars(token) > letters * 0.45:
         return False
     if _structured(token):
         return False
-    steps = sum(1 for a, b in zip(token, token[1:]) if ord(b) - ord(a) in (1, -1))
+    steps = sum(1 for a, b in itertools.pairwise(token) if ord(b) - ord(a) in (1, -1))
     if steps > n * 0.3:
         return False  # runs such as ABCDEF... or 0123456789: an alphabet, not a key
     return _entropy(token) >= min(4.2, 0.78 * math.log2(n))
@@ -299,9 +307,8 @@ def _assigned_value(value: str, before: str = "", *, literal: bool = False) -> b
         return False
     if len(value) >= 16 and _HEX_ONLY.fullmatch(value) and not value.isdigit():
         return True  # a hex key: its letters can spell pieces such as "bead" or "face"
-    if _IDENTIFIER_PATH.fullmatch(value) and _word_chars(value, 3, 0.6) >= sum(ch.isalpha() for ch in value) * 0.6:
-        return False  # os.environ, settings.API_KEY, rsa.RSAPrivateKey, get_secret
-    return True
+    # os.environ, settings.API_KEY, rsa.RSAPrivateKey, get_secret: identifiers, not keys.
+    return not (_IDENTIFIER_PATH.fullmatch(value) and _word_chars(value, 3, 0.6) >= sum(ch.isalpha() for ch in value) * 0.6)
 
 
 # Secret-looking names: the end of an identifier such as DB_PASSWORD or

@@ -291,11 +291,17 @@ class _Walk:
         if self.guard.policy == "off":
             return text, text
         found = find_secrets(text, self.guard.allow)
-        if name is not None and not found and _SECRET_KEY_NAME.search(name) and text not in self.guard.allow:
-            # A value stored under a secret-looking key: {"password": "..."}.
-            # A JSON value is a literal, never code; prose (with spaces) is not a secret.
-            if not any(ch.isspace() for ch in text) and _assigned_value(text, literal=True):
-                found = [Finding(0, len(text), "assigned_secret")]
+        # A value stored under a secret-looking key: {"password": "..."}.
+        # A JSON value is a literal, never code; prose (with spaces) is not a secret.
+        if (
+            name is not None
+            and not found
+            and _SECRET_KEY_NAME.search(name)
+            and text not in self.guard.allow
+            and not any(ch.isspace() for ch in text)
+            and _assigned_value(text, literal=True)
+        ):
+            found = [Finding(0, len(text), "assigned_secret")]
         if not found:
             return text, text
         self.findings.extend((path, f.kind) for f in found)

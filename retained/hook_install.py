@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -165,7 +165,7 @@ def install_claude(settings_path: Path, command: str, *, write: bool = True, now
             are not shaped as Claude Code reads them (nothing is changed).
         OSError: the file or its directory could not be written.
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     before = _load(settings_path)
     after, action = _merge(before, command, settings_path)
     result: dict[str, Any] = {

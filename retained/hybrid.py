@@ -312,7 +312,7 @@ class Hybrid:
                     db.execute("BEGIN IMMEDIATE")
                     try:
                         stale = db.execute(
-                            "SELECT count(*) FROM vectors WHERE model = ? AND seq IN (%s)" % ",".join("?" * len(out)),
+                            f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
                             (model, *[o[1] for o in out]),
                         ).fetchone()[0] if out else 0
                         if stale:

@@ -139,7 +139,7 @@ def estimate_tokens(*parts: str | bytes) -> int:
 # The mark's fields and the ``meta`` keys that hold them, in `Mark`'s order.
 _MARK_KEYS = ("hwm_offset", "hwm_seq", "hwm_hash", "hwm_line_offset", "hwm_line_length")
 # The rows of ``meta`` in an index that has read nothing yet.
-EMPTY_META = (("schema", SCHEMA_VERSION), *zip(_MARK_KEYS, (0, 0, "", -1, 0)))
+EMPTY_META = (("schema", SCHEMA_VERSION), *zip(_MARK_KEYS, (0, 0, "", -1, 0), strict=True))
 INSERT_META = "INSERT INTO meta (key, value) VALUES (?, ?)"
 _UPDATE_META = "UPDATE meta SET value = ? WHERE key = ?"
 

@@ -18,11 +18,10 @@ from . import limits
 from .errors import LockTimeout
 from .files import open_fd
 
-
 _calls = None  # (lock, unlock, flags), resolved once by _lock_calls
 
 
-def _lock_calls():  # noqa: ANN202 - portalocker is imported lazily
+def _lock_calls():
     """portalocker's lock and unlock for a descriptor, and EXCLUSIVE | NON_BLOCKING.
 
     Where portalocker has a flock locker object (POSIX) its methods are used:

@@ -29,15 +29,15 @@ import threading
 from collections import namedtuple
 from pathlib import Path
 
+from . import limits, record, recovery
+from .errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
+from .files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from .lock import StoreLock
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any, BinaryIO
-
-from . import limits, record, recovery
-from .files import create_exclusive, fsync_dir, open_fd, open_read, write_all
-from .errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
-from .lock import StoreLock
 
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
@@ -739,7 +739,7 @@ class Log:
         start = tail_offset if tail_offset >= 0 and tail_offset + tail_length == size else size
         try:
             back = pread(fd, end - start, start)
-            if 0 <= tail_offset and start == size:
+            if tail_offset >= 0 and start == size:
                 before = pread(fd, tail_length, tail_offset)
             else:
                 before = back[: size - start]
@@ -754,7 +754,7 @@ class Log:
         mine = back[size - start :]
         if mine != data:
             self._poison("read-back mismatch")
-            first = next((i for i, (a, b) in enumerate(zip(mine, data)) if a != b), min(len(mine), len(data)))
+            first = next((i for i, (a, b) in enumerate(zip(mine, data, strict=False)) if a != b), min(len(mine), len(data)))
             raise ReadBackMismatch(
                 f"read-back of {what} at byte {size} of {self.path} differs from what was written "
                 f"(first difference at byte {size + first}; {len(mine)} of {len(data)} bytes came back); "
@@ -830,7 +830,7 @@ class Log:
 class _Request:
     """One caller's records on their way into the file, and what came of them."""
 
-    __slots__ = ("contents", "client", "ts", "proofs", "error", "wrote", "done")
+    __slots__ = ("client", "contents", "done", "error", "proofs", "ts", "wrote")
 
     def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
         self.contents = contents

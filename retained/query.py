@@ -105,10 +105,7 @@ _CJK_RANGES = (
 
 def _is_cjk(ch: str) -> bool:
     o = ord(ch)
-    for lo, hi in _CJK_RANGES:
-        if lo <= o <= hi:
-            return True
-    return False
+    return any(lo <= o <= hi for lo, hi in _CJK_RANGES)
 
 
 _CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)

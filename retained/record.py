@@ -19,10 +19,13 @@ from __future__ import annotations
 import json as _stdlib_json
 import math
 import re
-from datetime import datetime, timezone
 from collections import namedtuple
+from datetime import UTC, datetime
 
 import blake3
+
+from . import limits
+from .errors import InvalidRecord, RecordTooLarge, ReservedField
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
 if TYPE_CHECKING:
@@ -46,9 +49,6 @@ class _LazyOrjson:
 
 
 orjson: Any = _LazyOrjson()
-
-from . import limits
-from .errors import InvalidRecord, RecordTooLarge, ReservedField
 
 FORMAT_VERSION = 1
 ZERO_HASH = "0" * 64
@@ -105,7 +105,7 @@ def _link_hash(cd: str, prev: str, seq: int) -> str:
 def utc_now() -> str:
     """RFC 3339 UTC with microseconds and ``Z``, as every ``ts`` is written."""
     # isoformat, not strftime: it parses no format string on the write path.
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # -- validation -------------------------------------------------------------

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-
 # empty / ends_with_newline: bool, or None for either; action: "accept" | "quarantine".
 Row = namedtuple("Row", "name empty ends_with_newline action crash")
 

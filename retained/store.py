@@ -447,7 +447,7 @@ class Store:
             links = [self.index.links(entry["seq"]) for entry in entries]
         except (RetainedError, sqlite3.Error, OSError):
             return  # an unusable index: the entries stand without links, as the log alone gives them
-        for entry, found in zip(entries, links):
+        for entry, found in zip(entries, links, strict=True):
             entry.update(found)
 
     def search(

@@ -56,6 +56,7 @@ from typing import Any
 import orjson
 
 from . import chain, record
+from .backup import BACKUP_MANIFEST, backup  # named here too, for callers of transfer
 from .errors import (  # the classes live in errors.py; named here too for callers of transfer
     BackupFailed,
     BackupRefused,
@@ -65,9 +66,8 @@ from .errors import (  # the classes live in errors.py; named here too for calle
     RetainedError,
     SourceChainBroken,
 )
-from .backup import BACKUP_MANIFEST, backup  # named here too, for callers of transfer
 from .export import Progress, export, export_to_file, markdown_entry  # likewise
-from .log import Log, make_line
+from .log import make_line
 
 FORMATS = ("retained", "jsonl", "memory")
 BATCH_RECORDS = 2000  # records per Store.append: one lock, one fsync each
@@ -107,7 +107,7 @@ def detect_format(data: bytes) -> str:
         except orjson.JSONDecodeError:
             return "jsonl"  # its own validation names the line
         if isinstance(obj, dict):
-            if record.CHAIN_FIELDS <= obj.keys():
+            if obj.keys() >= record.CHAIN_FIELDS:
                 return "retained"
             if obj.get("type") in ("entity", "relation"):
                 return "memory"

@@ -10,8 +10,8 @@ import sys
 from typing import Any
 
 from .. import logcheck
-from .base import Adapter, BadCall, Item, SearchCount, Written
 from ..mcpio import Reply
+from .base import Adapter, BadCall, Item, SearchCount, Written
 
 RECORD_BYTES_MAX = 16 * 1024 * 1024
 """retained's stated default record limit (DESIGN, "bad input"); one byte over it must be refused."""

@@ -17,8 +17,8 @@ from typing import Any
 
 import blake3
 
-from .base import Adapter, BadCall, Item, NotApplicable, Written
 from ..mcpio import Reply, Server
+from .base import Adapter, BadCall, Item, NotApplicable, Written
 
 PACKAGE = "@modelcontextprotocol/server-memory"
 NPM_TIMEOUT_S = 300.0

@@ -116,8 +116,10 @@ def check_idempotent_retry(ctx: Context) -> str:
     ctx.fault("after_first")
     again = s.write("exactly once", client_op_id="op-selftest-1")
     other = ctx.store().write("exactly once", client_op_id="op-selftest-1")  # a new handle: no cache
-    expect(again.get("duplicate") is True and other.get("duplicate") is True, f"a retry came back with duplicate={again.get('duplicate')}, {other.get('duplicate')}")
-    expect(again["seq"] == other["seq"] == first["seq"] and again["hash"] == first["hash"], f"the retry names seq {again['seq']}/{other['seq']}, the first write was seq {first['seq']}")
+    expect(again.get("duplicate") is True and other.get("duplicate") is True,
+           f"a retry came back with duplicate={again.get('duplicate')}, {other.get('duplicate')}")
+    expect(again["seq"] == other["seq"] == first["seq"] and again["hash"] == first["hash"],
+           f"the retry names seq {again['seq']}/{other['seq']}, the first write was seq {first['seq']}")
     expect(ctx.log_path.stat().st_size == size, "a retry appended bytes")
     new = s.write("another operation", client_op_id="op-selftest-2")
     expect(new["duplicate"] is False and new["seq"] == first["seq"] + 1, f"a new client_op_id got seq {new['seq']}, duplicate={new['duplicate']}")

@@ -258,7 +258,8 @@ def check_concurrent_writers(ctx: Context) -> str:
     switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
     report = ctx.store().verify()
     expect(report["ok"], f"verify after concurrent writes: {len(report['findings'])} findings")
-    return f"pids {procs[0].pid} + {procs[1].pid}: {n} + {n} acked, {len(records)}/{2 * n} in the log, chain whole; both writing for {overlap_ms:.0f} ms, writers alternate {switches} times; verify ok"
+    return (f"pids {procs[0].pid} + {procs[1].pid}: {n} + {n} acked, {len(records)}/{2 * n} in the log, chain whole; "
+            f"both writing for {overlap_ms:.0f} ms, writers alternate {switches} times; verify ok")
 
 
 def check_torn_tail(ctx: Context) -> str:
@@ -279,7 +280,8 @@ def check_torn_tail(ctx: Context) -> str:
     expect(kept == torn, f"{quarantined[0].name} holds {len(kept)} bytes, the torn tail was {len(torn)} bytes (or they differ)")
     data = ctx.log_path.read_bytes()
     expect(data.startswith(good), "the lines before the tear were changed")
-    expect(after["offset"] == len(good) and after["seq"] == 4, f"the next record is seq {after['seq']} at byte {after['offset']}, expected seq 4 at byte {len(good)}")
+    expect(after["offset"] == len(good) and after["seq"] == 4,
+           f"the next record is seq {after['seq']} at byte {after['offset']}, expected seq 4 at byte {len(good)}")
     expect(after["prev"] == proofs[-1]["hash"], "the record after the tear does not link to seq 3")
     check_proof(ctx.log_path, after)
     expect(len(data) == len(good) + after["length"], f"the log is {len(data)} bytes, expected {len(good) + after['length']}")
@@ -302,7 +304,8 @@ def check_foreign_line(ctx: Context) -> str:
     after = s.write("written after the foreign line")
     ctx.fault("after_write")
     expect(read_at(ctx.log_path, offset, len(foreign)) == foreign, f"the foreign line at byte {offset} was changed or moved")
-    expect(after["seq"] == 3 and after["prev"] == proofs[-1]["hash"], f"the next record is seq {after['seq']}, linked to {after['prev'][:12]}..., expected seq 3 linked to seq 2")
+    expect(after["seq"] == 3 and after["prev"] == proofs[-1]["hash"],
+           f"the next record is seq {after['seq']}, linked to {after['prev'][:12]}..., expected seq 3 linked to seq 2")
     expect(after["offset"] == offset + len(foreign), f"the next record is at byte {after['offset']}, expected {offset + len(foreign)}")
     report = s.verify()
     expect(report["ok"], f"verify: {len(report['findings'])} findings with a foreign line present")

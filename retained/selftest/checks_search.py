@@ -78,7 +78,8 @@ def check_search_accounting(ctx: Context) -> str:
             expect(returned == len(found["results"]) <= k, f"{what}: returned {returned}, {len(found['results'])} results")
             expect(found["left_out"].get("superseded") == 3 and found["left_out"].get("retracted") == 2,
                    f"{what}: left_out {found['left_out']}, expected superseded 3 and retracted 2")
-            expect(found["left_out"].get("beyond_k", 0) == max(0, visible - k), f"{what}: beyond_k {found['left_out'].get('beyond_k')}, expected {max(0, visible - k)}")
+            expect(found["left_out"].get("beyond_k", 0) == max(0, visible - k),
+                   f"{what}: beyond_k {found['left_out'].get('beyond_k')}, expected {max(0, visible - k)}")
             if budget is not None:
                 expect(found.get("tokens", 0) <= budget, f"{what}: {found.get('tokens')} tokens returned")
             hidden = {r["seq"] for r in found["results"]} & (superseded | retracted)
@@ -133,7 +134,8 @@ def check_search_hostile(ctx: Context) -> str:
     expect(report["ok"], f"verify after the hostile queries: {len(report['findings'])} findings")
     plain = s.search("alpha", k=5)
     expect(plain["total_matches"] == 1, f"an ordinary query finds {plain['total_matches']} records after the hostile ones, expected 1")
-    return f"{answered}/{len(HOSTILE_QUERIES)} hostile queries (FTS5 syntax, SQL, quotes, NUL, CJK, 2000 chars) answered with accounting, {matched} matched something; store intact"
+    return (f"{answered}/{len(HOSTILE_QUERIES)} hostile queries (FTS5 syntax, SQL, quotes, NUL, CJK, 2000 chars) "
+            f"answered with accounting, {matched} matched something; store intact")
 
 
 def _index_files(directory: Path) -> list[Path]:
@@ -317,13 +319,15 @@ def check_brief_accounting(ctx: Context) -> str:
                     expect(e.get("text") == rec.get("text"), f"{what}: seq {e.get('seq')} is shown with other text than the log holds")
         runs.append((budget, included, dropped))
     full = _call_brief(ctx, s, 100_000)
-    expect(_count(full["included"]) == len(eligible) - len(hidden), f"a budget of 100000 shows {_count(full['included'])} of {len(eligible) - len(hidden)} current records")
+    expect(_count(full["included"]) == len(eligible) - len(hidden),
+           f"a budget of 100000 shows {_count(full['included'])} of {len(eligible) - len(hidden)} current records")
     if isinstance(full["included"], list):
         expect(full["included"][0].get("seq") == 21, f"the brief starts with seq {full['included'][0].get('seq')}, not the checkpoint seq 21")
         notes = [e["seq"] for e in full["included"][1:]]
         expect(notes == sorted(notes, reverse=True), "the notes are not newest first")
     expect(runs[0][2] > len(hidden), f"a budget of 30 tokens dropped only {runs[0][2]}")
-    return "; ".join(f"budget {b}: {i} included + {d} dropped = {len(eligible)} eligible" for b, i, d in runs) + " (counted from the log; superseded 1, retracted 1)"
+    counts = "; ".join(f"budget {b}: {i} included + {d} dropped = {len(eligible)} eligible" for b, i, d in runs)
+    return counts + " (counted from the log; superseded 1, retracted 1)"
 
 
 def check_brief_degraded(ctx: Context) -> str:

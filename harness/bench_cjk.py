@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -93,7 +94,7 @@ def expr(kind: str, q: str) -> str | None:
     return '"' + q.replace('"', '""') + '"'
 
 
-def measure(kind: str, docs: list[str]) -> dict[str, object]:
+def measure(kind: str, docs: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     db = build(kind, docs)
     build_s = time.perf_counter() - t0

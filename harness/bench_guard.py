@@ -181,8 +181,8 @@ def guard_flags(value: Any) -> bool:
 
 def detect_secrets_scanner() -> Callable[[Any], bool]:
     """A scanner over detect-secrets' default plugins and filters, as its file scan runs them."""
-    from detect_secrets.core import scan  # type: ignore[import-not-found]
-    from detect_secrets.settings import default_settings  # type: ignore[import-not-found]
+    from detect_secrets.core import scan
+    from detect_secrets.settings import default_settings
 
     # Entered for the life of the process; the reference below keeps the
     # context manager alive (collecting it would restore empty settings).
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             out["detect_secrets"] = {"error": "not installed: pip install detect-secrets"}
         else:
-            import detect_secrets  # type: ignore[import-not-found]
+            import detect_secrets
 
             def ds_fields(fields: dict[str, Any]) -> bool:
                 return any(ds(v) for v in fields.values())

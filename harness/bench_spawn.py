@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 REPLY_WAIT_S = 60.0
@@ -55,7 +56,7 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
 
-def _send(proc: subprocess.Popen[bytes], message: dict[str, object]) -> None:
+def _send(proc: subprocess.Popen[bytes], message: Mapping[str, object]) -> None:
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(message).encode() + b"\n")
     proc.stdin.flush()

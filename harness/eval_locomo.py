@@ -179,7 +179,7 @@ def ablation(data: Path = DEFAULT_DATA) -> list[dict[str, Any]]:
     no_stop = lambda s: query.build(s, stop_words=frozenset(), irregular=False)  # noqa: E731
     plain = lambda s: query.build(s, irregular=False)  # noqa: E731
     sd = ["speaker", "date"]
-    steps = [
+    steps: list[tuple[Any, ...]] = [
         ("default tokenizer, question words OR-ed", "unicode61", [], [1], _plain_query, False),
         ("+ query builder (punctuation split, dedup), no stop words, no stemming", "unicode61", [], [1], no_stop, False),
         ("+ porter stemming", TOKENIZER, [], [1], no_stop, False),

@@ -72,7 +72,7 @@ def run(k: int = 3, embed_settings: dict[str, str] | None = None) -> dict[str, A
     """
     from retained.store import Store
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     mode = None
     settings = dict(embed_settings or {})
     with (

@@ -61,7 +61,7 @@ import sqlite3
 from pathlib import Path
 
 from . import index_schema, record
-from .errors import InvalidRecord, StoreDamaged
+from .errors import InvalidRecord, InvariantBroken, StoreDamaged
 from .index_schema import (
     BOOKKEEPING_KINDS,
     INDEX_NAME,
@@ -112,8 +112,9 @@ DROP_REASONS = ("over_budget", "superseded", "retracted", "unreadable", "not_rea
 # The kinds the "note" group leaves out: checkpoints are a group of their own.
 _NOT_NOTES = ("checkpoint", *sorted(BOOKKEEPING_KINDS))
 
-assert CUT_TOKENS_MIN * 4 < OUTPUT_BYTES_MAX
-assert DEFAULT_BUDGET * 4 <= OUTPUT_BYTES_MAX
+# How the bounds relate, checked at import (explicit raises: `python -O` strips asserts).
+if CUT_TOKENS_MIN * 4 >= OUTPUT_BYTES_MAX or DEFAULT_BUDGET * 4 > OUTPUT_BYTES_MAX:
+    raise ImportError("brief: CUT_TOKENS_MIN and DEFAULT_BUDGET must fit OUTPUT_BYTES_MAX (4 bytes a token)")
 
 
 # -- records -----------------------------------------------------------------
@@ -314,8 +315,7 @@ class _Brief:
             elif status == record.DAMAGED:
                 self.skipped["damaged"] += 1
             else:
-                seq = line.seq
-                assert seq is not None
+                seq = line.seq  # a chained line always has one
                 self.lowest_seq = seq
                 rec = line.record
                 if self.head is None:
@@ -352,7 +352,8 @@ class _Brief:
     def older(self, index: _IndexView, boundary: int) -> dict[str, int]:
         """Counts for the indexed records below ``boundary``, and candidates among them."""
         db = index.db
-        assert db is not None
+        if db is None:
+            raise InvariantBroken("brief: the index's counts were asked for without an open index")
         # Rows with no string kind (redacted lines) and bookkeeping rows are not eligible.
         total, not_eligible = index_schema.count_below(db, boundary, self.scope)
         eligible = total - not_eligible
@@ -467,8 +468,8 @@ class _Brief:
         if not stopped and next_cp < len(self.checkpoints):
             limit[0] = None
             take(self.checkpoints, next_cp, self.budget, OUTPUT_BYTES_MAX, shown_cp, not shown_cp or not shown_cp[-1]["cut"])
-        assert used[0] <= self.budget
-        assert used[1] <= OUTPUT_BYTES_MAX
+        if used[0] > self.budget or used[1] > OUTPUT_BYTES_MAX:
+            raise InvariantBroken(f"brief: {used[0]} tokens / {used[1]} bytes chosen, over {self.budget} / {OUTPUT_BYTES_MAX}")
         return [*shown_cp, *shown_notes], used[0], limit[0]
 
 
@@ -584,7 +585,8 @@ def _build(b: _Brief, index: _IndexView, size: int) -> dict[str, Any]:
         "unreadable": b.unreadable,
         "not_read": not_read or 0,
     }
-    assert dropped["over_budget"] >= 0
+    if dropped["over_budget"] < 0:
+        raise InvariantBroken(f"brief: over_budget came to {dropped['over_budget']} (I2 accounting)")
     eligible = len(entries) + sum(dropped.values())
     if counted_by == "index":
         how = f"index {index.state}" + (" (the newer part read from the log)" if b.scanned_bytes else "")

@@ -26,9 +26,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 from . import record
+from .errors import InvariantBroken
 from .files import open_read
 from .log import Line, Log
 
@@ -165,7 +166,8 @@ class _Linker:
             if seq is not None and h is not None:
                 self.candidates.append((seq, h))
             return
-        assert seq is not None and h is not None
+        # A chained line (record or redacted) always has its seq and hash.
+        seq, h = cast(int, seq), cast(str, h)
         last_seq, last_hash = self.last_seq, self.last_hash
         if not any(s + 1 == seq and c == prev for s, c in self.candidates):
             problems = []
@@ -205,7 +207,8 @@ class _Linker:
         Every one of them takes ``add``'s common case, so only the totals
         change; ``redactions`` is ``(target, seq)`` for the run, in file order.
         """
-        assert last_seq == self.last_seq + count
+        if last_seq != self.last_seq + count:
+            raise InvariantBroken(f"chain walk: a run of {count} records after seq {self.last_seq} ends at seq {last_seq}")
         self.report.records += count
         for target, by in redactions:
             self.redaction_targets[target] = by
@@ -296,6 +299,8 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
         status, obj, seq, h, problem = classify(data[i:nl])
         length = nl + 1 - i
         if status == RECORD:
+            # A record always carries its seq and hash (classify's contract).
+            seq, h = cast(int, seq), cast(str, h)
             prev = obj["prev"]
             if not (run_count and seq == last_seq + 1 and prev == last_hash):
                 if run_count:
@@ -385,7 +390,8 @@ def _classified(
         nonlocal submitted, in_flight
         while submitted < len(ranges) and (len(pending) < workers or in_flight < IN_FLIGHT_BYTES):
             start, stop = ranges[submitted]
-            assert pool is not None
+            if pool is None:
+                raise InvariantBroken("chain walk: ranges were submitted without a worker pool")
             pending.append((pool.submit(_classify_range, path, start, stop), stop - start))
             submitted += 1
             in_flight += stop - start

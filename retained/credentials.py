@@ -32,6 +32,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from .errors import InvariantBroken
+
 __all__ = ["GENERIC_CHARS_MAX", "GENERIC_CHARS_MIN", "Finding", "find_secrets", "looks_random"]
 
 # A random-looking token shorter than this is not flagged by shape alone:
@@ -629,7 +631,8 @@ def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[
     """
     if len(folded) != len(text):
         # Lower-casing changed the length (a few non-ASCII letters): search.
-        assert rule.pattern_ci is not None
+        if rule.pattern_ci is None:
+            raise InvariantBroken(f"secret rule {rule.kind}: has hints but no case-insensitive pattern")
         for m in rule.pattern_ci.finditer(text):
             if not m.group().lower().startswith("key") or _KEY_PREFIX.search(text[max(0, m.start() - 14) : m.start()].lower()):
                 yield m
@@ -638,9 +641,9 @@ def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[
         at = folded.find(hint)
         while at != -1:
             if hint != "key" or _KEY_PREFIX.search(folded, max(0, at - 14), at):
-                m = rule.pattern.match(folded, at)
-                if m is not None:
-                    yield m
+                found = rule.pattern.match(folded, at)
+                if found is not None:
+                    yield found
             at = folded.find(hint, at + 1)
 
 
@@ -697,7 +700,8 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
         if rule.anchored:
             matches: Iterable[re.Match[str]] = _anchored_matches(rule, text, folded)
         elif rule.fold:
-            assert rule.pattern_ci is not None
+            if rule.pattern_ci is None:
+                raise InvariantBroken(f"secret rule {rule.kind}: folds case but has no case-insensitive pattern")
             matches = rule.pattern.finditer(folded) if len(folded) == len(text) else rule.pattern_ci.finditer(text)
         else:
             matches = rule.pattern.finditer(text)

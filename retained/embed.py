@@ -57,6 +57,7 @@ from retained.errors import (
     EmbedError,
     EmbedTimeout,
     EmbedUnavailable,
+    InvariantBroken,
 )
 
 # Bounds, each with its reason.
@@ -359,7 +360,8 @@ class Embedder:
                     "is it running?",
                     url=self.url,
                 ) from e
-            assert conn.sock is not None
+            if conn.sock is None:
+                raise InvariantBroken(f"embedder at {self.url}: connected, yet the connection has no socket")
             conn.sock.settimeout(self.read_timeout_s)
             try:
                 conn.request("POST", self._target, body=body, headers=headers)

@@ -214,3 +214,15 @@ class LinkRefused(StoreDamaged):
     """
 
     code = "symlink_refused"
+
+
+class InvariantBroken(RetainedError):
+    """A check of retained's own bookkeeping failed: a bug in retained, not bad input.
+
+    Raised where an invariant is established (an I2 accounting identity, the
+    recovery table picking one row) instead of an ``assert``, which ``python
+    -O`` would strip. Nothing was acknowledged on the way; please report it
+    with the message.
+    """
+
+    code = "internal_invariant"

@@ -59,7 +59,7 @@ from typing import Any
 from . import index_schema, vectors
 from .dense import Matrix, embed_text
 from .embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
-from .errors import EmbedConfigError, EmbedError, InvalidRecord
+from .errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
 from .index import K_MAX, Index, estimate_tokens
 
 # Bounds and defaults, each with its reason.
@@ -426,7 +426,8 @@ class Hybrid:
 
         Scores use ``context_weight`` and ``neighbour_weight`` (see `Matrix.scores`).
         """
-        assert self.embedder is not None
+        if self.embedder is None:
+            raise InvariantBroken("hybrid: dense ranking asked for with embeddings off")
         np = vectors.require_numpy()
         q = np.asarray(vectors.normalise(query_vec), dtype=np.float32)
         with self.index.lock:
@@ -500,12 +501,13 @@ class Hybrid:
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
-        opts = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
         reason = "lexical search was asked for" if mode == "lexical" else self.why_lexical()
         info: dict[str, Any] = {"model": self.model}
         query_vec = None
         if reason is None:
-            assert self.embedder is not None
+            if self.embedder is None:
+                raise InvariantBroken("hybrid: no reason to stay lexical, yet no embedder")
             step = self.catch_up()
             missing = step["pending"]
             info["missing"] = missing
@@ -558,7 +560,7 @@ class Hybrid:
             raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
         if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
             raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
-        opts = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
         caught = counts["index"]
@@ -567,6 +569,7 @@ class Hybrid:
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
         lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), **opts)
         dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
+        fused: list[tuple[Any, float]]
         if dense_only:
             fused = [(s, sc) for s, sc in dense]
         else:
@@ -593,7 +596,7 @@ class Hybrid:
                 continue
             place = places.get(seq)
             line = self.index.log.line_at(place[0], place[1]) if place else None
-            if line is None or not line.chained or line.seq != seq or line.hash != place[2]:
+            if place is None or line is None or not line.chained or line.seq != seq or line.hash != place[2]:
                 unreadable += 1
                 continue
             entry: dict[str, Any] = {"seq": seq, "offset": place[0], "length": place[1], "record": line.record}
@@ -631,7 +634,8 @@ class Hybrid:
                         "context_weight": self.context_weight,
                         "neighbour_weight": self.neighbour_weight, "dense_candidates": len(dense)},
         }
-        assert reply["returned"] + sum(left_out.values()) == reply["total_matches"]
+        if reply["returned"] + sum(left_out.values()) != reply["total_matches"]:
+            raise InvariantBroken(f"hybrid search: returned + left out != total_matches in {left_out} (I2)")
         return reply
 
     def _not_lexical(self, seqs: list[int], text: str) -> list[int]:

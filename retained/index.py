@@ -255,7 +255,6 @@ class Index(Search):
             end = line.end
             if not line.chained:
                 continue  # foreign and damaged lines are verify's to report
-            assert line.seq is not None and line.hash is not None
             last = line
             rec = line.record
             redacted = 1 if line.status == record.REDACTED else 0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import query
 from .documents import estimate_tokens
-from .errors import InvalidRecord
+from .errors import InvalidRecord, InvariantBroken
 
 if TYPE_CHECKING:
     import sqlite3
@@ -307,7 +307,8 @@ class Search:
             "retracted": hidden_ret,
             "unreadable": unreadable,
         }
-        assert len(results) + sum(left_out.values()) == total
+        if len(results) + sum(left_out.values()) != total:
+            raise InvariantBroken(f"search: {len(results)} returned + {left_out} left out != {total} matched (I2)")
         return {
             "query": expr or "",
             "results": results,

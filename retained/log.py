@@ -170,7 +170,7 @@ class Log:
         self._unusable: str | None = None
         # Tail cache: valid while the file has this (inode, size).
         self._tail_key: tuple[int, int] | None = None
-        self._tail: tuple[int, str] = (0, record.ZERO_HASH)
+        self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
         # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
         self._ops: dict[str, dict[str, Any]] = {}
         self._ops_end = 0
@@ -312,7 +312,7 @@ class Log:
 
     def quarantined(self) -> list[dict[str, Any]]:
         """Torn tails set aside by earlier appends, with their sizes."""
-        out = []
+        out: list[dict[str, Any]] = []
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:

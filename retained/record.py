@@ -29,7 +29,7 @@ from .errors import InvalidRecord, RecordTooLarge, ReservedField
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeGuard
 
 
 class _LazyOrjson:
@@ -88,7 +88,7 @@ def chain_hash(cd: str, prev: str, seq: int) -> str:
     return blake3.blake3(orjson.dumps({"cd": cd, "prev": prev, "seq": seq}, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def is_hash(value: Any) -> bool:
+def is_hash(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and _HEX64.fullmatch(value) is not None
 
 
@@ -261,14 +261,15 @@ def make_content(
                     path=key,
                 )
         content.update(fields)
-    for name, value in (
+    given: tuple[tuple[str, Any], ...] = (
         ("text", text),
         ("body", body),
         ("scope", scope),
         ("source", source),
         ("supersedes", sorted(set(supersedes)) if supersedes else None),
         ("client_op_id", client_op_id),
-    ):
+    )
+    for name, value in given:
         if value is not None:
             content[name] = value
     check_content(content)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from .errors import InvariantBroken
+
 # empty / ends_with_newline: bool, or None for either; action: "accept" | "quarantine".
 Row = namedtuple("Row", "name empty ends_with_newline action crash")
 
@@ -47,7 +49,8 @@ def matches(row: Row, empty: bool, ends_with_newline: bool) -> bool:
 def decide(empty: bool, ends_with_newline: bool) -> Row:
     """The one row of TABLE that applies to this end of log."""
     rows = [row for row in TABLE if matches(row, empty, ends_with_newline)]
-    assert len(rows) == 1, rows
+    if len(rows) != 1:
+        raise InvariantBroken(f"recovery: {len(rows)} rows of the table match (empty={empty}, ends_with_newline={ends_with_newline})")
     return rows[0]
 
 

@@ -317,7 +317,7 @@ def _plan_retained(data: bytes, path: str, progress: Progress | None) -> ImportP
             f"{path} does not verify, {where}{first['message']} ({len(report.findings)} findings in all); "
             "the export was changed or damaged after it was made; nothing was written",
             path=path,
-            line=number_at.get(first.get("offset")),
+            line=number_at.get(first["offset"]) if first.get("offset") is not None else None,
             findings=len(report.findings),
         )
     items: list[_Item] = []

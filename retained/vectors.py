@@ -17,7 +17,7 @@ import math
 import sys
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from retained.errors import InvalidRecord, VectorsUnavailable
 
@@ -36,10 +36,10 @@ def _load_numpy() -> Any:
     global _numpy, _numpy_checked
     if not _numpy_checked:
         try:
-            import numpy
+            import numpy as found
         except ImportError:
-            numpy = None
-        _numpy = numpy
+            found = None  # type: ignore[assignment]
+        _numpy = found
         _numpy_checked = True
     return _numpy
 
@@ -169,13 +169,16 @@ def top_scores(scores: Any, n: int) -> list[tuple[int, float]]:
     return [(int(i), float(scores[i])) for i in order]
 
 
+Id = TypeVar("Id", bound=Hashable)
+
+
 def rrf(
-    rankings: Sequence[Sequence[Hashable]],
+    rankings: Sequence[Sequence[Id]],
     weights: Sequence[float] | None = None,
     k: int = RRF_K,
     *,
     keep_first: int = 0,
-) -> list[tuple[Hashable, float]]:
+) -> list[tuple[Id, float]]:
     """Fuse rankings by reciprocal rank fusion: ``score(id) = sum_i w_i / (k + rank_i(id))``.
 
     Ranks start at 1; an id absent from a ranking gets nothing from it, and an
@@ -206,12 +209,12 @@ def rrf(
         raise InvalidRecord(f"rrf k must not be negative, found {k}")
     if type(keep_first) is not int or keep_first < 0:
         raise InvalidRecord(f"rrf keep_first must be a whole number from 0, found {keep_first!r}")
-    score: dict[Hashable, float] = {}
-    best: dict[Hashable, int] = {}
-    first: dict[Hashable, int] = {}
+    score: dict[Id, float] = {}
+    best: dict[Id, int] = {}
+    first: dict[Id, int] = {}
     order = 0
     for ranking, w in zip(rankings, weights, strict=True):
-        seen: set[Hashable] = set()
+        seen: set[Id] = set()
         for rank, ident in enumerate(ranking, start=1):
             if ident in seen:
                 continue
@@ -224,7 +227,7 @@ def rrf(
     fused = sorted(score.items(), key=lambda kv: (-kv[1], best[kv[0]], first[kv[0]]))
     if not keep_first or not rankings:
         return fused
-    head: list[Hashable] = []
+    head: list[Id] = []
     for ident in rankings[0]:
         if len(head) == keep_first:
             break

@@ -43,7 +43,7 @@ def check_bad_input(ctx: Context) -> str:
         (f"nested {limits.DEPTH_MAX + 36} deep", "invalid_argument", lambda: s.write("x", body=_deep(limits.DEPTH_MAX + 36))),
         (f"record over a limit of {small_limit} bytes", "too_large", lambda: small.write("x" * small_limit)),
         ("store-owned kind", "invalid_argument", lambda: s.write("x", kind="retract")),
-        ("text not a string", "invalid_argument", lambda: s.write(12345)),  # type: ignore[arg-type]
+        ("text not a string", "invalid_argument", lambda: s.write(12345)),
         ("supersedes a seq that does not exist", "not_found", lambda: s.write("x", supersedes=[99])),
     ]
     before = _log_state(ctx.log_path)

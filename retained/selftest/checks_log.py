@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import subprocess
+from typing import Any
 
 import orjson
 
@@ -55,7 +56,7 @@ def check_read_back(ctx: Context) -> str:
     """What was written reads back unchanged, caller fields verbatim."""
     s = ctx.store()
     fields = {"nested": {"list": [1, 2.5, None, True, "ü"], "empty": {}}, "emoji": "🧪", "big": 2**63, "neg": -(2**63)}
-    sent = [
+    sent: list[tuple[str, dict[str, Any]]] = [
         ("plain text", {}),
         ("line one\nline two\t\"quoted\" \\ back", {"source": "selftest"}),
         ("fields round-trip", {"fields": fields}),
@@ -97,8 +98,8 @@ def check_chain_links(ctx: Context) -> str:
     prev, seq = ZERO_HASH, 0
     for offset, raw in lines:
         rec = parse_line(raw)
-        expect(rec is not None, f"line at byte {offset} is not a valid chained record (hash does not recompute or bytes not canonical)")
-        assert rec is not None
+        if rec is None:
+            raise CheckFailed(f"line at byte {offset} is not a valid chained record (hash does not recompute or bytes not canonical)")
         expect(rec["seq"] == seq + 1, f"seq {rec['seq']} at byte {offset} follows seq {seq}")
         expect(rec["prev"] == prev, f"seq {rec['seq']} at byte {offset}: prev {rec['prev'][:12]}..., expected {prev[:12]}...")
         prev, seq = rec["hash"], rec["seq"]
@@ -154,20 +155,20 @@ def check_restart(ctx: Context) -> str:
         ctx.fault("after_kill")
         seqs = " ".join(str(p["seq"]) for p in proofs).encode() + b"\n"
         try:
-            out = _finish(reader, "a new process (retained get, then retained verify)", input=seqs).splitlines()
+            lines = _finish(reader, "a new process (retained get, then retained verify)", input=seqs).splitlines()
         except CheckFailed as exc:
             raise CheckFailed(f"after the writer was killed with {n} acks: {exc}") from None
     finally:
         if reader.poll() is None:
             reader.kill()
             reader.communicate()
-    expect(len(out) == 2, f"the reader printed {len(out)} lines, expected 2 JSON documents")
-    got, report = orjson.loads(out[0])["records"], orjson.loads(out[1])
+    expect(len(lines) == 2, f"the reader printed {len(lines)} lines, expected 2 JSON documents")
+    got, report = orjson.loads(lines[0])["records"], orjson.loads(lines[1])
     by_seq = {e["seq"]: e for e in got}
     for p in proofs:
         e = by_seq.get(p["seq"])
-        expect(e is not None, f"seq {p['seq']} was acknowledged but a new process does not find it")
-        assert e is not None
+        if e is None:
+            raise CheckFailed(f"seq {p['seq']} was acknowledged but a new process does not find it")
         expect(e["record"]["hash"] == p["hash"] and e["offset"] == p["offset"],
                f"seq {p['seq']}: a new process reads hash {e['record']['hash'][:12]}... at byte {e['offset']}, "
                f"the ack said {p['hash'][:12]}... at byte {p['offset']}")
@@ -222,7 +223,8 @@ def check_concurrent_writers(ctx: Context) -> str:
     procs = [_child(ctx, _CONCURRENT_WRITER, str(ctx.directory), tag, str(n), str(go)) for tag in ("A", "B")]
     try:
         for p in procs:
-            assert p.stdout is not None
+            if p.stdout is None:
+                raise CheckFailed("a writer process has no stdout to read its proofs from")
             line = p.stdout.readline()
             expect(line.strip() == b"ready", f"writer pid {p.pid} did not start: {line[:100]!r}")
         go.touch()

@@ -31,8 +31,8 @@ def check_supersede(ctx: Context) -> str:
     expect(found["left_out"].get("superseded") == 1, f"search left_out {found['left_out']}: the superseded record is not counted")
     both = s.search("deploy target", k=10, include_superseded=True)
     old_entry = next((r for r in both["results"] if r["seq"] == old["seq"]), None)
-    expect(old_entry is not None, "with include_superseded the old record is not returned")
-    assert old_entry is not None
+    if old_entry is None:
+        raise CheckFailed("with include_superseded the old record is not returned")
     expect(old_entry.get("superseded_by") == [new["seq"]], f"the old record shows superseded_by={old_entry.get('superseded_by')}")
     got = s.get([old["seq"]])[0]
     expect(got["record"]["text"] == "the deploy target is staging", "the superseded record no longer reads back")
@@ -340,7 +340,7 @@ def check_brief_degraded(ctx: Context) -> str:
     (broken_dir / "log.jsonl").mkdir(parents=True)
     broken = build(broken_dir, budget=200)
     message = str(broken.get("message") or "")
-    expect(broken.get("status") == "unreadable" and message and "\n" not in message,
+    expect(broken.get("status") == "unreadable" and bool(message) and "\n" not in message,
            f"a log that is a directory: status {broken.get('status')!r}, message {message[:80]!r}")
     s = ctx.store()
     s.write_batch([{"text": f"delta note {i}"} for i in range(5)])

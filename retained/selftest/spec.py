@@ -14,7 +14,7 @@ from typing import Any
 import blake3
 import orjson
 
-from .context import expect
+from .context import CheckFailed, expect
 
 ZERO_HASH = "0" * 64
 
@@ -115,8 +115,8 @@ def check_proof(path: Path, proof: dict[str, Any]) -> dict[str, Any]:
     raw = read_at(path, proof["offset"], proof["length"])
     expect(len(raw) == proof["length"], f"proof says {proof['length']} bytes at byte {proof['offset']}, the file has {len(raw)} there")
     rec = parse_line(raw)
-    expect(rec is not None, f"the {proof['length']} bytes at byte {proof['offset']} are not one valid chained line")
-    assert rec is not None
+    if rec is None:
+        raise CheckFailed(f"the {proof['length']} bytes at byte {proof['offset']} are not one valid chained line")
     for key in ("seq", "hash", "prev"):
         expect(rec[key] == proof[key], f"proof {key} {str(proof[key])[:16]} differs from the file's {str(rec[key])[:16]} at byte {proof['offset']}")
     return rec

@@ -416,14 +416,18 @@ class Index(Search):
 
     # -- verify ---------------------------------------------------------------
 
-    def verify(self, lines: Iterable[tuple[Any, ...]] | None = None) -> list[dict[str, Any]]:
+    def verify(
+        self, lines: Iterable[tuple[Any, ...]] | None = None, *, snapshot: tuple[int, int] | None = None
+    ) -> list[dict[str, Any]]:
         """Compare the index with the log in both directions; every finding, none if clean.
 
         ``lines``, if given, are the log's complete lines in file order as the
         chain walk passes them (``chain.verify_file``'s ``check``), so the log
         is read once for both checks: ``(offset, length, seq, hash)`` for a
         record the walk verified, ``(offset, raw)`` for any other line. None
-        reads the log here.
+        reads the log here. ``snapshot``: ``(size, head seq)`` of the log
+        verify judges; the index is compared with that prefix only, so rows
+        for lines appended since are not ghosts.
 
         Findings are dicts with ``kind``, ``seq``, ``offset``, ``expected``,
         ``observed`` and ``message``. Kinds: ``index_log_replaced`` (the mark
@@ -440,4 +444,4 @@ class Index(Search):
 
         caught = self.catch_up(on_replaced="report")
         return verify(self.log, self.connection, self._mutex, self.path, self.busy_timeout_s,
-                      replaced=caught["state"] == "replaced", lines=lines)
+                      replaced=caught["state"] == "replaced", lines=lines, snapshot=snapshot)

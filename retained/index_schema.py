@@ -273,6 +273,24 @@ def row_count(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT count(*) FROM records").fetchone()[0])
 
 
+def rows_beyond(db: sqlite3.Connection, head_seq: int, size: int) -> int:
+    """Rows with a seq above ``head_seq`` whose line does not end within the log's first ``size`` bytes.
+
+    Verify's snapshot: the lines of such rows were appended after it fixed
+    the log's size and head (a walk by seq from ``head_seq``, not a scan).
+    """
+    return int(db.execute(
+        "SELECT count(*) FROM records WHERE seq > ? AND offset + length > ?", (head_seq, size)
+    ).fetchone()[0])
+
+
+def places_within(db: sqlite3.Connection, size: int | None) -> Iterator[tuple[int, int, str]]:
+    """``(seq, offset, hash)`` of every row in seq order; with ``size``, only rows whose line ends by it."""
+    if size is None:
+        return iter(db.execute("SELECT seq, offset, hash FROM records ORDER BY seq"))
+    return iter(db.execute("SELECT seq, offset, hash FROM records WHERE offset + length <= ? ORDER BY seq", (size,)))
+
+
 def links_to(db: sqlite3.Connection, seq: int) -> dict[str, list[int]]:
     """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``, oldest first."""
     out: dict[str, list[int]] = {}

@@ -416,11 +416,11 @@ class Store:
 
         return brief.build_brief(self.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope)
 
-    def _verify_index(self, report: dict[str, Any], lines: Any = None) -> dict[str, Any]:
+    def _verify_index(self, report: dict[str, Any], lines: Any, snapshot: tuple[int, int]) -> dict[str, Any]:
         if not self.log.exists():
             return {"checked": False, "findings": 0}
         try:
-            findings = self.index.verify(lines)
+            findings = self.index.verify(lines, snapshot=snapshot)
         except (RetainedError, sqlite3.Error) as exc:
             findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
                          "observed": str(exc), "message": f"the index cannot be read ({exc}); run `retained rebuild`"}]
@@ -434,12 +434,25 @@ class Store:
         return {"seq": seq, "hash": h, "bytes": end, "log": str(self.log.path)}
 
     def verify(self) -> dict[str, Any]:
-        """Walk the whole chain and report every finding (memory flat in log size)."""
+        """Walk the whole chain and report every finding (memory flat in log size).
+
+        Verify judges one snapshot: the log's size and head when it begins
+        (``snapshot`` in the report). The chain walk and the index check both
+        stop there, so records appended meanwhile are neither judged nor
+        taken for damage.
+        """
+        size = self.log.size()
+        head_seq, head_hash, _ = self.log.tail(stop=size)
         # The index check reads the lines the chain walk passes it (one read
         # of the log) while worker processes classify the next ranges; its
         # findings follow the chain's.
         index: dict[str, Any] = {"findings": []}
-        report = chain.verify_file(self.log, check=lambda lines: index.update(checked=self._verify_index(index, lines))).to_dict()
+
+        def check(lines: Any) -> None:
+            index.update(checked=self._verify_index(index, lines, (size, head_seq)))
+
+        report = chain.verify_file(self.log, check=check, stop=size).to_dict()
+        report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
         report["quarantined"] = self.log.quarantined()
         report["log"] = str(self.log.path)
         report["exists"] = self.log.exists()

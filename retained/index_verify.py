@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from . import index_schema as schema
+from .errors import RetainedError
 from .index_schema import BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -153,8 +154,8 @@ class _IntegrityCheck(threading.Thread):
 
     def run(self) -> None:
         try:
-            db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-        except sqlite3.Error as exc:
+            db = schema.connect(self.path, self.busy_timeout_s)
+        except (sqlite3.Error, RetainedError) as exc:
             self.error = str(exc)
             return
         try:

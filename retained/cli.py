@@ -63,11 +63,12 @@ def progress(message: str) -> None:
 
 def _proof_text(proof: dict[str, Any]) -> str:
     dup = " (duplicate: already written, nothing appended)" if proof.get("duplicate") else ""
+    notes = "".join(f"\nnote: {n}" for n in proof.get("notices", ()))
     return (
         f"seq {proof['seq']}{dup}\n"
         f"  hash   {proof['hash']}\n"
         f"  prev   {proof['prev']}\n"
-        f"  offset {proof['offset']}  length {proof['length']}  ts {proof.get('ts')}"
+        f"  offset {proof['offset']}  length {proof['length']}  ts {proof.get('ts')}{notes}"
     )
 
 
@@ -225,6 +226,12 @@ def _verify_text(report: dict[str, Any]) -> str:
         lines.append(f"unterminated tail of {t['bytes']} bytes at byte {t['offset']} (never acknowledged)")
     for q in report.get("quarantined", []):
         lines.append(f"quarantined torn tail: {q['file']} ({q['bytes']} bytes, was at byte {q['offset']})")
+    snap, anchored = report.get("snapshot"), report.get("anchors") or {}
+    if snap:
+        lines.append(f"judged the log's first {snap['bytes']} bytes (its size when verify began)")
+    if anchored.get("checked") or anchored.get("error"):
+        lines.append(f"anchors: {anchored['checked']} checked, {anchored['not_on_chain']} not on the chain"
+                     + (f"; this head not recorded: {anchored['error']}" if anchored.get("error") else ""))
     for f in report["findings"]:
         lines.append(f"FINDING {f['kind']}: {f['message']}")
     lines.append("verify: ok" if report["ok"] else f"verify: {len(report['findings'])} findings")
@@ -233,7 +240,7 @@ def _verify_text(report: dict[str, Any]) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        report = store.verify()
+        report = store.verify(anchor=args.anchor)
     emit(args, report, lambda: _verify_text(report))
     return 0 if report["ok"] else 1
 
@@ -241,8 +248,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_head(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         head = store.head()
-    emit(args, head, lambda: f"{head['seq']} {head['hash']}")
+    emit(args, head, lambda: f"{head['seq']} {head['hash']}\nstore id {head['store_id'] or '-'}\n"
+                             f"anchors {head['anchor_file'] or 'off'}")
     return 0
+
+
+def cmd_anchor(args: argparse.Namespace) -> int:
+    from .anchors import listing_text
+
+    with open_store(args) as store:
+        result = store.anchor(accept=args.accept, reason=args.reason)
+    emit(args, result, lambda: listing_text(result))
+    return 1 if result["not_on_chain"] and not args.accept else 0
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
@@ -406,7 +423,9 @@ def cmd_brief(args: argparse.Namespace) -> int:
 
     budget = brief.DEFAULT_BUDGET if args.budget is None else args.budget
     try:
-        result = brief.build_brief(store_dir(args), budget, args.scope)
+        from .anchors import dir_from
+
+        result = brief.build_brief(store_dir(args), budget, args.scope, anchor_dir=dir_from(os.environ))
     except RetainedError:
         raise
     except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
@@ -500,8 +519,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind")
     p.add_argument("--scope")
 
-    command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
-    command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
+    p = command("verify", "check the chain (and the index, and the anchors); exit 1 on any finding", "retained verify --json", cmd_verify)
+    p.add_argument("--anchor", action="append", metavar="SEQ:HASH",
+                   help="also check that this head (saved elsewhere, e.g. from `retained head`) is on the chain (repeatable)")
+    command("head", "print the chain head (seq and hash) to anchor elsewhere, the store id and its anchor file", "retained head", cmd_head)
+    p = command("anchor", "list the heads anchored outside the store and whether each is still on the chain; exit 1 if one is not",
+                "retained anchor --accept --reason 'restored from the Monday backup'", cmd_anchor)
+    p.add_argument("--accept", action="store_true",
+                   help="accept the log's history as it is: record that in the log and stop reporting the anchors off the chain")
+    p.add_argument("--reason", help="why the new history is accepted (kept in the acceptance record)")
 
     p = command("selftest", "check retained's claims in temporary stores (never in --dir); exit 1 if any check fails", "retained selftest --check torn_tail", cmd_selftest)
     p.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")

@@ -77,10 +77,22 @@ class Index(Search):
     `connection()` and the lexical ranking through `ranked()`.
     """
 
-    def __init__(self, log: Log, path: str | os.PathLike[str] | None = None, *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        log: Log,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout_s: float = 10.0,
+        witness: Callable[[int, str, int], None] | None = None,
+    ) -> None:
         self.log = log
         self.path = Path(path) if path is not None else log.directory / INDEX_NAME
         self.busy_timeout_s = busy_timeout_s
+        # Called with (seq, hash, log bytes) of the last record indexed when
+        # the log no longer holds it (replaced, cut back, re-chained), before
+        # anything is rebuilt: that head is evidence a rebuild would erase
+        # (the Store records it as an anchor).
+        self.witness = witness
         self._db: sqlite3.Connection | None = None
         self._mutex = threading.RLock()
         self.last_catch_up: dict[str, Any] = {}
@@ -123,11 +135,7 @@ class Index(Search):
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not self.path.exists():
-            # Create it 0600 ourselves; SQLite gives -wal and -shm the same mode.
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-            os.close(fd)
-        db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False)
+        db = schema.connect(self.path, self.busy_timeout_s)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -166,6 +174,10 @@ class Index(Search):
         db.executemany(schema.INSERT_META, schema.EMPTY_META)
 
     # -- high-water mark ------------------------------------------------------
+
+    def _witness(self, mark: schema.Mark) -> None:
+        if self.witness is not None and mark.seq > 0 and mark.hash:
+            self.witness(mark.seq, mark.hash, mark.line_offset + mark.line_length)
 
     def _mark_state(self, mark: schema.Mark, size: int) -> str:
         """``ok``, ``behind`` (the log grew) or ``replaced``."""
@@ -219,9 +231,10 @@ class Index(Search):
                 if state == "replaced":
                     db.execute("ROLLBACK")
                     if on_replaced == "rebuild":
-                        result = self.rebuild()
+                        result = self.rebuild()  # which keeps the mark as evidence first
                         self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
                     else:
+                        self._witness(mark)
                         self.last_catch_up = {"state": "replaced", "indexed": 0}
                     return self.last_catch_up
                 n = self._ingest(db, mark.offset, size, None)
@@ -356,6 +369,14 @@ class Index(Search):
             db = self.connection()
             db.execute("BEGIN IMMEDIATE")
             try:
+                if self.witness is not None:
+                    try:
+                        mark = schema.read_mark(db)
+                    except (ValueError, sqlite3.Error):
+                        pass  # no mark to keep: the tables are not this version's
+                    else:
+                        if self._mark_state(mark, self.log.size()) == "replaced":
+                            self._witness(mark)
                 self._reset(db)
                 size = self.log.size()
                 n = self._ingest(db, 0, size, progress)

@@ -229,6 +229,8 @@ def _verify_text(report: dict[str, Any]) -> str:
     snap, anchored = report.get("snapshot"), report.get("anchors") or {}
     if snap:
         lines.append(f"judged the log's first {snap['bytes']} bytes (its size when verify began)")
+    if isinstance(report.get("index"), dict) and report["index"].get("note"):
+        lines.append(f"index: {report['index']['note']}")
     if anchored.get("checked") or anchored.get("error"):
         lines.append(f"anchors: {anchored['checked']} checked, {anchored['not_on_chain']} not on the chain"
                      + (f"; this head not recorded: {anchored['error']}" if anchored.get("error") else ""))

@@ -69,6 +69,42 @@ class IndexError_(RetainedError):
     code = "index_unavailable"
 
 
+class IndexFull(IndexError_):
+    """The index could not be written: the disk (or the device) is full or failing.
+
+    The log is untouched and the index is not damaged: it holds what it held
+    before; free space and retry.
+    """
+
+    code = "index_disk_full"
+
+
+class _IndexDamaged(IndexError_):
+    """The file is not an SQLite database, or SQLite finds it corrupt: only then is it set aside."""
+
+
+def _failure(exc: sqlite3.Error, path: Path, doing: str) -> IndexError_:
+    """The retained error for an SQLite error while ``doing`` something with the index at ``path``.
+
+    Only a file SQLite calls not a database, or corrupt, is damaged; a full
+    disk or an I/O error says nothing about the file, which must then be left
+    where it is (issue 14: a full disk once moved a sound index aside).
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return _IndexDamaged(f"index {path} is damaged ({exc}); delete it or run `retained rebuild`; the log is untouched",
+                             path=str(path))
+    if primary in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+        return IndexFull(
+            f"{doing} the index {path} failed ({exc}): the disk is full or failing; free space, then retry; "
+            "the log is untouched and the index is not damaged",
+            path=str(path),
+        )
+    return IndexError_(f"{doing} the index {path} failed ({exc}); retry, or run `retained rebuild`; the log is untouched",
+                       path=str(path))
+
+
 class Index(Search):
     """The FTS5 index of one log. Safe to delete; rebuilt from the log.
 
@@ -110,8 +146,8 @@ class Index(Search):
             if self._db is None:
                 try:
                     self._db = self._open()
-                except IndexError_:
-                    # Derived and safe to delete: set the unusable file aside
+                except _IndexDamaged:
+                    # Derived and safe to delete: set the damaged file aside
                     # (kept for inspection) and start again from the log.
                     self._set_aside()
                     self._db = self._open()
@@ -135,7 +171,13 @@ class Index(Search):
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        db = schema.connect(self.path, self.busy_timeout_s)
+        try:
+            db = schema.connect(self.path, self.busy_timeout_s)
+        except sqlite3.Error as exc:
+            raise _failure(exc, self.path, "opening") from exc
+        except OSError as exc:
+            raise IndexError_(f"the index {self.path} cannot be created ({exc.strerror or exc}); free space or fix "
+                              "the directory, then retry; the log is untouched", path=str(self.path)) from exc
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -152,12 +194,9 @@ class Index(Search):
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             db.close()
-            raise IndexError_(
-                f"index {self.path} cannot be opened ({exc}); delete it or run `retained rebuild`; the log is untouched",
-                path=str(self.path),
-            ) from exc
+            raise _failure(exc, self.path, "opening") from exc
         return db
 
     def close(self) -> None:
@@ -206,7 +245,11 @@ class Index(Search):
         log) or ``"report"`` (verify: keep the drift so it can be shown).
         The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
         not rebuilt) or ``stale`` (another process held the index past the
-        busy timeout; the answer comes from the index as it was).
+        busy timeout, or the disk is full; the answer comes from the index as
+        it was, and ``reason`` says why).
+
+        Raises:
+            IndexFull / IndexError_: the index cannot be opened, or a rebuild failed.
         """
         with self._mutex:
             db = self.connection()
@@ -239,6 +282,15 @@ class Index(Search):
                     return self.last_catch_up
                 n = self._ingest(db, mark.offset, size, None)
                 db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                failure = _failure(exc, self.path, "catching up")
+                if not isinstance(failure, IndexFull):
+                    raise failure from exc
+                # The index as it was is still sound, only behind: reads answer from it and say so.
+                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
+                return self.last_catch_up
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
@@ -364,11 +416,15 @@ class Index(Search):
 
         ``progress(done_bytes, total_bytes)`` is called every `BATCH_ROWS`
         records. Returns ``{"records", "bytes"}``.
+
+        Raises:
+            IndexFull: the disk is full; the index is left as it was.
+            IndexError_: SQLite failed otherwise (busy past the timeout...).
         """
         with self._mutex:
             db = self.connection()
-            db.execute("BEGIN IMMEDIATE")
             try:
+                db.execute("BEGIN IMMEDIATE")
                 if self.witness is not None:
                     try:
                         mark = schema.read_mark(db)
@@ -381,6 +437,10 @@ class Index(Search):
                 size = self.log.size()
                 n = self._ingest(db, 0, size, progress)
                 db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise _failure(exc, self.path, "rebuilding") from exc
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")

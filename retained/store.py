@@ -472,14 +472,28 @@ class Store:
     def _verify_index(self, report: dict[str, Any], lines: Any, snapshot: tuple[int, int]) -> dict[str, Any]:
         if not self.log.exists():
             return {"checked": False, "findings": 0}
+        from .index import IndexFull
+
+        note = None
+        checked = True
         try:
             findings = self.index.verify(lines, snapshot=snapshot)
+        except IndexFull as exc:
+            # A full disk says nothing about the index or the log: reported, not a finding.
+            findings, note, checked = [], exc.message, False
         except (RetainedError, sqlite3.Error) as exc:
+            message = exc.message if isinstance(exc, RetainedError) else f"the index cannot be read ({exc}); run `retained rebuild`"
             findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
-                         "observed": str(exc), "message": f"the index cannot be read ({exc}); run `retained rebuild`"}]
+                         "observed": str(exc), "message": message}]
+        caught = self.index.last_catch_up
+        if note is None and caught.get("state") == "stale":
+            note = f"the index could not catch up ({caught.get('reason')}); it was checked as far as it reaches"
         report["findings"].extend(findings)
         report["ok"] = not report["findings"]
-        return {"checked": True, "findings": len(findings)}
+        out: dict[str, Any] = {"checked": checked, "findings": len(findings)}
+        if note is not None:
+            out["note"] = note
+        return out
 
     def head(self) -> dict[str, Any]:
         """The chain head (seq, hash, bytes): anchor it elsewhere to detect a rewritten log.

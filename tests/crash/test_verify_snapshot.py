@@ -28,7 +28,7 @@ with Store(directory, lock_wait_s=60) as store:
 """
 
 
-def test_issue_14_verify_during_three_writers_reports_no_finding_and_the_size_it_judged(store_dir, tmp_path):
+def test_issue_14_verify_during_three_writers_reports_no_finding_and_the_size_it_judged(store_dir, anchor_dir, tmp_path):
     with Store(store_dir) as store:
         store.write("before the writers")
         store.search("writers")  # the index exists and is current, as in the report
@@ -47,7 +47,8 @@ def test_issue_14_verify_during_three_writers_reports_no_finding_and_the_size_it
             if log.stat().st_size > start + 20_000:
                 break
             time.sleep(0.01)
-        with Store(store_dir) as store:
+        # Each verify also records the head it judged, which the next one checks.
+        with Store(store_dir, anchor_dir=anchor_dir) as store:
             for _ in range(20):
                 reports.append(store.verify())
                 time.sleep(0.02)
@@ -65,8 +66,10 @@ def test_issue_14_verify_during_three_writers_reports_no_finding_and_the_size_it
     assert grew_during > judged[0]
     for r in reports:
         assert r["snapshot"]["seq"] == r["head"]["seq"] and r["snapshot"]["hash"] == r["head"]["hash"]
+    assert all(r["anchors"]["recorded"] for r in reports)
+    assert [r["anchors"]["checked"] for r in reports][1:] == [1] * 19
     # After the writers stop, the whole log verifies as well.
-    with Store(store_dir) as store:
+    with Store(store_dir, anchor_dir=anchor_dir) as store:
         final = store.verify()
     assert final["ok"], final["findings"][:3]
     assert final["snapshot"]["bytes"] == (store_dir / "log.jsonl").stat().st_size

@@ -230,9 +230,14 @@ def record_head(
                 data = _line(_header(sid, directory))
             else:
                 end = os.fstat(fd).st_size
-                tail = os.pread(fd, min(TAIL_BYTES, end), max(0, end - TAIL_BYTES)) if end else b""
+                os.lseek(fd, max(0, end - TAIL_BYTES), os.SEEK_SET)  # reads only: appends still go to the end
+                tail = os.read(fd, min(TAIL_BYTES, end)) if end else b""
                 if _last_head(tail) == (seq, h, size):
                     return {"file": str(path), "store_id": sid, "recorded": False}
+                if tail and not tail.endswith(b"\n"):
+                    # An append cut short (a crash): end it, so this line stays whole;
+                    # verify reports the fragment as a line it cannot read.
+                    data = b"\n"
             data += _line({**entry, "time": record.utc_now(), "source": source})
             files.write_all(fd, data)
             if durable:
@@ -297,14 +302,19 @@ def load(anchor_dir: str | os.PathLike[str], directory: str | os.PathLike[str]) 
     """
     anchor_dir = Path(anchor_dir)
     directory = Path(directory)
+    problem = None
     try:
-        sid = store_id(directory)
-    except RetainedError as exc:
-        loaded = Loaded(anchor_dir, None)
-        loaded.problems.append(_problem(str(directory / ID_NAME), exc.message))
-        sid = None
-    else:
-        loaded = Loaded(anchor_dir, sid)
+        sid = store_id(directory, create=False)
+    except RetainedError as exc:  # a link, or something that is not an id
+        sid, problem = None, _problem(str(directory / ID_NAME), exc.message)
+    if sid is None and problem is None:
+        try:
+            sid = store_id(directory)
+        except RetainedError:
+            sid = None  # cannot be made here (a read-only store, a full disk): anchors are matched by path
+    loaded = Loaded(anchor_dir, sid)
+    if problem is not None:
+        loaded.problems.append(problem)
     mine = str(directory.resolve())
     paths = []
     if loaded.file is not None:

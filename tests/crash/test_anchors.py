@@ -285,3 +285,20 @@ def test_a_store_others_may_write_is_reported_by_verify_and_warned_of_once_per_p
     finally:
         os.chmod(store_dir, 0o700)
         os.chmod(anchor_dir, 0o700)
+
+
+def test_an_anchor_append_cut_short_is_ended_not_glued_to_the_next(store_dir, anchor_dir):
+    with Store(store_dir, anchor_dir=anchor_dir) as store:
+        store.write("a")
+        store.verify()
+        path = Path(store.head()["anchor_file"])
+        with open(path, "ab") as f:
+            f.write(b'{"bytes":12,"hash":"ab')  # a crash in the middle of an append
+        store.write("b")
+        assert store.brief()["anchor"]["file"] == str(path)
+        lines = path.read_bytes().splitlines()
+        assert lines[-2] == b'{"bytes":12,"hash":"ab' and json.loads(lines[-1])["seq"] == 2
+        report = store.verify()
+        assert _kinds(report) == ["anchor_unreadable"] and "line 3" in report["findings"][0]["message"]
+        assert store.anchor(accept=True)["accepted"]["count"] == 0
+        assert store.verify()["ok"]

@@ -26,12 +26,16 @@ def _brief() -> int | None:
     opts = brief.parse_args(rest)
     if opts is None:
         return None
+    import os
+
     from .paths import store_dir
 
     directory = store_dir(opts["dir"])
     budget = brief.DEFAULT_BUDGET if opts["budget"] is None else opts["budget"]
     try:
-        result = brief.build_brief(directory, budget, opts["scope"])
+        from .anchors import dir_from
+
+        result = brief.build_brief(directory, budget, opts["scope"], anchor_dir=dir_from(os.environ))
     except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
         result = brief.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=opts["scope"])
     try:

@@ -13,7 +13,7 @@ import orjson
 
 from . import chain, limits
 from .errors import BackupFailed, BackupRefused
-from .files import fsync_dir, open_read
+from .files import fsync_dir, is_link, open_fd, open_read
 from .log import LOG_NAME, Log
 
 BACKUP_MANIFEST = "backup.json"
@@ -29,7 +29,7 @@ def _is_backup_dir(path: Path) -> bool:
 
 
 def _copy_file(src: BinaryIO, dest: Path, length: int) -> None:
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+    fd = open_fd(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         remaining = length
         while remaining > 0:
@@ -112,7 +112,7 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
         import blake3
 
         hasher = blake3.blake3()
-        with open(staging / LOG_NAME, "rb") as f:
+        with open_read(staging / LOG_NAME) as f:
             while chunk := f.read(limits.SCAN_CHUNK_BYTES):
                 hasher.update(chunk)
         manifest = {
@@ -124,7 +124,7 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
             "quarantined": [q["file"] for q in quarantined],
             "verify": {"ok": report.ok, "records": report.records, "findings": len(report.findings)},
         }
-        fd = os.open(staging / BACKUP_MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = open_fd(staging / BACKUP_MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         with os.fdopen(fd, "wb") as mf:
             mf.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
             mf.flush()
@@ -132,6 +132,13 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
         fsync_dir(staging)
         if replacing:
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            # A leftover under that name (an interrupted run, or a planted
+            # link) is removed, never followed: rmtree and unlink act on the
+            # name itself.
+            if is_link(old) or old.is_file():
+                os.unlink(old)
+            elif old.is_dir():
+                shutil.rmtree(old)
             os.replace(target, old)
             os.replace(staging, target)
             shutil.rmtree(old)

@@ -61,7 +61,8 @@ import sqlite3
 from pathlib import Path
 
 from . import index_schema, record
-from .errors import InvalidRecord, InvariantBroken, StoreDamaged
+from .errors import InvalidRecord, InvariantBroken, LinkRefused, RetainedError, StoreDamaged
+from .files import open_read
 from .index_schema import (
     BOOKKEEPING_KINDS,
     INDEX_NAME,
@@ -216,7 +217,8 @@ class _IndexView:
             return
         try:
             db = index_schema.connect_read_only(path, INDEX_BUSY_S)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, LinkRefused) as exc:
+            # A link in place of the index is never opened; the log alone answers.
             self._unusable(f"index cannot be opened ({exc})")
             return
         try:
@@ -276,6 +278,7 @@ class _Brief:
         self.skipped = {"foreign": 0, "damaged": 0, "torn_bytes": 0}
         self.lowest_seq: int | None = None
         self.head: dict[str, Any] | None = None
+        self.tail: tuple[int, str, int] | None = None  # (seq, hash, end) of the newest chained line: the head anchored
         self.scanned_bytes = 0
         self.reached_start = False
         self.unreadable = 0
@@ -320,6 +323,7 @@ class _Brief:
                 rec = line.record
                 if self.head is None:
                     self.head = {"seq": seq, "ts": _ts(rec.get("ts")) if status == record.RECORD else None}
+                    self.tail = (seq, line.hash, line.end)
                 if status == record.RECORD:
                     self._take(seq, rec)
             if index.db is not None:
@@ -404,7 +408,7 @@ class _Brief:
         """Candidates of one group below ``boundary``, newest first, read from the log and checked."""
         kind, kinds_not = ("checkpoint", ()) if group == "checkpoint" else (None, _NOT_NOTES)
         below = boundary
-        with open(self.log.path, "rb") as f:
+        with open_read(self.log.path) as f:
             while not self._full(group):
                 rows = index_schema.newest(db, PAGE_ROWS, below=below, kind=kind, kinds_not=kinds_not,
                                            scope=self.scope, current=True)
@@ -490,6 +494,7 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
         "index": None,
         "log_bytes_read": 0,
         "skipped": {"foreign": 0, "damaged": 0, "torn_bytes": 0},
+        "anchor": None,
     }
 
 
@@ -507,6 +512,7 @@ def build_brief(
     scope: str | None = None,
     *,
     scan_bytes_max: int = SCAN_BYTES_MAX,
+    anchor_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """The brief of the store at ``store_dir``: what to show within ``budget`` tokens, and what was left out.
 
@@ -521,6 +527,10 @@ def build_brief(
     counts were made) and ``skipped`` (lines of the part read that are not
     records). A missing or unreadable store is a status, not an error.
     ``scan_bytes_max`` bounds how far the log is read without a usable index.
+    With ``anchor_dir`` the head the brief read is recorded there
+    (``anchors.record_head``: one small write, none when it is already the
+    last one); ``anchor`` names the file (or the error: a failure there never
+    fails the brief).
 
     Raises:
         InvalidRecord: ``budget`` is not a whole number from 0, or ``scope`` is not a string.
@@ -549,18 +559,33 @@ def build_brief(
         index = _IndexView(directory, builder.log, size)
         try:
             try:
-                return _build(builder, index, size)
+                result = _build(builder, index, size)
             except sqlite3.Error as exc:
                 # The index failed mid-read (a table missing, a page corrupt):
                 # start again from the log alone.
                 index.give_up("unusable", f"index cannot be read ({_short(str(exc), 200)})")
-                return _build(_Brief(directory, budget, scope, scan_bytes_max), index, size)
+                builder = _Brief(directory, budget, scope, scan_bytes_max)
+                result = _build(builder, index, size)
         finally:
             index.close()
+        if anchor_dir is not None and builder.tail is not None:
+            result["anchor"] = _anchor(anchor_dir, directory, builder.tail)
+        return result
     except (OSError, StoreDamaged) as exc:
         reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
         return _status(directory, "unreadable", f"the store at {shown_dir} could not be read ({_short(reason, 200)}); "
                        "nothing to show", budget, scope)
+
+
+def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int, str, int]) -> dict[str, Any]:
+    from . import anchors
+
+    try:
+        done = anchors.record_head(anchor_dir, directory, *tail, "brief")
+    except RetainedError as exc:
+        return {"error": exc.message}
+    # Not whether this run wrote it: the output depends on the store alone.
+    return {"file": done["file"], "store_id": done["store_id"]}
 
 
 def _build(b: _Brief, index: _IndexView, size: int) -> dict[str, Any]:
@@ -610,6 +635,7 @@ def _build(b: _Brief, index: _IndexView, size: int) -> dict[str, Any]:
         "index": {"state": index.state, "reason": index.reason or None, "counted_by": counted_by, "how": how},
         "log_bytes_read": b.scanned_bytes,
         "skipped": b.skipped,
+        "anchor": None,
     }
 
 

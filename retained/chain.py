@@ -20,6 +20,7 @@ two to the same report on every kind of damage, across range boundaries.
 
 from __future__ import annotations
 
+import bisect
 import os
 from array import array
 from collections import deque
@@ -56,6 +57,9 @@ class ChainReport:
     findings: list[dict[str, Any]] = field(default_factory=list)
     torn_tail: dict[str, Any] | None = None
     bytes: int = 0
+    # The hashes of the chained lines holding each watched seq (``watch``
+    # of ``walk`` / ``verify_file``): where anchors are looked up.
+    watched: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -81,9 +85,12 @@ class ChainReport:
         }
 
 
-def walk(lines: Iterable[Line], log_name: str = "log.jsonl") -> ChainReport:
-    """Verify a sequence of lines (a whole log, oldest first)."""
-    linker = _Linker(log_name)
+def walk(lines: Iterable[Line], log_name: str = "log.jsonl", *, watch: Iterable[int] = ()) -> ChainReport:
+    """Verify a sequence of lines (a whole log, oldest first).
+
+    ``watch``: seqs whose chained lines' hashes the report keeps in ``watched``.
+    """
+    linker = _Linker(log_name, watch)
     add = linker.add
     RECORD, REDACTION = record.RECORD, "redaction"
     for line in lines:
@@ -106,9 +113,11 @@ class _Linker:
     (``extend``). Both feeds give the same report line for line.
     """
 
-    def __init__(self, log_name: str) -> None:
+    def __init__(self, log_name: str, watch: Iterable[int] = ()) -> None:
         self.log_name = log_name
         self.report = ChainReport()
+        self.watch = frozenset(watch)
+        self._watch_sorted = sorted(self.watch)
         self.last_seq, self.last_hash = 0, record.ZERO_HASH
         # Predecessors the next chained line may link to: the last valid record,
         # plus any damaged lines after it that still claim a seq and hash.
@@ -132,6 +141,8 @@ class _Linker:
         the target of a redaction record (a record, not a redacted line)."""
         report = self.report
         report.bytes = offset + length
+        if self.watch and seq in self.watch and (status == record.RECORD or status == record.REDACTED):
+            report.watched.setdefault(seq, []).append(h)  # type: ignore[arg-type]
         if status == record.RECORD and seq == self.last_seq + 1 and prev == self.last_hash:
             # The common case, decided without building anything.
             report.records += 1
@@ -201,14 +212,25 @@ class _Linker:
         self.last_seq, self.last_hash = seq, h
         self.candidates = [(seq, h)]
 
-    def extend(self, count: int, last_seq: int, last_hash: str, end: int, redactions: list[tuple[int, int]]) -> None:
+    def extend(
+        self, count: int, last_seq: int, last_hash: str, end: int, redactions: list[tuple[int, int]], hashes: str = ""
+    ) -> None:
         """``count`` more records after the last one added, each linking to the one before.
 
         Every one of them takes ``add``'s common case, so only the totals
-        change; ``redactions`` is ``(target, seq)`` for the run, in file order.
+        change; ``redactions`` is ``(target, seq)`` for the run, in file order;
+        ``hashes`` the run's hashes concatenated, from its first record (the
+        one ``add`` took), for the watched seqs among them.
         """
         if last_seq != self.last_seq + count:
             raise InvariantBroken(f"chain walk: a run of {count} records after seq {self.last_seq} ends at seq {last_seq}")
+        if self.watch:
+            first = last_seq - count  # the seq `add` took, at hashes[0:64]
+            for s in self._watch_sorted[bisect.bisect_right(self._watch_sorted, first):]:
+                if s > last_seq:
+                    break
+                k = 64 * (s - first)
+                self.report.watched.setdefault(s, []).append(hashes[k : k + 64])
         self.report.records += count
         for target, by in redactions:
             self.redaction_targets[target] = by
@@ -430,12 +452,15 @@ def verify_file(
     parallel_min_bytes: int = PARALLEL_MIN_BYTES,
     mp_context: Any = None,
     check: Callable[[Iterator[tuple[Any, ...]]], Any] | None = None,
+    stop: int | None = None,
+    watch: Iterable[int] = (),
 ) -> ChainReport:
-    """The report ``walk(log.scan())`` gives, with lines classified in worker processes.
+    """The report ``walk(log.scan(stop=stop), watch=watch)`` gives, with lines classified in worker processes.
 
     The file is cut at line starts into ranges of at most ``range_bytes``
     (fewer, larger ones never exceed it; at least one per worker), read up
-    to its size when the walk begins. Ranges are classified in ``workers``
+    to ``stop`` (default: its size when the walk begins; never past its
+    size), so lines appended meanwhile are not judged. Ranges are classified in ``workers``
     processes (default: one per CPU) and linked here in file order; memory
     holds the ranges in flight, not the log. A log under
     ``parallel_min_bytes``, or one CPU, is classified in this process, where
@@ -452,7 +477,7 @@ def verify_file(
     ``(offset, raw)`` (the line's bytes) for any other line. It may stop
     early; the walk links the rest after it returns.
     """
-    linker = _Linker(log.path.name)
+    linker = _Linker(log.path.name, watch)
     f = log._open_read()
     if f is None:
         if check is not None:
@@ -460,6 +485,8 @@ def verify_file(
         return linker.finish()
     with f:
         size = os.fstat(f.fileno()).st_size
+        if stop is not None:
+            size = min(size, stop)
         workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
         parallel = workers > 1 and size >= parallel_min_bytes
         per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
@@ -481,7 +508,7 @@ def _link(linker: _Linker, items: list[tuple[Any, ...]]) -> None:
         if item[0] == _RUN:
             _, offset, seq, prev, count, lengths, hashes, redactions, end = item
             linker.add(offset, array("Q", lengths[:8])[0], record.RECORD, seq, hashes[:64], prev, None, None)
-            linker.extend(count - 1, seq + count - 1, hashes[-64:], end, redactions)
+            linker.extend(count - 1, seq + count - 1, hashes[-64:], end, redactions, hashes)
         else:
             linker.add(*item[1:9])
 

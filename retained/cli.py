@@ -9,6 +9,7 @@ progress go to stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -159,7 +160,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        report = store.verify()
+        report = store.verify(anchor=args.anchor)
     emit(args, report, lambda: render.verify(report))
     return 0 if report["ok"] else 1
 
@@ -169,6 +170,15 @@ def cmd_head(args: argparse.Namespace) -> int:
         head = store.head()
     emit(args, head, lambda: render.head(head))
     return 0
+
+
+def cmd_anchor(args: argparse.Namespace) -> int:
+    from .anchors import listing_text
+
+    with open_store(args) as store:
+        result = store.anchor(accept=args.accept, reason=args.reason)
+    emit(args, result, lambda: listing_text(result))
+    return 1 if result["not_on_chain"] and not args.accept else 0
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
@@ -284,7 +294,9 @@ def cmd_brief(args: argparse.Namespace) -> int:
 
     budget = brief.DEFAULT_BUDGET if args.budget is None else args.budget
     try:
-        result = brief.build_brief(store_dir(args), budget, args.scope)
+        from .anchors import dir_from
+
+        result = brief.build_brief(store_dir(args), budget, args.scope, anchor_dir=dir_from(os.environ))
     except RetainedError:
         raise
     except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
@@ -383,8 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind")
     p.add_argument("--scope")
 
-    command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
-    command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
+    p = command("verify", "check the chain (and the index, and the anchors); exit 1 on any finding", "retained verify --json", cmd_verify)
+    p.add_argument("--anchor", action="append", metavar="SEQ:HASH",
+                   help="also check that this head (saved elsewhere, e.g. from `retained head`) is on the chain (repeatable)")
+    command("head", "print the chain head (seq and hash) to anchor elsewhere, the store id and its anchor file", "retained head", cmd_head)
+    p = command("anchor", "list the heads anchored outside the store and whether each is still on the chain; exit 1 if one is not",
+                "retained anchor --accept --reason 'restored from the Monday backup'", cmd_anchor)
+    p.add_argument("--accept", action="store_true",
+                   help="accept the log's history as it is: record that in the log and stop reporting the anchors off the chain")
+    p.add_argument("--reason", help="why the new history is accepted (kept in the acceptance record)")
 
     p = command("selftest", "check retained's claims in temporary stores (never in --dir); exit 1 if any check fails",
                 "retained selftest --check torn_tail", cmd_selftest)

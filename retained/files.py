@@ -94,6 +94,21 @@ def create_exclusive(path: str | os.PathLike[str]) -> int:
     return open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
 
 
+def writable_by_others(path: str | os.PathLike[str]) -> int | None:
+    """The permission bits of ``path`` when its group or others may write it; None otherwise, or when absent.
+
+    Whoever may write the store directory may replace the log (rename a file
+    over it) whatever the log's own mode; POSIX only (Windows has no such bits).
+    """
+    if os.name == "nt":
+        return None
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+    return mode if mode & 0o022 else None
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Write every byte of ``data`` to ``fd`` (a new file of the store's own, never the log)."""
     view = memoryview(data)

@@ -69,6 +69,42 @@ class IndexError_(RetainedError):
     code = "index_unavailable"
 
 
+class IndexFull(IndexError_):
+    """The index could not be written: the disk (or the device) is full or failing.
+
+    The log is untouched and the index is not damaged: it holds what it held
+    before; free space and retry.
+    """
+
+    code = "index_disk_full"
+
+
+class _IndexDamaged(IndexError_):
+    """The file is not an SQLite database, or SQLite finds it corrupt: only then is it set aside."""
+
+
+def _failure(exc: sqlite3.Error, path: Path, doing: str) -> IndexError_:
+    """The retained error for an SQLite error while ``doing`` something with the index at ``path``.
+
+    Only a file SQLite calls not a database, or corrupt, is damaged; a full
+    disk or an I/O error says nothing about the file, which must then be left
+    where it is (issue 14: a full disk once moved a sound index aside).
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return _IndexDamaged(f"index {path} is damaged ({exc}); delete it or run `retained rebuild`; the log is untouched",
+                             path=str(path))
+    if primary in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+        return IndexFull(
+            f"{doing} the index {path} failed ({exc}): the disk is full or failing; free space, then retry; "
+            "the log is untouched and the index is not damaged",
+            path=str(path),
+        )
+    return IndexError_(f"{doing} the index {path} failed ({exc}); retry, or run `retained rebuild`; the log is untouched",
+                       path=str(path))
+
+
 class Index(Search):
     """The FTS5 index of one log. Safe to delete; rebuilt from the log.
 
@@ -77,10 +113,22 @@ class Index(Search):
     `connection()` and the lexical ranking through `ranked()`.
     """
 
-    def __init__(self, log: Log, path: str | os.PathLike[str] | None = None, *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        log: Log,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout_s: float = 10.0,
+        witness: Callable[[int, str, int], None] | None = None,
+    ) -> None:
         self.log = log
         self.path = Path(path) if path is not None else log.directory / INDEX_NAME
         self.busy_timeout_s = busy_timeout_s
+        # Called with (seq, hash, log bytes) of the last record indexed when
+        # the log no longer holds it (replaced, cut back, re-chained), before
+        # anything is rebuilt: that head is evidence a rebuild would erase
+        # (the Store records it as an anchor).
+        self.witness = witness
         self._db: sqlite3.Connection | None = None
         self._mutex = threading.RLock()
         self.last_catch_up: dict[str, Any] = {}
@@ -98,8 +146,8 @@ class Index(Search):
             if self._db is None:
                 try:
                     self._db = self._open()
-                except IndexError_:
-                    # Derived and safe to delete: set the unusable file aside
+                except _IndexDamaged:
+                    # Derived and safe to delete: set the damaged file aside
                     # (kept for inspection) and start again from the log.
                     self._set_aside()
                     self._db = self._open()
@@ -123,11 +171,13 @@ class Index(Search):
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not self.path.exists():
-            # Create it 0600 ourselves; SQLite gives -wal and -shm the same mode.
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-            os.close(fd)
-        db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False)
+        try:
+            db = schema.connect(self.path, self.busy_timeout_s)
+        except sqlite3.Error as exc:
+            raise _failure(exc, self.path, "opening") from exc
+        except OSError as exc:
+            raise IndexError_(f"the index {self.path} cannot be created ({exc.strerror or exc}); free space or fix "
+                              "the directory, then retry; the log is untouched", path=str(self.path)) from exc
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -144,12 +194,9 @@ class Index(Search):
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             db.close()
-            raise IndexError_(
-                f"index {self.path} cannot be opened ({exc}); delete it or run `retained rebuild`; the log is untouched",
-                path=str(self.path),
-            ) from exc
+            raise _failure(exc, self.path, "opening") from exc
         return db
 
     def close(self) -> None:
@@ -166,6 +213,10 @@ class Index(Search):
         db.executemany(schema.INSERT_META, schema.EMPTY_META)
 
     # -- high-water mark ------------------------------------------------------
+
+    def _witness(self, mark: schema.Mark) -> None:
+        if self.witness is not None and mark.seq > 0 and mark.hash:
+            self.witness(mark.seq, mark.hash, mark.line_offset + mark.line_length)
 
     def _mark_state(self, mark: schema.Mark, size: int) -> str:
         """``ok``, ``behind`` (the log grew) or ``replaced``."""
@@ -194,7 +245,11 @@ class Index(Search):
         log) or ``"report"`` (verify: keep the drift so it can be shown).
         The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
         not rebuilt) or ``stale`` (another process held the index past the
-        busy timeout; the answer comes from the index as it was).
+        busy timeout, or the disk is full; the answer comes from the index as
+        it was, and ``reason`` says why).
+
+        Raises:
+            IndexFull / IndexError_: the index cannot be opened, or a rebuild failed.
         """
         with self._mutex:
             db = self.connection()
@@ -219,13 +274,23 @@ class Index(Search):
                 if state == "replaced":
                     db.execute("ROLLBACK")
                     if on_replaced == "rebuild":
-                        result = self.rebuild()
+                        result = self.rebuild()  # which keeps the mark as evidence first
                         self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
                     else:
+                        self._witness(mark)
                         self.last_catch_up = {"state": "replaced", "indexed": 0}
                     return self.last_catch_up
                 n = self._ingest(db, mark.offset, size, None)
                 db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                failure = _failure(exc, self.path, "catching up")
+                if not isinstance(failure, IndexFull):
+                    raise failure from exc
+                # The index as it was is still sound, only behind: reads answer from it and say so.
+                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
+                return self.last_catch_up
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
@@ -350,15 +415,31 @@ class Index(Search):
 
         ``progress(done_bytes, total_bytes)`` is called every `BATCH_ROWS`
         records. Returns ``{"records", "bytes"}``.
+
+        Raises:
+            IndexFull: the disk is full; the index is left as it was.
+            IndexError_: SQLite failed otherwise (busy past the timeout...).
         """
         with self._mutex:
             db = self.connection()
-            db.execute("BEGIN IMMEDIATE")
             try:
+                db.execute("BEGIN IMMEDIATE")
+                if self.witness is not None:
+                    try:
+                        mark = schema.read_mark(db)
+                    except (ValueError, sqlite3.Error):
+                        pass  # no mark to keep: the tables are not this version's
+                    else:
+                        if self._mark_state(mark, self.log.size()) == "replaced":
+                            self._witness(mark)
                 self._reset(db)
                 size = self.log.size()
                 n = self._ingest(db, 0, size, progress)
                 db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise _failure(exc, self.path, "rebuilding") from exc
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
@@ -415,14 +496,18 @@ class Index(Search):
 
     # -- verify ---------------------------------------------------------------
 
-    def verify(self, lines: Iterable[tuple[Any, ...]] | None = None) -> list[dict[str, Any]]:
+    def verify(
+        self, lines: Iterable[tuple[Any, ...]] | None = None, *, snapshot: tuple[int, int] | None = None
+    ) -> list[dict[str, Any]]:
         """Compare the index with the log in both directions; every finding, none if clean.
 
         ``lines``, if given, are the log's complete lines in file order as the
         chain walk passes them (``chain.verify_file``'s ``check``), so the log
         is read once for both checks: ``(offset, length, seq, hash)`` for a
         record the walk verified, ``(offset, raw)`` for any other line. None
-        reads the log here.
+        reads the log here. ``snapshot``: ``(size, head seq)`` of the log
+        verify judges; the index is compared with that prefix only, so rows
+        for lines appended since are not ghosts.
 
         Findings are dicts with ``kind``, ``seq``, ``offset``, ``expected``,
         ``observed`` and ``message``. Kinds: ``index_log_replaced`` (the mark
@@ -439,4 +524,4 @@ class Index(Search):
 
         caught = self.catch_up(on_replaced="report")
         return verify(self.log, self.connection, self._mutex, self.path, self.busy_timeout_s,
-                      replaced=caught["state"] == "replaced", lines=lines)
+                      replaced=caught["state"] == "replaced", lines=lines, snapshot=snapshot)

@@ -16,7 +16,10 @@ the query parser, orjson or portalocker).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+
+from . import files
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost the brief
 if TYPE_CHECKING:
@@ -235,11 +238,43 @@ def mark_state(mark: Mark, size: int, read_at: Callable[[int, int], bytes]) -> s
 
 # -- reading ---------------------------------------------------------------------
 
+def refuse_links(path: Path) -> None:
+    """Raise LinkRefused if the index at ``path`` or its ``-wal`` or ``-shm`` is a symbolic link.
+
+    SQLite follows links and cannot be told not to (its no-follow flag is not
+    reachable from Python's sqlite3), so every connection to the index is
+    made through `connect` or `connect_read_only`, which look first. A link
+    planted between the look and SQLite's open is a race the platform offers
+    no way to close.
+    """
+    files.refuse_links(path, *(f"{path}{suffix}" for suffix in INDEX_SUFFIXES))
+
+
+def connect(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-write connection to the index at ``path``, in autocommit mode; the file is created 0600 if absent.
+
+    Raises:
+        LinkRefused: the index or one of its companions is a symbolic link.
+        sqlite3.Error: SQLite cannot open it.
+    """
+    refuse_links(path)
+    if not os.path.lexists(path):
+        # Create it 0600 ourselves (never through a link: a dangling one would
+        # create its target); SQLite gives -wal and -shm the same mode.
+        os.close(files.open_fd(path, os.O_WRONLY | os.O_CREAT))
+    return sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+
+
 def connect_read_only(path: Path, timeout_s: float) -> sqlite3.Connection:
     """A read-only connection to the index at ``path`` (SQLite may still create ``-wal`` and ``-shm``).
 
     In autocommit mode: ``BEGIN`` makes one snapshot of several reads.
+
+    Raises:
+        LinkRefused: the index or one of its companions is a symbolic link.
+        sqlite3.Error: SQLite cannot open it.
     """
+    refuse_links(path)
     return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout_s,
                            isolation_level=None, check_same_thread=False)
 
@@ -271,6 +306,24 @@ def places_between(db: sqlite3.Connection, lo: int, hi: int) -> list[tuple[int, 
 def row_count(db: sqlite3.Connection) -> int:
     """Rows in ``records``, redacted ones included."""
     return int(db.execute("SELECT count(*) FROM records").fetchone()[0])
+
+
+def rows_beyond(db: sqlite3.Connection, head_seq: int, size: int) -> int:
+    """Rows with a seq above ``head_seq`` whose line does not end within the log's first ``size`` bytes.
+
+    Verify's snapshot: the lines of such rows were appended after it fixed
+    the log's size and head (a walk by seq from ``head_seq``, not a scan).
+    """
+    return int(db.execute(
+        "SELECT count(*) FROM records WHERE seq > ? AND offset + length > ?", (head_seq, size)
+    ).fetchone()[0])
+
+
+def places_within(db: sqlite3.Connection, size: int | None) -> Iterator[tuple[int, int, str]]:
+    """``(seq, offset, hash)`` of every row in seq order; with ``size``, only rows whose line ends by it."""
+    if size is None:
+        return iter(db.execute("SELECT seq, offset, hash FROM records ORDER BY seq"))
+    return iter(db.execute("SELECT seq, offset, hash FROM records WHERE offset + length <= ? ORDER BY seq", (size,)))
 
 
 def links_to(db: sqlite3.Connection, seq: int) -> dict[str, list[int]]:

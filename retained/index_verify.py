@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from . import index_schema as schema
+from .errors import RetainedError
 from .index_schema import BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -40,73 +41,100 @@ def verify(
     *,
     replaced: bool,
     lines: Iterable[tuple[Any, ...]] | None = None,
+    snapshot: tuple[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """``Index.verify``: the findings, none if the index at ``path`` matches ``log`` (see there).
 
     The caller has caught the index up without rebuilding it; ``replaced``:
     that catch-up found the log replaced. ``connection()`` is the index's
-    connection, used only while holding ``lock``.
+    connection, used only while holding ``lock``. ``snapshot`` is ``(size,
+    head seq)`` of the log as verify fixed it when it began: lines past that
+    size are not compared, and rows the index holds for them (appended since,
+    and indexed by a catch-up) are not ghosts. None: the log as it is now.
     """
     findings: list[dict[str, Any]] = []
     integrity = _IntegrityCheck(path, busy_timeout_s)
     with lock:
         db = connection()
-        mark = schema.read_mark(db)
-        size = log.size()
-        if replaced:
-            findings.append(_finding(
-                "index_log_replaced", mark.seq or None, mark.line_offset,
-                mark.hash, "other bytes" if mark.offset <= size else f"log of {size} bytes",
-                f"the index was built from another log: it read to byte {mark.offset} (seq "
-                f"{mark.seq}, hash {mark.hash[:12]}...) but the log {log.path.name} "
-                f"is {size} bytes and no longer holds that line there; run `retained rebuild`",
-            ))
-        seen = bytearray((mark.seq >> 3) + 1)
-        batch: list[tuple[Any, ...]] = []
-        ranges: list[tuple[int, int]] = []
-        stop = min(mark.offset, size)
-        source = iter(_raw_lines(log, stop) if lines is None else _lines_before(lines, stop))
-        # FTS5's integrity check reads the whole full-text index (a large
-        # share of verify's time) and needs nothing from the lines: it runs on its
-        # own connection (sqlite3 lets go of the GIL while a statement runs)
-        # while they are compared, instead of after them. Started once the
-        # first line is in: by then the chain walk has forked its worker
-        # processes, which it does only while this process runs one thread.
-        first = next(source, None)
-        integrity.start()
+        # One read transaction: the mark and every row compared are one state
+        # of the index, whatever other processes' catch-ups commit meanwhile.
+        db.execute("BEGIN")
         try:
-            for item in itertools.chain(() if first is None else (first,), source):
-                batch.append(item)
-                if len(batch) >= BATCH_ROWS:
-                    findings.extend(_verify_batch(log, db, batch, seen, ranges))
-                    batch.clear()
-            findings.extend(_verify_batch(log, db, batch, seen, ranges))
-        except BaseException:
-            integrity.join()
-            raise
-        # Every seq marked in `seen` is an index row a log line matched;
-        # when they are all of the rows there is no ghost to look for.
-        indexed = schema.row_count(db)
-        matched = int.from_bytes(seen, "little").bit_count() + sum(b - a + 1 for a, b in ranges)
-        ghosts = db.execute("SELECT seq, offset, hash FROM records ORDER BY seq") if matched != indexed else ()
-        ranges.sort()
-        starts = [a for a, _ in ranges]
-        for seq, offset, h in ghosts:
-            if seq >> 3 < len(seen) and seen[seq >> 3] & (1 << (seq & 7)):
-                continue
-            i = bisect.bisect_right(starts, seq) - 1
-            if i >= 0 and ranges[i][0] <= seq <= ranges[i][1]:
-                continue
-            findings.append(_finding(
-                "index_ghost", seq, offset, "absent", h,
-                f"seq {seq} is in the index (byte {offset}, hash {h[:12]}...) but no log line holds it; "
-                f"the log may have been replaced by an older copy; run `retained rebuild`",
-            ))
+            findings = _verify_locked(log, db, integrity, replaced, lines, snapshot)
+        finally:
+            db.execute("COMMIT")
     integrity.join()
     findings.extend(integrity.words)
     if integrity.error is not None:
         findings.append(_finding("index_integrity", None, None, "ok", integrity.error,
                                  f"FTS5 integrity check failed: {integrity.error}; run `retained rebuild`"))
+    return findings
+
+
+def _verify_locked(
+    log: Log,
+    db: sqlite3.Connection,
+    integrity: _IntegrityCheck,
+    replaced: bool,
+    lines: Iterable[tuple[Any, ...]] | None,
+    snapshot: tuple[int, int] | None,
+) -> list[dict[str, Any]]:
+    """The comparison with the log, inside ``verify``'s read transaction; starts ``integrity``."""
+    findings: list[dict[str, Any]] = []
+    mark = schema.read_mark(db)
+    size = log.size() if snapshot is None else snapshot[0]
+    if replaced:
+        findings.append(_finding(
+            "index_log_replaced", mark.seq or None, mark.line_offset,
+            mark.hash, "other bytes" if mark.offset <= size else f"log of {size} bytes",
+            f"the index was built from another log: it read to byte {mark.offset} (seq "
+            f"{mark.seq}, hash {mark.hash[:12]}...) but the log {log.path.name} "
+            f"is {size} bytes and no longer holds that line there; run `retained rebuild`",
+        ))
+    seen = bytearray((mark.seq >> 3) + 1)
+    batch: list[tuple[Any, ...]] = []
+    ranges: list[tuple[int, int]] = []
+    stop = min(mark.offset, size)
+    source = iter(_raw_lines(log, stop) if lines is None else _lines_before(lines, stop))
+    # FTS5's integrity check reads the whole full-text index (a large share
+    # of verify's time) and needs nothing from the lines: it runs on its
+    # own connection (sqlite3 lets go of the GIL while a statement runs)
+    # while they are compared, instead of after them. Started once the
+    # first line is in: by then the chain walk has forked its worker
+    # processes, which it does only while this process runs one thread.
+    first = next(source, None)
+    integrity.start()
+    try:
+        for item in itertools.chain(() if first is None else (first,), source):
+            batch.append(item)
+            if len(batch) >= BATCH_ROWS:
+                findings.extend(_verify_batch(log, db, batch, seen, ranges))
+                batch.clear()
+        findings.extend(_verify_batch(log, db, batch, seen, ranges))
+    except BaseException:
+        integrity.join()
+        raise
+    # Every seq marked in `seen` is an index row a log line matched;
+    # when they are all of the rows there is no ghost to look for. Rows
+    # past the snapshot were indexed from lines appended after it.
+    indexed = schema.row_count(db)
+    if snapshot is not None:
+        indexed -= schema.rows_beyond(db, snapshot[1], size)
+    matched = int.from_bytes(seen, "little").bit_count() + sum(b - a + 1 for a, b in ranges)
+    ghosts = () if matched == indexed else schema.places_within(db, None if snapshot is None else size)
+    ranges.sort()
+    starts = [a for a, _ in ranges]
+    for seq, offset, h in ghosts:
+        if seq >> 3 < len(seen) and seen[seq >> 3] & (1 << (seq & 7)):
+            continue
+        i = bisect.bisect_right(starts, seq) - 1
+        if i >= 0 and ranges[i][0] <= seq <= ranges[i][1]:
+            continue
+        findings.append(_finding(
+            "index_ghost", seq, offset, "absent", h,
+            f"seq {seq} is in the index (byte {offset}, hash {h[:12]}...) but no log line holds it; "
+            f"the log may have been replaced by an older copy; run `retained rebuild`",
+        ))
     return findings
 
 
@@ -126,8 +154,8 @@ class _IntegrityCheck(threading.Thread):
 
     def run(self) -> None:
         try:
-            db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-        except sqlite3.Error as exc:
+            db = schema.connect(self.path, self.busy_timeout_s)
+        except (sqlite3.Error, RetainedError) as exc:
             self.error = str(exc)
             return
         try:

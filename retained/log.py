@@ -699,7 +699,8 @@ class Log:
                     self._poison(f"short write ({written} of {len(piece)} bytes)")
                     raise WriteFailed(
                         f"short write to {self.path}: {written} of {len(piece)} bytes for {what}; "
-                        "nothing was acknowledged; the partial line is set aside by the next append",
+                        "nothing was acknowledged; the partial line is set aside by the next append; "
+                        "a full disk writes short: free space, then retry",
                         path=str(self.path),
                         expected=len(piece),
                         observed=written,

@@ -235,6 +235,14 @@ def verify(report: dict[str, Any]) -> str:
         lines.append(f"unterminated tail of {torn['bytes']} bytes at byte {torn['offset']} (never acknowledged)")
     for q in report.get("quarantined") or ():
         lines.append(f"quarantined torn tail: {q['file']} ({q['bytes']} bytes, was at byte {q['offset']})")
+    snap, anchored = report.get("snapshot"), report.get("anchors") or {}
+    if snap:
+        lines.append(f"judged the log's first {snap['bytes']} bytes (its size when verify began)")
+    if isinstance(report.get("index"), dict) and report["index"].get("note"):
+        lines.append(f"index: {report['index']['note']}")
+    if anchored.get("checked") or anchored.get("error"):
+        lines.append(f"anchors: {anchored.get('checked', 0)} checked, {anchored.get('not_on_chain', 0)} not on the chain"
+                     + (f"; this head not recorded: {anchored['error']}" if anchored.get("error") else ""))
     findings = report.get("findings") or []
     for finding in findings[:FINDINGS_SHOWN]:
         if isinstance(finding, dict):
@@ -285,8 +293,8 @@ def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
 
 
 def head(h: dict[str, Any]) -> str:
-    """The chain head as ``SEQ HASH``: what to anchor elsewhere."""
-    return f"{h['seq']} {h['hash']}"
+    """The chain head as ``SEQ HASH`` (what to anchor elsewhere), then the store id and where its anchors are kept."""
+    return f"{h['seq']} {h['hash']}\nstore id {h.get('store_id') or '-'}\nanchors {h.get('anchor_file') or 'off'}"
 
 
 def rebuild(result: dict[str, Any]) -> str:

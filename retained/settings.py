@@ -9,6 +9,7 @@
 | ``RETAINED_LOCK_WAIT_S`` | how long a writer waits for the lock | 10 |
 | ``RETAINED_GROUP_COMMIT`` | threads of one process share fsyncs: on or off | on |
 | ``RETAINED_EMBED_*`` | embeddings (see hybrid.SETTINGS) | off |
+| ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see anchors.py | ``$XDG_STATE_HOME/retained`` |
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import anchors
 from .errors import InvalidRecord
 
 
@@ -68,6 +70,7 @@ def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         # None lets the store build its default guard (refuse) on first write.
         "guard": None if default_guard else guard_from(environ),
         "embed_settings": {k: v for k, v in environ.items() if k.startswith("RETAINED_EMBED_")},
+        "anchor_dir": anchors.dir_from(environ),
     }
     group = environ.get("RETAINED_GROUP_COMMIT", "").strip().lower()
     if group:

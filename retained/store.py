@@ -19,13 +19,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import chain, limits, record
+from . import anchors, chain, files, limits, record
 from .errors import EmbedConfigError, InvalidRecord, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 from .version import __version__
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
 _NO_NOTES: dict[str, Any] = {}
+# Store directories whose unsafe permissions this process already warned of (once per process).
+_WARNED_DIRS: set[str] = set()
 
 
 class Guarded(NamedTuple):
@@ -54,8 +56,13 @@ class Store:
         embed_settings: Mapping[str, str] | None = None,
         follow_writes: bool = False,
         group_commit: bool = True,
+        anchor_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.directory = Path(directory).expanduser()
+        # Where the store's head is recorded outside it (retained/anchors.py);
+        # None: no anchors. The edges pass the setting (settings.store_options).
+        self.anchor_dir = None if anchor_dir is None else Path(anchor_dir)
+        self._permissions_checked = False
         self.client = dict(client or DEFAULT_CLIENT)
         # The write guard (retained.guard.Guard) runs on every caller string
         # before anything is encoded; a library user gets the safe default,
@@ -156,7 +163,39 @@ class Store:
         proofs = self.log.append([item.content for item in items], client=client or self.client)
         if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
-        return [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
+        out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
+        if not self._permissions_checked:
+            self._permissions_checked = True
+            notices = self._permission_notices()
+            if notices:
+                for proof in out:
+                    proof["notices"] = [*proof.get("notices", ()), *notices]
+        return out
+
+    def _permission_notices(self) -> list[str]:
+        """Once per process and directory: a warning if others may write the store (for the write's reply)."""
+        key = str(self.directory.resolve())
+        if key in _WARNED_DIRS:
+            return []
+        _WARNED_DIRS.add(key)
+        return [f["message"] for f in self._unsafe_permissions(anchor_dir=False)]
+
+    def _unsafe_permissions(self, *, anchor_dir: bool = True) -> list[dict[str, Any]]:
+        """``unsafe_permissions`` findings: the store directory, the log, the anchor directory writable by others."""
+        places = [("the store directory", self.directory, "700"), ("the log", self.log.path, "600")]
+        if anchor_dir and self.anchor_dir is not None:
+            places.append(("the anchor directory", self.anchor_dir, "700"))
+        out = []
+        for what, path, fix in places:
+            mode = files.writable_by_others(path)
+            if mode is not None:
+                out.append({
+                    "kind": "unsafe_permissions", "seq": None, "offset": None, "expected": "not writable by group or others",
+                    "observed": oct(mode),
+                    "message": f"{what} {path} has mode {oct(mode)[2:]}: group or others may write it, so they can "
+                    f"rewrite the store's history; run `chmod {fix} {path}`",
+                })
+        return out
 
     def write(
         self,
@@ -421,8 +460,22 @@ class Store:
                 if self._index is None:
                     from .index import Index
 
-                    self._index = Index(self.log)
+                    self._index = Index(self.log, witness=None if self.anchor_dir is None else self._witness)
         return self._index
+
+    def _witness(self, seq: int, h: str, size: int) -> None:
+        """Record a head the index had read, found gone from the log, before the index is rebuilt.
+
+        So a rebuild never erases the evidence of a rollback: verify reports
+        it until the new history is accepted. An anchor that cannot be
+        written is not the reader's failure.
+        """
+        if self.anchor_dir is None:
+            return
+        try:
+            anchors.record_head(self.anchor_dir, self.directory, seq, h, size, "index", durable=True)
+        except RetainedError:
+            pass
 
     def _get_indexed(self, seqs: builtins.list[int]) -> dict[int, dict[str, Any]]:
         """Records found through the index (read from the log, hash checked), with their links."""
@@ -545,36 +598,94 @@ class Store:
         """The session-start brief (see ``retained.brief.build_brief``); render it with ``brief.render_text``."""
         from . import brief
 
-        return brief.build_brief(self.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope)
+        return brief.build_brief(self.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope,
+                                 anchor_dir=self.anchor_dir)
 
-    def _verify_index(self, report: dict[str, Any], lines: Any = None) -> dict[str, Any]:
+    def _verify_index(self, report: dict[str, Any], lines: Any, snapshot: tuple[int, int]) -> dict[str, Any]:
         if not self.log.exists():
             return {"checked": False, "findings": 0}
+        from .index import IndexFull
+
+        note = None
+        checked = True
         try:
-            findings = self.index.verify(lines)
+            findings = self.index.verify(lines, snapshot=snapshot)
+        except IndexFull as exc:
+            # A full disk says nothing about the index or the log: reported, not a finding.
+            findings, note, checked = [], exc.message, False
         except (RetainedError, sqlite3.Error) as exc:
+            message = exc.message if isinstance(exc, RetainedError) else f"the index cannot be read ({exc}); run `retained rebuild`"
             findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
-                         "observed": str(exc), "message": f"the index cannot be read ({exc}); run `retained rebuild`"}]
+                         "observed": str(exc), "message": message}]
+        caught = self.index.last_catch_up
+        if note is None and caught.get("state") == "stale":
+            note = f"the index could not catch up ({caught.get('reason')}); it was checked as far as it reaches"
         report["findings"].extend(findings)
         report["ok"] = not report["findings"]
-        return {"checked": True, "findings": len(findings)}
+        out: dict[str, Any] = {"checked": checked, "findings": len(findings)}
+        if note is not None:
+            out["note"] = note
+        return out
 
     def head(self) -> dict[str, Any]:
-        """The chain head (seq, hash): anchor it elsewhere to detect a rewritten log."""
-        seq, h, end = self.log.tail()
-        return {"seq": seq, "hash": h, "bytes": end, "log": str(self.log.path)}
+        """The chain head (seq, hash, bytes): anchor it elsewhere to detect a rewritten log.
 
-    def verify(self) -> dict[str, Any]:
-        """Walk the whole chain and report every finding (memory flat in log size)."""
+        Also the store id and the anchor file where verify and the brief
+        record heads (None when anchoring is off or the store does not exist).
+        """
+        seq, h, end = self.log.tail()
+        sid = anchors.store_id(self.directory) if self.anchor_dir is not None else anchors.store_id(self.directory, create=False)
+        return {
+            "seq": seq, "hash": h, "bytes": end, "log": str(self.log.path), "store_id": sid,
+            "anchor_file": str(anchors.anchor_file(self.anchor_dir, sid)) if self.anchor_dir is not None and sid else None,
+        }
+
+    def verify(self, *, anchor: str | builtins.list[str] | None = None) -> dict[str, Any]:
+        """Walk the whole chain and report every finding (memory flat in log size).
+
+        Verify judges one snapshot: the log's size and head when it begins
+        (``snapshot`` in the report). The chain walk and the index check both
+        stop there, so records appended meanwhile are neither judged nor
+        taken for damage.
+
+        Anchors: every head recorded outside the store (``anchor_dir``) and
+        not yet accepted must still be on the chain, as must each ``anchor``
+        given (``SEQ:HASH``, e.g. saved in git); a log cut back below one is
+        ``rolled_back``, one re-chained after it ``anchor_mismatch``. Then the
+        head judged is recorded. A store directory, log or anchor directory
+        others may write is ``unsafe_permissions``.
+
+        Raises:
+            InvalidRecord: an ``anchor`` is not ``SEQ:HASH``; nothing was checked.
+        """
+        given = [anchors.parse(a) for a in ([anchor] if isinstance(anchor, str) else anchor or [])]
+        # Anchors are read before the snapshot is fixed: one recorded by
+        # another process after it could name a head verify does not judge.
+        loaded = anchors.load(self.anchor_dir, self.directory) if self.anchor_dir is not None else None
+        size = self.log.size()
+        head_seq, head_hash, head_end = self.log.tail(stop=size)
+        to_check = [*(loaded.anchors if loaded is not None else ()), *given]
         # The index check reads the lines the chain walk passes it (one read
         # of the log) while worker processes classify the next ranges; its
         # findings follow the chain's.
         index: dict[str, Any] = {"findings": []}
-        report = chain.verify_file(self.log, check=lambda lines: index.update(checked=self._verify_index(index, lines))).to_dict()
+
+        def check(lines: Any) -> None:
+            index.update(checked=self._verify_index(index, lines, (size, head_seq)))
+
+        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check})
+        report = walked.to_dict()
+        report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
         report["quarantined"] = self.log.quarantined()
         report["log"] = str(self.log.path)
         report["exists"] = self.log.exists()
         report["findings"].extend(index["findings"])
+        anchored = anchors.check(to_check, walked.watched, walked.head_seq)
+        report["findings"].extend(anchored)
+        report["findings"].extend(self._unsafe_permissions())
+        report["anchors"] = self._anchor_after_verify(loaded, given, anchored, (head_seq, head_hash, head_end))
+        if loaded is not None:
+            report["findings"].extend(loaded.problems)
         report["ok"] = not report["findings"]
         report["index"] = index["checked"]
         if self.embed_settings.get("RETAINED_EMBED_URL") or self.embed_settings.get("RETAINED_EMBED_MODEL"):
@@ -585,6 +696,108 @@ class Store:
             except (RetainedError, sqlite3.Error) as exc:
                 report["vectors"] = {"error": str(exc)}
         return report
+
+    def _anchor_after_verify(
+        self, loaded: anchors.Loaded | None, given: builtins.list[Any], findings: builtins.list[dict[str, Any]], head: tuple[int, str, int]
+    ) -> dict[str, Any]:
+        """Record the head verify judged; after a clean check the anchor file shrinks to it. Returns what was done."""
+        out: dict[str, Any] = {"dir": None if self.anchor_dir is None else str(self.anchor_dir),
+                               "checked": len(given) + (len(loaded.anchors) if loaded is not None else 0),
+                               "given": len(given), "not_on_chain": len(findings), "recorded": False}
+        if loaded is None or self.anchor_dir is None:
+            return out
+        out.update(store_id=loaded.store_id, file=None if loaded.file is None else str(loaded.file))
+        seq, h, end = head
+        if not seq or loaded.store_id is None:
+            return out
+        try:
+            if not findings and not loaded.problems:
+                anchors.compact(loaded, self.directory, seq, h, end, "verify")
+                out["recorded"] = True
+            else:
+                out["recorded"] = anchors.record_head(self.anchor_dir, self.directory, seq, h, end, "verify",
+                                                      durable=True)["recorded"]
+        except RetainedError as exc:
+            # The check stands; only the record of this head is missing.
+            out["error"] = exc.message
+        return out
+
+    def _index_evidence(self) -> None:
+        """Bring the index up to the log now, so a head it had read and the log lost is anchored first.
+
+        Before an acceptance: otherwise the next read would find the index
+        built from the old log and record its head after the acceptance,
+        as new evidence.
+        """
+        from .index_schema import INDEX_NAME
+
+        if not (self.directory / INDEX_NAME).exists():
+            return
+        try:
+            self.index.catch_up()
+        except (RetainedError, sqlite3.Error, OSError):
+            pass  # an unusable index holds no evidence this can read
+
+    def anchor(self, *, accept: bool = False, reason: str | None = None) -> dict[str, Any]:
+        """The anchors recorded for this store, each with its state on today's chain; ``accept`` settles those off it.
+
+        Listing walks the chain once. ``accept``: when anchors are not on the
+        chain (``rolled_back``, ``anchor_mismatch``), append an
+        ``anchor_accept`` record naming them (through the write guard, as
+        any write), mark them settled in their files, and record the new head:
+        verify reports them no more. With every anchor on the chain nothing
+        is written.
+
+        Raises:
+            InvalidRecord: anchoring is off (no ``anchor_dir``) or ``reason`` is not a string.
+        """
+        if self.anchor_dir is None:
+            raise InvalidRecord(
+                "anchoring is off for this store: pass anchor_dir to Store (the command line and the server take "
+                "RETAINED_ANCHOR_DIR, default $XDG_STATE_HOME/retained)",
+                path="anchor_dir",
+            )
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRecord("field reason: must be a string saying why the new history is accepted", path="reason")
+        if accept:
+            self._index_evidence()
+        loaded = anchors.load(self.anchor_dir, self.directory)
+        size = self.log.size()
+        walked = chain.verify_file(self.log, stop=size, watch={a.seq for a in loaded.anchors})
+        off = anchors.check(loaded.anchors, walked.watched, walked.head_seq)
+        off_by_anchor = {(f["seq"], f["expected"], f["anchor"]["file"]): f["kind"] for f in off}
+        listed = []
+        for entry in loaded.history:
+            state = "accepted" if entry["settled_by"] else off_by_anchor.get((entry["seq"], entry["hash"], entry["file"]), "ok")
+            listed.append({**entry, "state": state})
+        result: dict[str, Any] = {
+            "store_id": loaded.store_id, "dir": str(self.anchor_dir),
+            "file": None if loaded.file is None else str(loaded.file),
+            "head": {"seq": walked.head_seq, "hash": walked.head_hash, "bytes": size},
+            "anchors": listed, "not_on_chain": len(off), "problems": loaded.problems, "accepted": None,
+        }
+        if not accept:
+            return result
+        if not off and not loaded.problems:
+            result["accepted"] = {"count": 0, "record": None, "note": "every anchor is on the chain: nothing to accept"}
+            return result
+        named = [{"seq": f["seq"], "hash": f["expected"], "finding": f["kind"], "time": f["anchor"]["time"],
+                  "source": f["anchor"]["source"]} for f in off]
+        content = record.make_content(
+            text=f"accepted the log's history as it is: {len(off)} recorded heads were not on it"
+            + (f" and {len(loaded.problems)} anchor lines could not be read" if loaded.problems else ""),
+            kind="anchor_accept",
+            fields={"accepted": named[: anchors.ACCEPT_LISTED_MAX], "accepted_count": len(off),
+                    "reason": reason or "accepted with `retained anchor --accept`"},
+            store_kind=True,
+        )
+        proof = self.append([self.prepare(content)])[0]
+        by = {"seq": proof["seq"], "hash": proof["hash"]}
+        anchors.settle(loaded, by)
+        anchors.record_head(self.anchor_dir, self.directory, proof["seq"], proof["hash"],
+                            proof["offset"] + proof["length"], "accept", durable=True)
+        result["accepted"] = {"count": len(off), "record": proof, "anchors": named}
+        return result
 
 
 def _seq_list(seqs: Any, path: str) -> list[int]:

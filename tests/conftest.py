@@ -16,6 +16,14 @@ SHARED = REPO.parent / "shared"
 VECTORS = SHARED / "vectors"
 
 
+@pytest.fixture(autouse=True)
+def anchor_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Anchors recorded by the command line and the server (they read RETAINED_ANCHOR_DIR) stay in the test's tmp."""
+    path = tmp_path_factory.mktemp("anchors")
+    monkeypatch.setenv("RETAINED_ANCHOR_DIR", str(path))
+    return path
+
+
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"

@@ -8,6 +8,7 @@ could land on, or a truncation hit, any file the user can write.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,105 @@ def test_a_link_at_the_redaction_temporary_is_removed_not_followed(store, store_
     assert not (store_dir / "log.jsonl").is_symlink()
     assert not (store_dir / "log.jsonl.redact-tmp").exists()
     assert chain.walk(Log(store_dir).scan()).redacted == [2]
+
+
+# -- every other name the store creates (issue 14) ------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["index.sqlite3", "index.sqlite3-wal", "index.sqlite3-shm"])
+def test_a_link_at_the_index_or_its_companions_is_refused_by_name(store, store_dir, target, name):
+    store.write("a record")
+    store.close()
+    for leftover in ("index.sqlite3", "index.sqlite3-wal", "index.sqlite3-shm"):
+        (store_dir / leftover).unlink(missing_ok=True)
+    (store_dir / name).symlink_to(target)
+    with Store(store_dir) as again:
+        with pytest.raises(LinkRefused) as err:
+            again.search("record")
+        assert f"{name} is a symbolic link" in err.value.message
+        report = again.verify()
+        # The log verifies; the index, which cannot be opened, is the one finding.
+        assert [f["kind"] for f in report["findings"]] == ["index_unusable"]
+        assert name in report["findings"][0]["message"]
+        # Writes never touch the index; the brief answers from the log alone.
+        assert again.write("still written")["seq"] == 2
+        result = again.brief()
+        assert result["status"] == "ok" and result["index"]["state"] in ("unusable", "absent")
+        assert [e["seq"] for e in result["included"]] == [2, 1]
+    assert target.read_bytes() == PRECIOUS
+    assert (store_dir / name).is_symlink()
+
+
+def test_a_dangling_link_at_the_index_name_creates_nothing(store, store_dir, tmp_path):
+    store.write("a record")
+    store.close()
+    missing = tmp_path / "elsewhere.sqlite3"
+    (store_dir / "index.sqlite3").symlink_to(missing)
+    with Store(store_dir) as again, pytest.raises(LinkRefused):
+        again.rebuild()
+    assert not missing.exists()
+
+
+def test_a_link_at_the_export_temporary_is_removed_not_followed(filled_store, tmp_path, target):
+    from retained import transfer
+
+    out = tmp_path / "export.jsonl"
+    (tmp_path / "export.jsonl.tmp").symlink_to(target)
+    result = transfer.export_to_file(filled_store.log, out)
+    assert result["records"] == 10
+    assert target.read_bytes() == PRECIOUS
+    assert not out.is_symlink() and len(out.read_bytes().splitlines()) == 10
+    assert not (tmp_path / "export.jsonl.tmp").exists()
+
+
+def test_a_link_at_the_backup_temporary_is_removed_not_followed(filled_store, tmp_path, target):
+    from retained import transfer
+
+    dest = tmp_path / "backup"
+    transfer.backup(filled_store.log, dest)
+    filled_store.write("one more")
+    (tmp_path / f".backup.old-{os.getpid()}").symlink_to(target)
+    result = transfer.backup(filled_store.log, dest, force=True)
+    assert result["ok"] and result["records"] == 11 and result["replaced"]
+    assert target.read_bytes() == PRECIOUS
+    assert not (tmp_path / f".backup.old-{os.getpid()}").exists()
+
+
+def test_a_link_at_the_scrub_temporary_of_a_quarantined_tail_is_removed_not_followed(store, store_dir, target):
+    store.write("before")
+    size = (store_dir / "log.jsonl").stat().st_size
+    with open(store_dir / "log.jsonl", "ab") as f:
+        f.write(b'{"text":"secret in a record')
+    store.write("sets the tail aside")
+    store.write("secret in a record")
+    (store_dir / f".scrub-log.jsonl.torn-{size}").symlink_to(target)
+    result = store.redact(3, "held a secret")
+    assert result["quarantine_scrubbed"] == [f"log.jsonl.torn-{size}"]
+    assert target.read_bytes() == PRECIOUS
+    assert b"secret in a record" not in (store_dir / f"log.jsonl.torn-{size}").read_bytes()
+
+
+def test_a_link_at_the_store_id_is_refused_by_name(store_dir, anchor_dir, target):
+    with Store(store_dir, anchor_dir=anchor_dir) as store:
+        store.write("a record")
+        (store_dir / "store.id").symlink_to(target)
+        report = store.verify()
+        assert [f["kind"] for f in report["findings"]] == ["anchor_unreadable"]
+        assert "store.id is a symbolic link" in report["findings"][0]["message"]
+        with pytest.raises(LinkRefused):
+            store.head()
+        assert store.brief()["anchor"]["error"].startswith(str(store_dir / "store.id"))
+    assert target.read_bytes() == PRECIOUS
+
+
+def test_a_link_at_the_anchor_file_is_refused_by_name(store_dir, anchor_dir, target):
+    with Store(store_dir, anchor_dir=anchor_dir) as store:
+        store.write("a record")
+        path = Path(store.head()["anchor_file"])
+        path.symlink_to(target)
+        assert "is a symbolic link" in store.brief()["anchor"]["error"]
+        report = store.verify()
+        assert [f["kind"] for f in report["findings"]] == ["anchor_unreadable"]
+        assert f"{path} is a symbolic link" in report["findings"][0]["message"]
+        assert "symbolic link" in report["anchors"]["error"]
+    assert target.read_bytes() == PRECIOUS

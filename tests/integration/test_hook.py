@@ -48,6 +48,7 @@ def _bin(tmp_path: Path, *, timeout: bool = True, retained: bool = False, python
 
 def _env(path: str, store_dir: Path | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RETAINED_", "PYTHON"))}
+    env["RETAINED_ANCHOR_DIR"] = os.environ["RETAINED_ANCHOR_DIR"]  # the test's own (tests/conftest.py)
     env["PATH"] = path
     if store_dir is not None:
         env["RETAINED_DIR"] = str(store_dir)

@@ -436,6 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other needs RETAINED_TOKEN)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
+    p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
+                   help="another browser origin (scheme://host[:port]) allowed to call an --http server (repeatable)")
 
     _hook_commands(sub, common)
     return parser

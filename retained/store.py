@@ -12,6 +12,8 @@ these, so a verb gives the same facts on every edge.
 from __future__ import annotations
 
 import builtins  # signatures after Store.list name the built-in list through it
+import collections
+import datetime
 import os
 import sqlite3
 import threading
@@ -373,43 +375,73 @@ class Store:
             "more_after": head - high,
         }
 
-    def list(self, *, limit: int = 20, kind: str | None = None, scope: str | None = None) -> dict[str, Any]:
+    def list(
+        self,
+        *,
+        limit: int = 20,
+        kind: str | None = None,
+        scope: str | None = None,
+        client: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> dict[str, Any]:
         """Newest records first, each with its links, and how many more match (I2).
+
+        Filters: ``kind``, ``scope``, ``client`` (the writer's name), ``since``
+        and ``until`` (UTC days ``YYYY-MM-DD``, both inclusive), and for
+        paging ``before`` / ``after`` (seqs, exclusive). With ``after`` the
+        ``limit`` records nearest above it are returned (the page after it),
+        still newest first.
 
         Returns ``{"records", "returned", "total_matches", "more", "left_out"}``;
         each record is ``{"seq", "offset", "length", "record"}`` plus
         ``superseded_by`` / ``retracted_by`` when later records name it (read
         from the index; without a usable index the log alone answers, without
-        links). ``more`` is ``total_matches - returned``.
+        links). ``total_matches`` counts every record the filters admit;
+        ``more`` is ``total_matches - returned``.
+
+        Raises:
+            InvalidRecord: a limit, seq or day is malformed (the field is named).
         """
+        from .index_schema import Listed
+
         if type(limit) is not int or limit < 0:
             raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
-        listed = self._recent(limit, kind, scope)
-        self._add_links(listed["records"])
-        listed["more"] = listed["total_matches"] - listed["returned"]
-        return listed
+        for name, value in (("client", client), ("kind", kind), ("scope", scope)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidRecord(f"field {name}: must be a string, got {type(value).__name__}", path=name)
+        for name, value in (("before", before), ("after", after)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise InvalidRecord(f"field {name}: {value!r} is not a seq bound (a whole number from 0)", path=name)
+        listed = Listed(kind=kind, scope=scope, client=client, below=before, above=after,
+                        ts_from=_day(since, "since").isoformat() if since is not None else None,
+                        ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)
+        result = self._recent(limit, listed)
+        self._add_links(result["records"])
+        result["more"] = result["total_matches"] - result["returned"]
+        return result
 
-    def _recent(self, limit: int, kind: str | None, scope: str | None) -> dict[str, Any]:
+    def _recent(self, limit: int, listed: Any) -> dict[str, Any]:
         if self.log.exists():
             try:
                 # The index counts and orders without reading the whole log.
-                return self.index.recent(limit, kind=kind, scope=scope)
+                return self.index.recent(limit, listed=listed)
             except (RetainedError, sqlite3.Error, OSError):
                 pass  # an unusable index: the log alone answers, more slowly
-        out: list[dict[str, Any]] = []
+        # With ``after`` the page nearest above it is wanted: the last ``limit`` matches read backwards.
+        out: Any = collections.deque(maxlen=limit) if listed.above is not None else []
         matched = 0
         for line in self.log.scan_reverse():
-            if line.status != record.RECORD:
-                continue
-            rec = line.record
-            if kind is not None and rec.get("kind") != kind:
-                continue
-            if scope is not None and rec.get("scope") != scope:
+            if line.status != record.RECORD or not listed.admits(line.seq, line.record):
                 continue
             matched += 1
-            if len(out) < limit:
+            if listed.above is not None or len(out) < limit:
                 out.append(_entry(line))
-        return {"records": out, "returned": len(out), "total_matches": matched, "left_out": {"beyond_limit": matched - len(out)}}
+        records = builtins.list(out)
+        return {"records": records, "returned": len(records), "total_matches": matched,
+                "left_out": {"beyond_limit": matched - len(records)}}
 
     # -- the index (retained/index.py) -------------------------------------
 
@@ -564,13 +596,14 @@ class Store:
         seq, h, end = self.log.tail()
         return {"seq": seq, "hash": h, "bytes": end, "log": str(self.log.path)}
 
-    def verify(self) -> dict[str, Any]:
-        """Walk the whole chain and report every finding (memory flat in log size)."""
+    def verify(self, *, progress: Any = None) -> dict[str, Any]:
+        """Walk the whole chain and report every finding (memory flat in log size); ``progress(done_bytes, total_bytes)``."""
         # The index check reads the lines the chain walk passes it (one read
         # of the log) while worker processes classify the next ranges; its
         # findings follow the chain's.
         index: dict[str, Any] = {"findings": []}
-        report = chain.verify_file(self.log, check=lambda lines: index.update(checked=self._verify_index(index, lines))).to_dict()
+        report = chain.verify_file(self.log, check=lambda lines: index.update(checked=self._verify_index(index, lines)),
+                                   progress=progress).to_dict()
         report["quarantined"] = self.log.quarantined()
         report["log"] = str(self.log.path)
         report["exists"] = self.log.exists()
@@ -585,6 +618,19 @@ class Store:
             except (RetainedError, sqlite3.Error) as exc:
                 report["vectors"] = {"error": str(exc)}
         return report
+
+
+_ONE_DAY = datetime.timedelta(days=1)
+
+
+def _day(value: Any, path: str) -> datetime.date:
+    """A ``YYYY-MM-DD`` day as a ``datetime.date``."""
+    if isinstance(value, str) and len(value) == 10:
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise InvalidRecord(f"field {path}: {value!r} is not a day; give YYYY-MM-DD (UTC), e.g. 2026-11-29", path=path)
 
 
 def _seq_list(seqs: Any, path: str) -> list[int]:

@@ -479,7 +479,7 @@ def verify_file(
 def _reporting(ranges: Iterator[list[tuple[Any, ...]]], bounds: list[int],
                progress: Callable[[int, int], None]) -> Iterator[list[tuple[Any, ...]]]:
     """``ranges`` as they are, calling ``progress`` with the end of each once its consumer asks for the next."""
-    for stop, items in zip(bounds[1:], ranges):
+    for stop, items in zip(bounds[1:], ranges, strict=True):
         yield items
         progress(stop, bounds[-1])
 

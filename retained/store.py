@@ -409,12 +409,12 @@ class Store:
 
         if type(limit) is not int or limit < 0:
             raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
-        for name, value in (("client", client), ("kind", kind), ("scope", scope)):
-            if value is not None and not isinstance(value, str):
-                raise InvalidRecord(f"field {name}: must be a string, got {type(value).__name__}", path=name)
-        for name, value in (("before", before), ("after", after)):
-            if value is not None and (type(value) is not int or value < 0):
-                raise InvalidRecord(f"field {name}: {value!r} is not a seq bound (a whole number from 0)", path=name)
+        for name, text in (("client", client), ("kind", kind), ("scope", scope)):
+            if text is not None and not isinstance(text, str):
+                raise InvalidRecord(f"field {name}: must be a string, got {type(text).__name__}", path=name)
+        for name, bound in (("before", before), ("after", after)):
+            if bound is not None and (type(bound) is not int or bound < 0):
+                raise InvalidRecord(f"field {name}: {bound!r} is not a seq bound (a whole number from 0)", path=name)
         listed = Listed(kind=kind, scope=scope, client=client, below=before, above=after,
                         ts_from=_day(since, "since").isoformat() if since is not None else None,
                         ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)

@@ -121,7 +121,7 @@ class VerifyRun:
             self.state = "failed"
         finally:
             self.seconds = time.monotonic() - self.started
-            self.finished_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            self.finished_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
     def snapshot(self) -> dict[str, Any]:
         seconds = self.seconds if self.state != "running" else time.monotonic() - self.started
@@ -266,10 +266,11 @@ class Viewer:
         from retained import brief
 
         q = request.query_params
-        params = {"budget": _int(q, "budget", brief.DEFAULT_BUDGET, 0, None), "scope": _text(q, "scope")}
+        budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, None), _text(q, "scope")
+        params = {"budget": budget, "scope": scope}
 
         def build(where: dict[str, Any]) -> str:
-            result = self.store.brief(params["budget"], params["scope"])
+            result = self.store.brief(budget, scope)
             return pages.brief(result, brief.render_text(result), params, where)
 
         return self._answer(build)

@@ -384,9 +384,10 @@ def _buckets(by_day: Mapping[str, int]) -> tuple[str, list[tuple[str, int]], int
     """Records per day, week or month (the finest that fits ``CHART_BARS_MAX`` bars), gaps as zeros; and the odd days."""
     days: dict[datetime.date, int] = {}
     odd = 0
-    for key, n in by_day.items():
+    for text, n in by_day.items():
         try:
-            days[datetime.date.fromisoformat(key)] = days.get(datetime.date.fromisoformat(key), 0) + n
+            day = datetime.date.fromisoformat(text)
+            days[day] = days.get(day, 0) + n
         except ValueError:
             odd += n  # a record whose ts is not a date (only a hand-made line can have one)
     if not days:

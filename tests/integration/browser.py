@@ -62,19 +62,28 @@ class Chromium:
 
     def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
         self.next_id += 1
-        message: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
+        wanted = self.next_id
+        message: dict[str, Any] = {"id": wanted, "method": method, "params": params or {}}
         if session is not None:
             message["sessionId"] = session
         self.ws.send(json.dumps(message))
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
             reply = json.loads(self.ws.recv())
-            if reply.get("id") == self.next_id:
+            if reply.get("id") == wanted:
                 if "error" in reply:
                     raise CdpError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
-            self.events.append(reply)
+            self._keep(reply)
         raise TimeoutError(f"no reply to {method} within {WAIT_S} s")
+
+    def _keep(self, event: dict[str, Any]) -> None:
+        """Keep an event; a dialog is recorded and dismissed at once, so it cannot hold the page up."""
+        self.events.append(event)
+        if event.get("method") == "Page.javascriptDialogOpening":
+            self.next_id += 1
+            self.ws.send(json.dumps({"id": self.next_id, "method": "Page.handleJavaScriptDialog",
+                                     "params": {"accept": False}, "sessionId": event.get("sessionId")}))
 
     def wait_event(self, method: str, session: str, timeout: float = WAIT_S) -> dict[str, Any]:
         """The next event ``method`` of ``session`` not yet taken (kept events first)."""
@@ -89,7 +98,7 @@ class Chromium:
                 event = json.loads(self.ws.recv())
             finally:
                 self.ws.settimeout(WAIT_S)
-            self.events.append(event)
+            self._keep(event)
             if event.get("method") == method and event.get("sessionId") == session:
                 event["_taken"] = True
                 return event

@@ -247,7 +247,6 @@ def test_every_page_renders_and_a_screenshot_of_each_is_written(viewer, page, fi
         data = shot.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
     assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.png" for n in pages)
-    print(f"viewer screenshots: {folder}")
 
 
 def test_the_health_page_reports_a_flipped_byte_and_verify_runs_with_progress(tmp_path, browser):

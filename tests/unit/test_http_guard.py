@@ -36,5 +36,5 @@ def test_a_server_accepts_its_own_names_on_its_own_port_and_what_the_user_allows
     assert sorted(origin_text(o) for o in origins) == [
         "http://127.0.0.1:8765", "http://localhost:8765", "https://memory.example.org"]
     assert origin_text(("http", "::1", 80)) == "http://[::1]"
-    with pytest.raises(ValueError, match="--allow-origin 'memory.example.org' is not an origin"):
+    with pytest.raises(ValueError, match=r"--allow-origin 'memory\.example\.org' is not an origin"):
         allowed_origins({"127.0.0.1"}, 8765, ["memory.example.org"])

@@ -30,7 +30,7 @@ HOSTILE = [
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "link", "body", "header", "nav", "a", "span", "main", "footer", "h1", "h2", "h3",
     "p", "form", "label", "input", "button", "ol", "ul", "li", "div", "time", "table", "tr", "th", "td", "pre",
-    "code", "strong", "section", "figure", "figcaption", "svg", "rect", "title", "line", "text", "progress",
+    "code", "strong", "section", "figure", "figcaption", "svg", "rect", "line", "text", "progress",
 }
 
 

@@ -220,6 +220,8 @@ TABLE_ROWS = (
      "initialize.retained.median_ms", "initialize.bare_one_tool_mcpserver.median_ms", ""),
     ("import", "import of JSONL, records/s (baseline: bare batched write+fsync)",
      "import_jsonl.records_per_s", "baseline_bare_batches.records_per_s", ""),
+    ("viewer", "viewer search page at 100k, server ms p50 (baseline: Store.search in process)",
+     "search_page.server_ms.median", "store_search.ms.median", ""),
 )
 
 

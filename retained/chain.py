@@ -454,6 +454,7 @@ def verify_file(
     check: Callable[[Iterator[tuple[Any, ...]]], Any] | None = None,
     stop: int | None = None,
     watch: Iterable[int] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> ChainReport:
     """The report ``walk(log.scan(stop=stop), watch=watch)`` gives, with lines classified in worker processes.
 
@@ -476,6 +477,9 @@ def verify_file(
     ``(offset, length, seq, hash)`` for a record the walk verified,
     ``(offset, raw)`` (the line's bytes) for any other line. It may stop
     early; the walk links the rest after it returns.
+
+    ``progress(done_bytes, total_bytes)``, if given, is called after each
+    range is linked.
     """
     linker = _Linker(log.path.name, watch)
     f = log._open_read()
@@ -492,6 +496,8 @@ def verify_file(
         per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
         bounds = _range_bounds(f, size, max(1, per_range))
     ranges = _classified(str(log.path), bounds, workers, parallel, mp_context)
+    if progress is not None:
+        ranges = _reporting(ranges, bounds, progress)
     if check is None:
         for items in ranges:
             _link(linker, items)
@@ -501,6 +507,14 @@ def verify_file(
     for _ in places:
         pass  # link what the check left
     return linker.finish()
+
+
+def _reporting(ranges: Iterator[list[tuple[Any, ...]]], bounds: list[int],
+               progress: Callable[[int, int], None]) -> Iterator[list[tuple[Any, ...]]]:
+    """``ranges`` as they are, calling ``progress`` with the end of each once its consumer asks for the next."""
+    for stop, items in zip(bounds[1:], ranges, strict=True):
+        yield items
+        progress(stop, bounds[-1])
 
 
 def _link(linker: _Linker, items: list[tuple[Any, ...]]) -> None:

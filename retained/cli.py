@@ -289,6 +289,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return server.serve(args) or 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from .viewer import app
+
+    return app.serve(args)
+
+
 def cmd_brief(args: argparse.Namespace) -> int:
     from . import brief
 
@@ -455,6 +461,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other needs RETAINED_TOKEN)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
+    p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
+                   help="another browser origin (scheme://host[:port]) allowed to call an --http server (repeatable)")
+
+    p = command("view", "serve a read-only web viewer of the store on 127.0.0.1 and print its URL",
+                "retained view --open", cmd_view)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs RETAINED_TOKEN)")
+    p.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one, printed)")
+    p.add_argument("--open", action="store_true", help="open the viewer in this machine's web browser, if it has one")
+    p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name browsers use to reach it (repeatable)")
+    p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
+                   help="another origin (scheme://host[:port]), e.g. a reverse proxy's, allowed to call it (repeatable)")
 
     _hook_commands(sub, common)
     return parser

@@ -1,11 +1,13 @@
 """The HTTP access guard: which hosts, origins and bearer tokens may reach the store over HTTP.
 
 An ASGI wrapper that runs before the application sees a request: the Host
-header must name this server (DNS rebinding), a browser's Origin must be one
-of its own names (no cross-site request), and, when a token is set, the
-request must carry it as a bearer token (compared in constant time, never
-logged). The MCP server's streamable HTTP transport runs behind it; any other
-HTTP face of a store reuses it. Standard library only.
+header must name this server (DNS rebinding), a browser's Origin must be this
+server's own origin, scheme, host and port alike, or one the user allowed (no
+cross-site request, and no page served from another local port), and, when a
+token is set, the request must carry it (compared in constant time, never
+logged). ``serve`` binds, wraps and runs an ASGI application behind it: the
+MCP server's streamable HTTP transport and the viewer both run so. Standard
+library only at import; ``serve`` imports uvicorn when called.
 """
 
 from __future__ import annotations
@@ -13,10 +15,16 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# The cookie a browser keeps the token in, once given as ?token= (the viewer only).
+TOKEN_COOKIE = "retained_token"
+
+Origin = tuple[str, str, int]
 
 
 def is_loopback(host: str) -> bool:
@@ -27,6 +35,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def refusal(host: str, token: str | None) -> str | None:
+    """Why a server must not bind ``host`` (reachable from other machines, no token set), or None when it may."""
+    if token is None and not is_loopback(host):
+        return (f"refusing to serve on {host}: it is reachable from other machines; set RETAINED_TOKEN to a long "
+                "random secret (clients then send 'Authorization: Bearer <token>') or bind 127.0.0.1")
+    return None
 
 
 def host_name(value: str) -> str:
@@ -51,17 +67,80 @@ def allowed_hosts(bind: str, extra: Iterable[str] = ()) -> set[str]:
     return hosts
 
 
+def parse_origin(value: str) -> Origin | None:
+    """``(scheme, host, port)`` of an Origin header or an ``--allow-origin`` value; None if it is not one.
+
+    The port defaults to the scheme's (80, 443); ``null``, a path, user
+    information or a scheme other than http and https is not an origin a
+    browser page of this server can have.
+    """
+    scheme, sep, rest = value.strip().lower().partition("://")
+    if not sep or scheme not in DEFAULT_PORTS:
+        return None
+    rest = rest[:-1] if rest.endswith("/") else rest
+    if not rest or any(c in rest for c in "/?#@ \\"):
+        return None
+    port_text = ""
+    if rest.startswith("["):
+        host, bracket, after = rest[1:].partition("]")
+        if not bracket or (after and not after.startswith(":")):
+            return None
+        port_text = after[1:]
+    elif rest.count(":") == 1:
+        host, port_text = rest.split(":")
+    elif ":" in rest:
+        return None  # an IPv6 address must be bracketed in an origin
+    else:
+        host = rest
+    if not host:
+        return None
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            return None
+        return scheme, host, int(port_text)
+    return scheme, host, DEFAULT_PORTS[scheme]
+
+
+def allowed_origins(hosts: Iterable[str], port: int, extra: Iterable[str] = ()) -> set[Origin]:
+    """The origins a server listening on ``port`` accepts: ``http://`` each of its ``hosts`` on that port, and ``extra``.
+
+    Raises:
+        ValueError: an ``extra`` value is not an origin (``scheme://host[:port]``).
+    """
+    origins = {("http", h, port) for h in hosts}
+    for value in extra:
+        parsed = parse_origin(value)
+        if parsed is None:
+            raise ValueError(f"--allow-origin {value!r} is not an origin; give scheme://host[:port], "
+                             "e.g. https://memory.example.org")
+        origins.add(parsed)
+    return origins
+
+
+def origin_text(origin: Origin) -> str:
+    """An origin as a browser sends it (no default port)."""
+    scheme, host, port = origin
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}" + ("" if DEFAULT_PORTS[scheme] == port else f":{port}")
+
+
 class HttpGuard:
-    """ASGI wrapper: Host and Origin checks (DNS rebinding), then the bearer token.
+    """ASGI wrapper: Host and Origin checks (DNS rebinding, cross-site and cross-port requests), then the token.
 
     Runs before the wrapped application sees the request. The token is
-    compared in constant time and never logged.
+    compared in constant time and never logged. With ``token_cookie`` a
+    browser may also give the token once as ``?token=``: the reply is a
+    redirect to the same page without it that sets an HttpOnly, SameSite
+    cookie holding it, which later requests carry.
     """
 
-    def __init__(self, app: Any, *, token: str | None, hosts: set[str]) -> None:
+    def __init__(self, app: Any, *, token: str | None, hosts: set[str], origins: set[Origin],
+                 token_cookie: bool = False) -> None:
         self.app = app
         self.token = token.encode() if token else None
         self.hosts = hosts
+        self.origins = origins
+        self.token_cookie = token_cookie
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -72,23 +151,44 @@ class HttpGuard:
             await _reply(send, 421, "host not allowed: this server answers only to its own names; add one with --allow-host")
             return
         origin = headers.get("origin")
-        if origin is not None and not self._origin_ok(origin):
-            await _reply(send, 403, "origin not allowed: cross-site requests are refused")
+        if origin is not None and parse_origin(origin) not in self.origins:
+            await _reply(send, 403, "origin not allowed: only pages of this server (same scheme, host and port) "
+                                    "may call it; add another with --allow-origin")
             return
-        if self.token is not None:
-            given = headers.get("authorization", "")
-            scheme, _, value = given.partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), self.token)
-            if not ok:
-                challenge = {"www-authenticate": 'Bearer realm="retained"'}
-                await _reply(send, 401, "missing or wrong bearer token", challenge)
+        if self.token is not None and not self._token_ok(headers):
+            if self.token_cookie and await self._take_query_token(scope, send):
                 return
+            challenge = {"www-authenticate": 'Bearer realm="retained"'}
+            await _reply(send, 401, "missing or wrong bearer token", challenge)
+            return
         await self.app(scope, receive, send)
 
-    def _origin_ok(self, origin: str) -> bool:
-        # A browser sends Origin; a page from any other site must not reach the store.
-        scheme, sep, rest = origin.strip().lower().partition("://")
-        return bool(sep) and scheme in ("http", "https") and host_name(rest) in self.hosts
+    def _same(self, given: str) -> bool:
+        return self.token is not None and hmac.compare_digest(given.strip().encode("utf-8", "replace"), self.token)
+
+    def _token_ok(self, headers: dict[str, str]) -> bool:
+        scheme, _, value = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and self._same(value):
+            return True
+        if self.token_cookie:
+            for part in headers.get("cookie", "").split(";"):
+                name, _, value = part.strip().partition("=")
+                if name == TOKEN_COOKIE and self._same(unquote(value)):
+                    return True
+        return False
+
+    async def _take_query_token(self, scope: dict[str, Any], send: Any) -> bool:
+        """Answer ``?token=<the token>`` with a redirect that sets the cookie; False when no right token was given."""
+        pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        given = [v for k, v in pairs if k == "token"]
+        if len(given) != 1 or not self._same(given[0]):
+            return False
+        rest = urlencode([(k, v) for k, v in pairs if k != "token"])
+        location = quote(scope.get("path", "/")) + (f"?{rest}" if rest else "")
+        cookie = f"{TOKEN_COOKIE}={quote(given[0], safe='')}; HttpOnly; SameSite=Strict; Path=/"
+        await _reply(send, 303, "token accepted; the browser keeps it in a cookie",
+                     {"location": location, "set-cookie": cookie, "cache-control": "no-store"})
+        return True
 
 
 async def _reply(send: Any, status: int, text: str, extra: dict[str, str] | None = None) -> None:
@@ -97,3 +197,72 @@ async def _reply(send: Any, status: int, text: str, extra: dict[str, str] | None
     headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class Listening:
+    """Where a server listens, as ``serve`` tells its caller before it serves."""
+
+    def __init__(self, host: str, port: int, hosts: set[str], origins: set[Origin]) -> None:
+        self.host = host
+        self.port = port
+        self.hosts = hosts
+        self.origins = origins
+
+    def url(self, path: str = "/") -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{shown}:{self.port}{path}"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0 picks a free port).
+
+    Raises:
+        OSError: the address cannot be bound (in use, not this machine's).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it: a response's head and body are
+        # separate small writes, and with Nagle's algorithm the body would
+        # wait for the client's delayed acknowledgement of the head.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(
+    make_app: Callable[[Listening], Any],
+    sock: socket.socket,
+    *,
+    token: str | None,
+    allow_hosts: Iterable[str] = (),
+    allow_origins: Iterable[str] = (),
+    token_cookie: bool = False,
+    on_ready: Callable[[Listening], None] | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve ``make_app(listening)`` on the bound ``sock`` behind `HttpGuard` until stopped.
+
+    The origins are those of the port actually bound (a port of 0 is known
+    only then); ``on_ready`` is called once, before the first request.
+
+    Raises:
+        ValueError: an ``allow_origins`` value is not an origin.
+    """
+    import anyio
+    import uvicorn
+
+    host = sock.getsockname()[0]
+    hosts = allowed_hosts(host, allow_hosts)
+    listening = Listening(host, sock.getsockname()[1], hosts, allowed_origins(hosts, sock.getsockname()[1], allow_origins))
+    guarded = HttpGuard(make_app(listening), token=token, hosts=hosts, origins=listening.origins,
+                        token_cookie=token_cookie)
+    if on_ready is not None:
+        on_ready(listening)
+    config = uvicorn.Config(guarded, log_config=None, access_log=False, lifespan="on", log_level=log_level)
+    anyio.run(uvicorn.Server(config).serve, [sock])

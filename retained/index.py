@@ -338,6 +338,7 @@ class Index(Search):
                 scope if type(scope) is str else None,
                 ts if type(ts) is str else None,
                 op if type(op) is str else None,
+                schema.client_name(rec.get("client")),
                 redacted,
             ))
             if not redacted:
@@ -361,8 +362,8 @@ class Index(Search):
     def _flush(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], docs: list[tuple[Any, ...]],
                links: list[tuple[int, int, str]], dupes: list[tuple[Any, ...]]) -> None:
         insert = (
-            "INSERT OR IGNORE INTO records (seq, offset, length, hash, kind, scope, ts, client_op_id, redacted)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT OR IGNORE INTO records (seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         db.executemany(insert, rows)
         kept = set()
@@ -475,17 +476,16 @@ class Index(Search):
             return None
         return {"seq": seq, "offset": offset, "length": length, "record": line.record}
 
-    def recent(
-        self, limit: int = 20, *, kind: str | None = None, scope: str | None = None, before_seq: int | None = None
-    ) -> dict[str, Any]:
-        """Newest records first (for ``list``), with the I2 count of what matched."""
+    def recent(self, limit: int = 20, *, listed: schema.Listed | None = None) -> dict[str, Any]:
+        """Newest records first (for ``list``) with the I2 count of what matched; ``listed`` filters (`schema.Listed`)."""
         if type(limit) is not int or limit < 0:
             raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        listed = listed or schema.Listed()
         self.catch_up()
         with self._mutex:
             db = self.connection()
-            total = schema.count_listed(db, below=before_seq, kind=kind, scope=scope)
-            rows = schema.newest(db, limit, below=before_seq, kind=kind, scope=scope)
+            total = schema.count_listed(db, listed=listed)
+            rows = schema.newest(db, limit, listed=listed)
         out = []
         for seq, offset, length, h in rows:
             entry = self._read_checked(seq, offset, length, h)

@@ -32,11 +32,12 @@ INDEX_NAME = "index.sqlite3"
 INDEX_SUFFIXES = ("-wal", "-shm")
 INDEX_FILES = (INDEX_NAME, *(INDEX_NAME + s for s in INDEX_SUFFIXES))
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 # Versions whose meta, records and links tables read as this module reads
-# them (2 changed only the words FTS5 indexes); a reader that never rebuilds
-# (the brief) may use an index of any of them.
-READABLE_VERSIONS = frozenset({"1", "2"})
+# them (2 changed only the words FTS5 indexes, 3 added the client column that
+# only `newest` filters on); a reader that never rebuilds (the brief) may use
+# an index of any of them.
+READABLE_VERSIONS = frozenset({"1", "2", "3"})
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 BATCH_ROWS = 2000  # rows per executemany in catch-up and rebuild, and lines per batch in verify
 IN_ROWS_MAX = 500  # values per `IN (...)` list: well under SQLite's default limit of bound parameters
@@ -52,12 +53,14 @@ CREATE TABLE IF NOT EXISTS records (
     scope TEXT,
     ts TEXT,
     client_op_id TEXT,
+    client TEXT,
     superseded INTEGER NOT NULL DEFAULT 0,
     retracted INTEGER NOT NULL DEFAULT 0,
     redacted INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
 CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
+CREATE INDEX IF NOT EXISTS records_client ON records (client, seq);
 CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
 CREATE TABLE IF NOT EXISTS links (
     target INTEGER NOT NULL,
@@ -109,6 +112,12 @@ LINKED_BY = {"supersedes": "superseded_by", "retracts": "retracted_by", "redacts
 # The store's own kinds: they record a change to other records and are never listed as memories.
 BOOKKEEPING_KINDS = frozenset({"retract", "redaction"})
 _BOOKKEEPING_SQL = ", ".join(f"'{k}'" for k in sorted(BOOKKEEPING_KINDS))
+
+
+def client_name(value: Any) -> str | None:
+    """The name of the client that wrote a record (its ``client`` field), or None when it has none."""
+    name = value.get("name") if isinstance(value, dict) else None
+    return name if type(name) is str else None
 
 
 def link_targets(value: Any) -> list[int]:
@@ -334,44 +343,84 @@ def links_to(db: sqlite3.Connection, seq: int) -> dict[str, list[int]]:
     return out
 
 
-def _listed(below: int | None, kind: str | None, kinds_not: Sequence[str], scope: str | None,
-            current: bool) -> tuple[str, list[Any]]:
-    where = ["redacted = 0"]
-    args: list[Any] = []
-    if current:
-        where += ["superseded = 0", "retracted = 0"]
-    if kind is not None:
-        where.append("kind = ?")
-        args.append(kind)
-    if kinds_not:
-        where.append(f"kind NOT IN ({', '.join('?' * len(kinds_not))})")
-        args.extend(kinds_not)
-    if scope is not None:
-        where.append("scope = ?")
-        args.append(scope)
-    if below is not None:
-        where.append("seq < ?")
-        args.append(below)
-    return " AND ".join(where), args
+class Listed:
+    """What `newest` and `count_listed` select: unredacted records, and any of these filters.
+
+    ``below`` / ``above``: seq bounds (exclusive). ``kind``: equal to one;
+    ``kinds_not``: not in these (a record with no kind never matches).
+    ``scope``; ``client``: the writer's name. ``ts_from`` / ``ts_before``:
+    the record's ts from one (inclusive) and before the other (exclusive),
+    compared as text (RFC 3339 times in UTC sort as text). ``current``:
+    neither superseded nor retracted.
+    """
+
+    __slots__ = ("above", "below", "client", "current", "kind", "kinds_not", "scope", "ts_before", "ts_from")
+
+    def __init__(self, *, below: int | None = None, above: int | None = None, kind: str | None = None,
+                 kinds_not: Sequence[str] = (), scope: str | None = None, client: str | None = None,
+                 ts_from: str | None = None, ts_before: str | None = None, current: bool = False) -> None:
+        self.below, self.above, self.kind, self.kinds_not = below, above, kind, tuple(kinds_not)
+        self.scope, self.client, self.ts_from, self.ts_before, self.current = scope, client, ts_from, ts_before, current
+
+    def admits(self, seq: int, rec: dict[str, Any]) -> bool:
+        """Whether a record read from the log passes the filters `where` puts in SQL (for a reader without
+        an index). ``current`` is not judged here: it needs the flags only the index keeps."""
+        kind, ts = rec.get("kind"), rec.get("ts")
+        if self.kind is not None and kind != self.kind:
+            return False
+        if self.kinds_not and (type(kind) is not str or kind in self.kinds_not):
+            return False
+        if self.scope is not None and rec.get("scope") != self.scope:
+            return False
+        if self.client is not None and client_name(rec.get("client")) != self.client:
+            return False
+        if (self.below is not None and seq >= self.below) or (self.above is not None and seq <= self.above):
+            return False
+        if self.ts_from is not None and not (type(ts) is str and ts >= self.ts_from):
+            return False
+        return self.ts_before is None or (type(ts) is str and ts < self.ts_before)
+
+    def where(self) -> tuple[str, list[Any]]:
+        where = ["redacted = 0"]
+        args: list[Any] = []
+        if self.current:
+            where += ["superseded = 0", "retracted = 0"]
+        if self.kinds_not:
+            where.append(f"kind NOT IN ({', '.join('?' * len(self.kinds_not))})")
+            args.extend(self.kinds_not)
+        for condition, value in (("kind = ?", self.kind), ("scope = ?", self.scope), ("client = ?", self.client),
+                                 ("seq < ?", self.below), ("seq > ?", self.above), ("ts >= ?", self.ts_from),
+                                 ("ts < ?", self.ts_before)):
+            if value is not None:
+                where.append(condition)
+                args.append(value)
+        return " AND ".join(where), args
 
 
 def count_listed(db: sqlite3.Connection, *, below: int | None = None, kind: str | None = None,
-                 kinds_not: Sequence[str] = (), scope: str | None = None, current: bool = False) -> int:
+                 kinds_not: Sequence[str] = (), scope: str | None = None, current: bool = False,
+                 listed: Listed | None = None) -> int:
     """How many unredacted records `newest` would list with no limit (same filters)."""
-    cond, args = _listed(below, kind, kinds_not, scope, current)
+    cond, args = (listed or Listed(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)).where()
     return int(db.execute(f"SELECT count(*) FROM records WHERE {cond}", args).fetchone()[0])
 
 
 def newest(db: sqlite3.Connection, limit: int, *, below: int | None = None, kind: str | None = None,
            kinds_not: Sequence[str] = (), scope: str | None = None,
-           current: bool = False) -> list[tuple[int, int, int, str]]:
+           current: bool = False, listed: Listed | None = None) -> list[tuple[int, int, int, str]]:
     """``(seq, offset, length, hash)`` of unredacted records, newest first, at most ``limit``.
 
-    Filters: seq below ``below``, ``kind`` equal to one or (a record with no
-    kind never matches) not in ``kinds_not``, in ``scope``, and with
-    ``current`` neither superseded nor retracted.
+    The filters are `Listed`'s (``listed``, or the keyword arguments). With
+    an ``above`` bound the ``limit`` records nearest above it are taken (the
+    page after it), still returned newest first; otherwise the newest.
     """
-    cond, args = _listed(below, kind, kinds_not, scope, current)
+    listed = listed or Listed(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
+    cond, args = listed.where()
+    if listed.above is not None:
+        rows = db.execute(
+            f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq LIMIT ?", [*args, limit]
+        ).fetchall()
+        return rows[::-1]
     return db.execute(
         f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq DESC LIMIT ?", [*args, limit]
     ).fetchall()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from retained import limits, paths
-from retained.http_guard import HttpGuard, allowed_hosts, is_loopback
+from retained.http_guard import refusal
 from retained.mcp_tools import INSTRUCTIONS, Memory, add_brief, tool_specs
 from retained.version import __version__
 
@@ -119,17 +119,13 @@ def main(
     host: str = "127.0.0.1",
     port: int = HTTP_PORT_DEFAULT,
     allow_hosts: list[str] | tuple[str, ...] = (),
+    allow_origins: list[str] | tuple[str, ...] = (),
 ) -> int:
     """Serve MCP on stdio (default) or streamable HTTP; return the exit status."""
     _configure_logging()
     token = os.environ.get("RETAINED_TOKEN") or None
-    if http and token is None and not is_loopback(host):
-        print(
-            f"retained: refusing to serve on {host}: it is reachable from other machines; "
-            "set RETAINED_TOKEN to a long random secret (clients then send 'Authorization: Bearer <token>') "
-            "or bind 127.0.0.1",
-            file=sys.stderr,
-        )
+    if http and refusal(host, token):
+        print(f"retained: {refusal(host, token)}", file=sys.stderr)
         return 2
     from retained.errors import RetainedError
     from retained.settings import store_options
@@ -149,47 +145,48 @@ def main(
             anyio.run(server.run_stdio_async)
             return 0
         body_max = options.get("record_bytes_max", limits.RECORD_BYTES_MAX) + HTTP_BODY_SLACK_BYTES
-        return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts, body_max=body_max)
+        return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts,
+                           allow_origins=allow_origins, body_max=body_max)
     finally:
         server.memory.close()
 
 
-def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_hosts: Any, body_max: int) -> int:
-    import socket
+def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_hosts: Any, allow_origins: Any,
+                body_max: int) -> int:
+    from retained.http_guard import Listening, bind, origin_text, serve
 
-    import anyio
-    import uvicorn
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    hosts = allowed_hosts(host, allow_hosts)
-    # The SDK's own Host/Origin check, given the same names, backs ours up.
-    authorities = sorted(f"[{h}]" if ":" in h else h for h in hosts)
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[*authorities, *(f"{a}:*" for a in authorities)],
-        allowed_origins=[f"{s}://{a}{p}" for s in ("http", "https") for a in authorities for p in ("", ":*")],
-    )
-    app = server.streamable_http_app(
-        streamable_http_path=HTTP_PATH, transport_security=security, host=host, max_request_body_size=body_max
-    )
-    guarded = HttpGuard(app, token=token, hosts=hosts)
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = bind(host, port)
     except OSError as exc:
         print(f"retained: cannot listen on {host}:{port}: {exc.strerror}; choose another --port", file=sys.stderr)
-        sock.close()
         return 1
-    sock.listen(128)
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    auth = "bearer token required" if token else "no token (loopback only)"
-    print(f"retained: serving MCP on http://{shown}:{bound}{HTTP_PATH} ({auth})", file=sys.stderr, flush=True)
-    config = uvicorn.Config(guarded, log_config=None, access_log=False, lifespan="on", log_level=_log_level().lower())
-    anyio.run(uvicorn.Server(config).serve, [sock])
+
+    def make_app(listening: Listening) -> Any:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        # The SDK's own Host/Origin check, given the same names and origins, backs ours up.
+        authorities = sorted(f"[{h}]" if ":" in h else h for h in listening.hosts)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[*authorities, *(f"{a}:*" for a in authorities)],
+            allowed_origins=sorted(origin_text(o) for o in listening.origins),
+        )
+        return server.streamable_http_app(
+            streamable_http_path=HTTP_PATH, transport_security=security, host=host, max_request_body_size=body_max
+        )
+
+    def ready(listening: Listening) -> None:
+        auth = "bearer token required" if token else "no token (loopback only)"
+        print(f"retained: serving MCP on {listening.url(HTTP_PATH)} ({auth})", file=sys.stderr, flush=True)
+
+    try:
+        serve(make_app, sock, token=token, allow_hosts=allow_hosts, allow_origins=allow_origins, on_ready=ready,
+              log_level=_log_level().lower())
+    except ValueError as exc:
+        print(f"retained: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        sock.close()
     return 0
 
 
@@ -201,4 +198,5 @@ def serve(args: Any) -> int:
         host=getattr(args, "host", None) or "127.0.0.1",
         port=HTTP_PORT_DEFAULT if getattr(args, "port", None) is None else args.port,
         allow_hosts=getattr(args, "allow_host", None) or (),
+        allow_origins=getattr(args, "allow_origin", None) or (),
     )

@@ -1,7 +1,7 @@
-"""What a store holds: counts by kind and scope, sizes, the chain head, index lag, damage.
+"""What a store holds: counts by kind, scope, client and day, sizes, the chain head, index lag, damage.
 
 One forward scan of the log (memory flat in its size, apart from one counter
-per distinct kind and scope and the sets of superseded and retracted seqs),
+per distinct kind, scope, client and day and the sets of superseded and retracted seqs),
 plus looks at the index only when it exists: the index's own public
 ``Index.status()`` for the lag (no catch-up), and ``index_schema``'s
 read-only connection and vector counts. Stats never creates an index and never
@@ -78,6 +78,8 @@ def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> di
     size = log.size()
     kinds: Counter[str] = Counter()
     scopes: Counter[str] = Counter()
+    clients: Counter[str] = Counter()
+    days: Counter[str] = Counter()
     superseded: set[int] = set()
     retracted: set[int] = set()
     line_bytes = {"max": 0, "total": 0}
@@ -90,6 +92,9 @@ def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> di
                 rec = line.record
                 kinds[str(rec.get("kind", "note"))] += 1
                 scopes[rec["scope"] if isinstance(rec.get("scope"), str) else "(none)"] += 1
+                clients[index_schema.client_name(rec.get("client")) or "(none)"] += 1
+                ts = rec.get("ts")
+                days[ts[:10] if isinstance(ts, str) else "(none)"] += 1
                 for s in rec.get("supersedes") or ():
                     superseded.add(s)
                 if rec.get("kind") == "retract":
@@ -111,6 +116,9 @@ def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> di
         "records": report.records,
         "by_kind": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
         "by_scope": dict(sorted(scopes.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "by_client": dict(sorted(clients.items(), key=lambda kv: (-kv[1], kv[0]))),
+        # UTC days (the first ten characters of ts), oldest first: records over time.
+        "by_day": dict(sorted(days.items())),
         "superseded": len(superseded),
         "retracted": len(retracted),
         "redacted": len(report.redacted),

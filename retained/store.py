@@ -12,6 +12,8 @@ these, so a verb gives the same facts on every edge.
 from __future__ import annotations
 
 import builtins  # signatures after Store.list name the built-in list through it
+import collections
+import datetime
 import os
 import sqlite3
 import threading
@@ -412,43 +414,73 @@ class Store:
             "more_after": head - high,
         }
 
-    def list(self, *, limit: int = 20, kind: str | None = None, scope: str | None = None) -> dict[str, Any]:
+    def list(
+        self,
+        *,
+        limit: int = 20,
+        kind: str | None = None,
+        scope: str | None = None,
+        client: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> dict[str, Any]:
         """Newest records first, each with its links, and how many more match (I2).
+
+        Filters: ``kind``, ``scope``, ``client`` (the writer's name), ``since``
+        and ``until`` (UTC days ``YYYY-MM-DD``, both inclusive), and for
+        paging ``before`` / ``after`` (seqs, exclusive). With ``after`` the
+        ``limit`` records nearest above it are returned (the page after it),
+        still newest first.
 
         Returns ``{"records", "returned", "total_matches", "more", "left_out"}``;
         each record is ``{"seq", "offset", "length", "record"}`` plus
         ``superseded_by`` / ``retracted_by`` when later records name it (read
         from the index; without a usable index the log alone answers, without
-        links). ``more`` is ``total_matches - returned``.
+        links). ``total_matches`` counts every record the filters admit;
+        ``more`` is ``total_matches - returned``.
+
+        Raises:
+            InvalidRecord: a limit, seq or day is malformed (the field is named).
         """
+        from .index_schema import Listed
+
         if type(limit) is not int or limit < 0:
             raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
-        listed = self._recent(limit, kind, scope)
-        self._add_links(listed["records"])
-        listed["more"] = listed["total_matches"] - listed["returned"]
-        return listed
+        for name, text in (("client", client), ("kind", kind), ("scope", scope)):
+            if text is not None and not isinstance(text, str):
+                raise InvalidRecord(f"field {name}: must be a string, got {type(text).__name__}", path=name)
+        for name, bound in (("before", before), ("after", after)):
+            if bound is not None and (type(bound) is not int or bound < 0):
+                raise InvalidRecord(f"field {name}: {bound!r} is not a seq bound (a whole number from 0)", path=name)
+        listed = Listed(kind=kind, scope=scope, client=client, below=before, above=after,
+                        ts_from=_day(since, "since").isoformat() if since is not None else None,
+                        ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)
+        result = self._recent(limit, listed)
+        self._add_links(result["records"])
+        result["more"] = result["total_matches"] - result["returned"]
+        return result
 
-    def _recent(self, limit: int, kind: str | None, scope: str | None) -> dict[str, Any]:
+    def _recent(self, limit: int, listed: Any) -> dict[str, Any]:
         if self.log.exists():
             try:
                 # The index counts and orders without reading the whole log.
-                return self.index.recent(limit, kind=kind, scope=scope)
+                return self.index.recent(limit, listed=listed)
             except (RetainedError, sqlite3.Error, OSError):
                 pass  # an unusable index: the log alone answers, more slowly
-        out: list[dict[str, Any]] = []
+        # With ``after`` the page nearest above it is wanted: the last ``limit`` matches read backwards.
+        out: Any = collections.deque(maxlen=limit) if listed.above is not None else []
         matched = 0
         for line in self.log.scan_reverse():
-            if line.status != record.RECORD:
-                continue
-            rec = line.record
-            if kind is not None and rec.get("kind") != kind:
-                continue
-            if scope is not None and rec.get("scope") != scope:
+            if line.status != record.RECORD or not listed.admits(line.seq, line.record):
                 continue
             matched += 1
-            if len(out) < limit:
+            if listed.above is not None or len(out) < limit:
                 out.append(_entry(line))
-        return {"records": out, "returned": len(out), "total_matches": matched, "left_out": {"beyond_limit": matched - len(out)}}
+        records = builtins.list(out)
+        return {"records": records, "returned": len(records), "total_matches": matched,
+                "left_out": {"beyond_limit": matched - len(records)}}
 
     # -- the index (retained/index.py) -------------------------------------
 
@@ -640,8 +672,8 @@ class Store:
             "anchor_file": str(anchors.anchor_file(self.anchor_dir, sid)) if self.anchor_dir is not None and sid else None,
         }
 
-    def verify(self, *, anchor: str | builtins.list[str] | None = None) -> dict[str, Any]:
-        """Walk the whole chain and report every finding (memory flat in log size).
+    def verify(self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None) -> dict[str, Any]:
+        """Walk the whole chain and report every finding (memory flat in log size); ``progress(done_bytes, total_bytes)``.
 
         Verify judges one snapshot: the log's size and head when it begins
         (``snapshot`` in the report). The chain walk and the index check both
@@ -673,7 +705,7 @@ class Store:
         def check(lines: Any) -> None:
             index.update(checked=self._verify_index(index, lines, (size, head_seq)))
 
-        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check})
+        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress)
         report = walked.to_dict()
         report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
         report["quarantined"] = self.log.quarantined()
@@ -798,6 +830,19 @@ class Store:
                             proof["offset"] + proof["length"], "accept", durable=True)
         result["accepted"] = {"count": len(off), "record": proof, "anchors": named}
         return result
+
+
+_ONE_DAY = datetime.timedelta(days=1)
+
+
+def _day(value: Any, path: str) -> datetime.date:
+    """A ``YYYY-MM-DD`` day as a ``datetime.date``."""
+    if isinstance(value, str) and len(value) == 10:
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise InvalidRecord(f"field {path}: {value!r} is not a day; give YYYY-MM-DD (UTC), e.g. 2026-11-29", path=path)
 
 
 def _seq_list(seqs: Any, path: str) -> list[int]:

@@ -46,7 +46,9 @@ def server_env(store_dir: Path, **extra: str) -> dict[str, str]:
     """The environment a test server runs with: its own store, small limits, no token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
     env["RETAINED_DIR"] = str(store_dir)
-    env["RETAINED_ANCHOR_DIR"] = os.environ["RETAINED_ANCHOR_DIR"]  # the test's own (tests/conftest.py)
+    # The test's own anchor directory (tests/conftest.py); a server a module-scoped
+    # fixture starts, before that fixture runs, keeps its anchors beside its store.
+    env["RETAINED_ANCHOR_DIR"] = os.environ.get("RETAINED_ANCHOR_DIR") or str(store_dir.parent / "anchors")
     env["RETAINED_RECORD_BYTES_MAX"] = str(RECORD_BYTES_MAX_FOR_TESTS)
     env["RETAINED_LOCK_WAIT_S"] = str(LOCK_WAIT_S_FOR_TESTS)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -146,6 +146,27 @@ def test_a_foreign_origin_or_host_is_rejected(http_server, tmp_path):
     assert not (tmp_path / "store").exists(), "a rejected request reached the store"
 
 
+def test_issue_14_an_origin_is_checked_as_scheme_host_and_port(http_server, tmp_path):
+    """A page served from another local port (or scheme) is refused; --allow-origin admits exactly one more."""
+    server = http_server("--allow-origin", "https://memory.example.org")
+    other = server.port + 1 if server.port < 65535 else server.port - 1
+    for refused in (f"http://127.0.0.1:{other}", f"http://localhost:{other}", "http://127.0.0.1",
+                    f"https://127.0.0.1:{server.port}", "https://memory.example.org:8443", "http://memory.example.org"):
+        assert _post(server.url, {"origin": refused}).status_code == 403, refused
+    for allowed in (f"http://127.0.0.1:{server.port}", f"http://localhost:{server.port}", "https://memory.example.org"):
+        assert _post(server.url, {"origin": allowed}).status_code == 200, allowed
+    assert not (tmp_path / "store" / "log.jsonl").exists(), "a request wrote to the store"
+
+
+def test_a_malformed_allow_origin_is_a_usage_error(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "retained", "serve", "--http", "--port", "0", "--allow-origin", "memory.example.org"],
+        capture_output=True, text=True, env=server_env(tmp_path / "store"), cwd=REPO, timeout=WAIT_S,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "--allow-origin 'memory.example.org' is not an origin" in out.stderr
+
+
 def test_a_credential_is_refused_with_secret_detected_and_never_echoed(http_server, tmp_path):
     server = http_server()
     _run(lambda c: mcp_checks.check_secret_refused(c, tmp_path / "store"), server.url)

@@ -330,3 +330,21 @@ def test_worker_processes_killed_mid_walk_leave_the_rest_to_this_process(tmp_pat
     assert killed, "no worker process was running: the test shows nothing"
     assert got.to_dict() == _walk_report(directory)
     assert got.ok and got.records == 6000
+
+
+@pytest.mark.parametrize("parallel_min_bytes", [0, 1 << 40])
+def test_verify_file_reports_progress_after_each_range_up_to_the_size_it_judged(tmp_path: Path, parallel_min_bytes: int):
+    """The viewer's health page shows verify's progress from these calls (issue 16)."""
+    d = tmp_path / "store"
+    d.mkdir()
+    (d / "log.jsonl").write_bytes(b"".join(_lines(60)))
+    size = (d / "log.jsonl").stat().st_size
+    seen: list[tuple[int, int]] = []
+    places: list[int] = []
+    report = chain.verify_file(Log(d), range_bytes=1000, parallel_min_bytes=parallel_min_bytes, workers=2,
+                               check=lambda lines: places.extend(p[0] for p in lines),
+                               progress=lambda done, total: seen.append((done, total)))
+    assert report.ok and len(places) == 60
+    assert len(seen) > 3 and {total for _, total in seen} == {size}
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and len(set(done)) == len(done) and done[-1] == size

@@ -22,8 +22,8 @@ from retained.log import Log
 from ..conftest import REPO, run_cli
 
 PACKAGE = REPO / "retained"
-# The edges: command line, MCP server, its tools, the HTTP guard.
-EDGES = ["cli.py", "server.py", "mcp_tools.py", "http_guard.py"]
+# The edges: command line, MCP server, its tools, the HTTP guard, the web viewer.
+EDGES = ["cli.py", "server.py", "mcp_tools.py", "http_guard.py", "viewer/app.py", "viewer/pages.py"]
 # What a Store owns and an edge must not touch: its log, index and vectors.
 STORE_INSIDES = {"log", "index", "hybrid", "_index", "_hybrid", "_guarded", "_append", "_require"}
 # Modules below the Store (the brief's fast path is the one reader allowed around it).

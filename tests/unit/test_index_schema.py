@@ -128,7 +128,7 @@ def test_mark_state_tells_behind_from_a_shorter_log_and_another_log(store_dir: P
 def test_read_mark_names_what_is_wrong_with_the_meta_table(store_dir: Path) -> None:
     _, idx = _indexed(store_dir, 1)
     db = idx.connection()
-    with pytest.raises(ValueError, match=r"schema '2', expected one of \['9'\]"):
+    with pytest.raises(ValueError, match=rf"schema '{index_schema.SCHEMA_VERSION}', expected one of \['9'\]"):
         index_schema.read_mark(db, frozenset({"9"}))
     db.execute("UPDATE meta SET value = 'x' WHERE key = 'hwm_seq'")
     with pytest.raises(ValueError, match="not a number"):

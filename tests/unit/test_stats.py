@@ -115,3 +115,19 @@ def test_stats_of_an_empty_store_is_zeros(tmp_path):
     got = json.loads(out.stdout)
     assert got["records"] == 0 and got["exists"] is False and got["head"]["seq"] == 0
     assert not (tmp_path / "none").exists()
+
+
+def test_stats_count_records_by_client_and_by_utc_day(store_dir):
+    """The viewer's health page reads who wrote what and when from here (issue 16)."""
+    s = Store(store_dir, client={"name": "agent-a", "version": "1"})
+    s.write("one")
+    s.write("two", client={"name": "agent-b", "version": "2"})
+    s.write("three")
+    s.close()
+    days = [r["ts"][:10] for r in map(orjson.loads, (store_dir / "log.jsonl").read_bytes().splitlines())]
+    with open(store_dir / "log.jsonl", "ab") as f:
+        f.write(b'{"written by":"another program"}\n')  # not a record: counted nowhere
+    got = stats(Log(store_dir))
+    assert got["by_client"] == {"agent-a": 2, "agent-b": 1}
+    assert got["by_day"] == {d: days.count(d) for d in sorted(set(days))}
+    assert sum(got["by_day"].values()) == got["records"] == 3

@@ -1,0 +1,393 @@
+"""The viewer's web application: read-only routes over ``Store``, and ``retained view`` serving them.
+
+Every page is a GET (HEAD too); any other method gets 405 before a route
+sees it, and no route calls a Store method that appends to the log. Like
+every reader, a page may bring the derived index up to date with the log.
+The access rules are the HTTP MCP server's (``retained.http_guard``):
+loopback by default, ``RETAINED_TOKEN`` required to bind anywhere else,
+Host and Origin (scheme, host and port) checked; a browser may give the
+token once as ``?token=`` and keeps it in a cookie.
+
+Each response carries a Content-Security-Policy that allows no script at
+all and nothing from another origin, and a ``Server-Timing`` header with the
+time the route took (the benchmark reads it).
+
+This module is an edge: ``serve`` reads the environment and prints; the
+pages themselves are formatted by ``retained.viewer.pages``. Starlette and
+uvicorn come with the mcp package; they are imported only here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from retained import paths
+from retained.errors import InvalidRecord, NotFound, RetainedError
+from retained.store import Store
+from retained.viewer import pages
+
+PAGE_DEFAULT = 50  # records per timeline page
+PAGE_MAX = 500
+NEIGHBOURS = 3  # records shown on each side of a record, in its scope
+CHAIN_MAX = 50  # records followed along a supersede chain, each way
+K_DEFAULT = 10
+K_MAX = 100
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
+       "frame-ancestors 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+FAVICON = (b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
+           b'fill="#2f5d8a"/><path d="M4 4h8v2H4zm0 3h8v2H4zm0 3h5v2H4z" fill="#fff"/></svg>')
+
+
+class BadRequest(Exception):
+    """A query parameter the viewer cannot use (400)."""
+
+
+class ReadOnly:
+    """ASGI wrapper: GET and HEAD only (405 otherwise), the security headers, and the route's time."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            body = b"method not allowed: the viewer is read-only; it answers GET and HEAD\n"
+            await send({"type": "http.response.start", "status": 405, "headers": [
+                (b"allow", b"GET, HEAD"), (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()), *SECURITY_HEADERS]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        started = time.perf_counter()
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                ms = (time.perf_counter() - started) * 1000
+                extra = [*SECURITY_HEADERS, (b"server-timing", f"app;dur={ms:.2f}".encode())]
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class VerifyRun:
+    """One verify of the store on a thread of its own (with its own Store), and its progress."""
+
+    def __init__(self, directory: Path, options: dict[str, Any]) -> None:
+        self.directory = directory
+        self.options = options
+        self.started = time.monotonic()
+        self.state = "running"
+        self.done_bytes = 0
+        self.total_bytes = 0
+        self.report: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.seconds = 0.0
+        self.finished_at = ""
+        self.thread = threading.Thread(target=self._run, name="retained-view-verify", daemon=True)
+        self.thread.start()
+
+    def _progress(self, done: int, total: int) -> None:
+        self.done_bytes, self.total_bytes = done, total
+
+    def _run(self) -> None:
+        try:
+            with Store(self.directory, **self.options) as store:
+                self.report = store.verify(progress=self._progress)
+            self.state = "done"
+        except Exception as exc:  # noqa: BLE001 - the page reports any failure of the run instead of losing it
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.state = "failed"
+        finally:
+            self.seconds = time.monotonic() - self.started
+            self.finished_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    def snapshot(self) -> dict[str, Any]:
+        seconds = self.seconds if self.state != "running" else time.monotonic() - self.started
+        return {"state": self.state, "done_bytes": self.done_bytes, "total_bytes": self.total_bytes,
+                "report": self.report, "error": self.error, "seconds": seconds, "finished_at": self.finished_at}
+
+
+class Viewer:
+    """The routes, over one Store shared by every request (one at a time) and the last verify run."""
+
+    def __init__(self, directory: Path, options: dict[str, Any]) -> None:
+        self.directory = directory
+        self.options = options
+        self.store = Store(directory, **options)
+        self.lock = threading.Lock()  # one request at a time on the shared Store
+        self.run: VerifyRun | None = None
+        self.run_lock = threading.Lock()
+
+    def close(self) -> None:
+        with self.lock:
+            self.store.close()
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.timeline, methods=["GET"]),
+            Route("/search", self.search, methods=["GET"]),
+            Route("/record/{seq:int}", self.record, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/verify", self.verify, methods=["GET"]),
+            Route("/brief", self.brief, methods=["GET"]),
+            Route("/style.css", self.style, methods=["GET"]),
+            Route("/favicon.svg", self.favicon, methods=["GET"]),
+        ]
+
+    # -- the frame around each page ------------------------------------------
+
+    def _where(self) -> dict[str, Any]:
+        return {"directory": str(self.directory), "head": self.store.head()}
+
+    def _answer(self, build: Any) -> Response:
+        """Call ``build(where)`` under the lock; a bad parameter is a 400 page, an unknown seq a 404."""
+        with self.lock:
+            where = {"directory": str(self.directory), "head": None}
+            try:
+                where = self._where()
+                return HTMLResponse(build(where), headers={"cache-control": "no-store"})
+            except (BadRequest, InvalidRecord) as exc:
+                return HTMLResponse(pages.error(400, _message(exc), where), status_code=400)
+            except NotFound as exc:
+                return HTMLResponse(pages.error(404, exc.message, where), status_code=404)
+            except (RetainedError, OSError) as exc:
+                return HTMLResponse(pages.error(500, _message(exc), where), status_code=500)
+
+    # -- pages -------------------------------------------------------------------
+
+    def timeline(self, request: Request) -> Response:
+        q = request.query_params
+        params: dict[str, Any] = {name: _text(q, name) for name in pages.TIMELINE_FILTERS}
+        params["limit"] = _int(q, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
+        params["limit_default"] = PAGE_DEFAULT
+        params["before"] = _int(q, "before", None, 0, None)
+        params["after"] = _int(q, "after", None, 0, None) if params["before"] is None else None
+
+        def build(where: dict[str, Any]) -> str:
+            result = self.store.list(limit=params["limit"], kind=params["kind"], scope=params["scope"],
+                                     client=params["client"], since=params["since"], until=params["until"],
+                                     before=params["before"], after=params["after"])
+            return pages.timeline(result, params, where)
+
+        return self._answer(build)
+
+    def search(self, request: Request) -> Response:
+        q = request.query_params
+        params: dict[str, Any] = {
+            "q": _text(q, "q"),
+            "scope": _text(q, "scope"),
+            "k": _int(q, "k", K_DEFAULT, 1, K_MAX),
+            "max_tokens": _int(q, "max_tokens", None, 1, None),
+            "superseded": bool(_text(q, "superseded")),
+            "retracted": bool(_text(q, "retracted")),
+        }
+
+        def build(where: dict[str, Any]) -> str:
+            reply = None
+            if params["q"] is not None:
+                reply = self.store.search(params["q"], k=params["k"], max_tokens=params["max_tokens"],
+                                          scope=params["scope"], include_superseded=params["superseded"],
+                                          include_retracted=params["retracted"])
+            return pages.search(reply, params, where)
+
+        return self._answer(build)
+
+    def record(self, request: Request) -> Response:
+        seq = int(request.path_params["seq"])
+
+        def build(where: dict[str, Any]) -> str:
+            if seq < 1:
+                raise NotFound(f"no record with seq {seq}; seqs start at 1")
+            (entry,) = self.store.get([seq])
+            scope = entry["record"].get("scope")
+            scope = scope if isinstance(scope, str) else None
+            older = self.store.list(limit=NEIGHBOURS, scope=scope, before=seq)["records"]
+            newer = self.store.list(limit=NEIGHBOURS, scope=scope, after=seq)["records"]
+            return pages.record(entry, older=older, newer=newer, chain=self._chain(entry),
+                                log_path=where["head"]["log"], where=where)
+
+        return self._answer(build)
+
+    def _chain(self, entry: dict[str, Any]) -> list[dict[str, Any]]:
+        """The records ``entry`` corrects and that correct it, oldest first (each way at most ``CHAIN_MAX``)."""
+        found = {entry["seq"]: entry}
+        for step in ("back", "forward"):
+            frontier = [entry]
+            for _ in range(CHAIN_MAX):
+                wanted: list[int] = []
+                for e in frontier:
+                    linked = e["record"].get("supersedes") if step == "back" else e.get("superseded_by")
+                    wanted += [s for s in (linked or ()) if type(s) is int and s > 0 and s not in found]
+                if not wanted:
+                    break
+                frontier = self.store.get(sorted(set(wanted)), missing_ok=True)
+                found.update((e["seq"], e) for e in frontier)
+        return [found[s] for s in sorted(found)]
+
+    def health(self, request: Request) -> Response:
+        return self._answer(lambda where: pages.health(self.store.stats(), self._run_state(), where))
+
+    def verify(self, request: Request) -> Response:
+        if _text(request.query_params, "run"):
+            with self.run_lock:
+                if self.run is None or self.run.state != "running":
+                    self.run = VerifyRun(self.directory, self.options)
+            # The page that shows the run is a plain GET: reloading it never starts another.
+            return RedirectResponse("/verify", status_code=303)
+        return self._answer(lambda where: pages.verify(self._run_state(), where))
+
+    def _run_state(self) -> dict[str, Any] | None:
+        with self.run_lock:
+            return None if self.run is None else self.run.snapshot()
+
+    def brief(self, request: Request) -> Response:
+        from retained import brief
+
+        q = request.query_params
+        budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, None), _text(q, "scope")
+        params = {"budget": budget, "scope": scope}
+
+        def build(where: dict[str, Any]) -> str:
+            result = self.store.brief(budget, scope)
+            return pages.brief(result, brief.render_text(result), params, where)
+
+        return self._answer(build)
+
+    def style(self, request: Request) -> Response:
+        css = resources.files("retained.viewer").joinpath("style.css").read_bytes()
+        return Response(css, media_type="text/css", headers={"cache-control": "max-age=300"})
+
+    def favicon(self, request: Request) -> Response:
+        return Response(FAVICON, media_type="image/svg+xml", headers={"cache-control": "max-age=86400"})
+
+
+def _message(exc: Exception) -> str:
+    return exc.message if isinstance(exc, RetainedError) else str(exc)
+
+
+def _text(q: Any, name: str) -> str | None:
+    value = q.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _int(q: Any, name: str, default: int | None, low: int, high: int | None) -> int | None:
+    raw = _text(q, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"parameter {name}: {raw[:40]!r} is not a whole number") from None
+    if value < low or (high is not None and value > high):
+        top = f" to {high}" if high is not None else " or more"
+        raise BadRequest(f"parameter {name}: {value} is out of range; give {low}{top}")
+    return value
+
+
+def build_app(directory: Path | str, options: dict[str, Any] | None = None) -> Any:
+    """The viewer as an ASGI application (GET only, security headers) over the store at ``directory``.
+
+    Not guarded: ``serve`` puts the access guard in front of it.
+    """
+    import contextlib
+
+    viewer = Viewer(Path(directory), dict(options or {}))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        yield
+        viewer.close()
+
+    app = Starlette(routes=viewer.routes(), lifespan=lifespan)
+    app.state.viewer = viewer
+    return ReadOnly(app)
+
+
+# -- retained view -------------------------------------------------------------------
+
+
+def serve(args: Any) -> int:
+    """``retained view``: serve the viewer until interrupted; print its URL (``--json``: as JSON)."""
+    import json
+
+    from retained import http_guard
+    from retained.settings import store_options
+
+    token = os.environ.get("RETAINED_TOKEN") or None
+    refusal = http_guard.refusal(args.host, token)
+    if refusal:
+        print(f"retained: {refusal}", file=sys.stderr)
+        return 2
+    try:
+        options = store_options()
+        http_guard.allowed_origins((), 0, args.allow_origin or ())  # a malformed --allow-origin is a usage error
+    except (InvalidRecord, ValueError) as exc:
+        print(f"retained: {_message(exc)}", file=sys.stderr)
+        return 2
+    directory = paths.store_dir(args.dir)
+    try:
+        sock = http_guard.bind(args.host, args.port)
+    except OSError as exc:
+        print(f"retained: cannot listen on {args.host}:{args.port}: {exc.strerror}; choose another --port",
+              file=sys.stderr)
+        return 1
+
+    def ready(listening: http_guard.Listening) -> None:
+        url = listening.url("/")
+        if args.json:
+            print(json.dumps({"url": url, "host": listening.host, "port": listening.port, "store": str(directory),
+                              "token_required": token is not None}), flush=True)
+        else:
+            print(url, flush=True)
+        note = (f"; a token is required: open {url}?token=<RETAINED_TOKEN> once, the browser keeps it"
+                if token else "")
+        print(f"retained: viewing {directory} (read-only) at {url}; Ctrl-C stops{note}", file=sys.stderr, flush=True)
+        if args.open:
+            _open_browser(url)
+
+    try:
+        http_guard.serve(lambda _listening: build_app(directory, options), sock, token=token,
+                         allow_hosts=args.allow_host or (), allow_origins=args.allow_origin or (),
+                         token_cookie=True, on_ready=ready)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
+
+
+def _open_browser(url: str) -> None:
+    """Open ``url`` in this machine's web browser, if it has one (``$BROWSER`` is honoured); never waits for it."""
+    import webbrowser
+
+    try:
+        browser = webbrowser.get()
+    except webbrowser.Error:
+        print(f"retained: no web browser found here; open {url} yourself", file=sys.stderr, flush=True)
+        return
+    threading.Thread(target=browser.open, args=(url,), name="retained-view-open", daemon=True).start()

@@ -47,6 +47,8 @@ from retained import record
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_S = {"verify": 1.5, "rebuild": 6.0}
+# DESIGN: verify <= 2x a bare parse + blake3 of every line; rebuild <= 1.5x a bare FTS5 build of the same documents.
+TARGET_RATIO = {"verify": 2.0, "rebuild": 1.5}
 CLIENT = {"name": "bench", "version": "0"}
 WORDS = ("deploy target staging production release note user prefers dark mode editor keybindings meeting moved "
          "thursday budget approved migration index rebuild latency search alice bob carol dave").split()
@@ -75,6 +77,35 @@ elif op == "parse":
             orjson.loads(line)
             n += 1
     out["lines"] = n
+elif op == "parse_hash":
+    # The bare floor of verify: parse every line and blake3 it, nothing else.
+    import blake3
+    n = 0
+    with open(directory + "/log.jsonl", "rb") as f:
+        for line in f:
+            orjson.loads(line)
+            blake3.blake3(line).hexdigest()
+            n += 1
+    out["lines"] = n
+elif op == "fts_bare":
+    # The bare floor of rebuild: the same documents (prepared before the
+    # clock) into a contentless FTS5 table of the same tokenizer, one transaction.
+    import sqlite3
+    from retained.documents import documents
+    from retained.index import TOKENIZER
+    with open(directory + "/log.jsonl", "rb") as f:
+        docs = [(i + 1, *documents(orjson.loads(line))) for i, line in enumerate(f)]
+    path = directory + "/bare-fts.sqlite3"
+    c0, t0 = cpu(), time.perf_counter()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"CREATE VIRTUAL TABLE fts USING fts5(text, body, fields, content='', tokenize='{TOKENIZER}')")
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)", docs)
+    db.execute("COMMIT")
+    db.close()
+    import os
+    os.unlink(path)
+    out["lines"] = len(docs)
 elif op == "chain":
     r = chain.walk(Log(directory).scan())
     out["records"], out["findings"] = r.records, len(r.findings)
@@ -84,7 +115,7 @@ elif op == "chain_parallel":
 elif op == "verify_walk":
     s = Store(directory)
     r = chain.walk(s.log.scan(), s.log.path.name).to_dict()
-    r["index"] = s._verify_index(r)
+    r["index"] = s._verify_index(r, None, None)
     out["records"], out["findings"] = r["records"], len(r["findings"])
 elif op == "verify":
     r = Store(directory).verify()
@@ -138,8 +169,14 @@ def measure(op: str, directory: Path) -> dict[str, Any]:
     return out
 
 
-def bench(sizes: list[int], workdir: Path | None = None) -> dict[str, Any]:
+def _spread(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"min": round(ordered[0], 3), "median": round(ordered[len(ordered) // 2], 3), "max": round(ordered[-1], 3)}
+
+
+def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dict[str, Any]:
     runs = []
+    ratios: dict[str, list[float]] = {"verify_over_parse_hash": [], "rebuild_over_fts_bare": []}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         floor = _child("import", Path(tmp), False)
         for n in sizes:
@@ -160,6 +197,15 @@ def bench(sizes: list[int], workdir: Path | None = None) -> dict[str, Any]:
                 row["index_bytes"] += p.stat().st_size
             row["verify_walk"] = measure("verify_walk", d)
             row["verify"] = measure("verify", d)
+            if n == sizes[-1]:
+                # Each against its bare floor, alternately (A B A B), several rounds.
+                timed: dict[str, list[float]] = {"parse_hash": [], "verify": [], "fts_bare": [], "rebuild": []}
+                for _ in range(rounds):
+                    for op in ("parse_hash", "verify", "fts_bare", "rebuild"):
+                        timed[op].append(_child(op, d, False)["seconds"])
+                    ratios["verify_over_parse_hash"].append(timed["verify"][-1] / timed["parse_hash"][-1])
+                    ratios["rebuild_over_fts_bare"].append(timed["rebuild"][-1] / timed["fts_bare"][-1])
+                row["against_the_floor_s"] = {op: _spread(v) for op, v in timed.items()}
             runs.append(row)
     big = runs[-1]
     verdict = {
@@ -167,6 +213,10 @@ def bench(sizes: list[int], workdir: Path | None = None) -> dict[str, Any]:
         "verify_walk_s": big["verify_walk"]["seconds"], "verify_walk_cpu_s": big["verify_walk"]["cpu_seconds"],
         "rebuild_s": big["rebuild"].get("seconds"), "rebuild_cpu_s": big["rebuild"].get("cpu_seconds"),
         "rebuild_target_s": TARGET_S["rebuild"],
+        "verify_over_parse_hash": _spread(ratios["verify_over_parse_hash"]),
+        "verify_over_parse_hash_target": TARGET_RATIO["verify"],
+        "rebuild_over_fts_bare": _spread(ratios["rebuild_over_fts_bare"]),
+        "rebuild_over_fts_bare_target": TARGET_RATIO["rebuild"],
     }
     if len(runs) > 1:
         small = runs[0]
@@ -180,7 +230,8 @@ def bench(sizes: list[int], workdir: Path | None = None) -> dict[str, Any]:
         "runs": runs,
         "baseline_import_retained": {"seconds": round(floor["seconds"], 3), "max_rss_mb": round(floor["max_rss_mb"], 1)},
         "summary": verdict,
-        "method": "each operation in a fresh child process; time and RSS untraced, heap peak from a tracemalloc run",
+        "method": "each operation in a fresh child process; time and RSS untraced, heap peak from a tracemalloc run; "
+        "verify and rebuild against their bare floors alternately, several rounds",
         "cpus": os.cpu_count(),
         "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
@@ -194,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--records", type=int, default=100_000, help="the large size; the small one is a tenth (default 100000)")
     p.add_argument("--dir", type=Path, help="make the temporary stores under DIR")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of verify and rebuild against their floors (default 3)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = p.parse_known_args(argv)
     sizes = [max(1, args.records // 10), args.records]
-    r = bench(sizes, args.dir)
+    r = bench(sizes, args.dir, args.rounds)
     if args.json:
         print(json.dumps(r))
     else:
@@ -215,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"targets at {r['runs'][-1]['records']}: verify {s['verify_s']} s, cpu {s['verify_cpu_s']} s (<= {s['verify_target_s']} s; "
               f"previous path {s['verify_walk_s']} s, cpu {s['verify_walk_cpu_s']} s), "
               f"rebuild {s['rebuild_s']} s (<= {s['rebuild_target_s']}); load average {r['loadavg']}")
+        v, b = s["verify_over_parse_hash"], s["rebuild_over_fts_bare"]
+        print(f"against the floor: verify / bare parse+blake3 {v['min']}-{v['median']}-{v['max']} (<= {TARGET_RATIO['verify']}), "
+              f"rebuild / bare FTS5 build {b['min']}-{b['median']}-{b['max']} (<= {TARGET_RATIO['rebuild']})")
     return 0
 
 

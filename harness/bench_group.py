@@ -28,16 +28,13 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.figures import pct, spread
 from retained import Store, chain
 from retained.log import Log
 
 TARGET_RATIO = 4.0
 TEXT = "the deploy target for proj-a moved from staging to production after the 0.3 release"
 
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: int) -> dict[str, Any]:
@@ -71,13 +68,10 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
     return {
         "writes_per_s": round(threads * per_thread / wall, 1),
         "p50_ms": round(statistics.median(ms), 3),
-        "p99_ms": round(_pct(ms, 0.99), 3),
+        "p99_ms": round(pct(ms, 0.99), 3),
         "wall_s": round(wall, 3),
     }
 
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3), "max": round(max(values), 3)}
 
 
 def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
@@ -94,9 +88,9 @@ def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None)
         "threads": threads,
         "per_thread": per_thread,
         "runs": runs,
-        "on": {k: _spread([r[k] for r in on]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
-        "off": {k: _spread([r[k] for r in off]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
-        "ratio_writes_per_s": _spread(ratios),
+        "on": {k: spread([r[k] for r in on]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
+        "off": {k: spread([r[k] for r in off]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
+        "ratio_writes_per_s": spread(ratios),
         "target_ratio": TARGET_RATIO,
         "meets_target": statistics.median(ratios) >= TARGET_RATIO,
         "method": "threads sharing one Store, group commit on and off alternately (A B A B), same run",

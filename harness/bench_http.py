@@ -34,18 +34,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.bench_group import one_run
+from harness.figures import pct, spread
 
 START_WAIT_S = 60.0
 URL = re.compile(rb"serving MCP on (http://\S+)")
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3), "max": round(max(values), 3)}
 
 
 class _Server:
@@ -133,7 +127,7 @@ def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: i
     return {
         "writes_per_s": round(clients * writes / wall, 1),
         "p50_ms": round(statistics.median(ms), 3),
-        "p99_ms": round(_pct(ms, 0.99), 3),
+        "p99_ms": round(pct(ms, 0.99), 3),
     }
 
 
@@ -155,8 +149,8 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> 
         "runs": runs,
     }
     for name in ("on", "off"):
-        http = {k: _spread([r[k] for r in modes[name]]) for k in keys}
-        store = {k: _spread([r[k] for r in store_only[name]]) for k in keys}
+        http = {k: spread([r[k] for r in modes[name]]) for k in keys}
+        store = {k: spread([r[k] for r in store_only[name]]) for k in keys}
         p50_http, p50_store = http["p50_ms"]["median"], store["p50_ms"]["median"]
         out[f"group_commit_{name}"] = {
             "http": http,
@@ -164,7 +158,7 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> 
             "store_share_of_p50": round(min(1.0, p50_store / p50_http), 3) if p50_http else None,
         }
     ratios = [a["writes_per_s"] / b["writes_per_s"] for a, b in zip(modes["on"], modes["off"], strict=True)]
-    out["ratio_writes_per_s_on_off"] = _spread(ratios)
+    out["ratio_writes_per_s_on_off"] = spread(ratios)
     out["method"] = ("retained serve --http on 127.0.0.1, real MCP clients in one process, group commit on and off "
                      "alternately; store share: the same writes from as many threads through one in-process Store")
     out["cpus"] = os.cpu_count()

@@ -43,6 +43,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.figures import spread
 from retained import record
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,10 +170,6 @@ def measure(op: str, directory: Path) -> dict[str, Any]:
     return out
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {"min": round(ordered[0], 3), "median": round(ordered[len(ordered) // 2], 3), "max": round(ordered[-1], 3)}
-
 
 def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dict[str, Any]:
     runs = []
@@ -205,7 +202,7 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
                         timed[op].append(_child(op, d, False)["seconds"])
                     ratios["verify_over_parse_hash"].append(timed["verify"][-1] / timed["parse_hash"][-1])
                     ratios["rebuild_over_fts_bare"].append(timed["rebuild"][-1] / timed["fts_bare"][-1])
-                row["against_the_floor_s"] = {op: _spread(v) for op, v in timed.items()}
+                row["against_the_floor_s"] = {op: spread(v) for op, v in timed.items()}
             runs.append(row)
     big = runs[-1]
     verdict = {
@@ -213,9 +210,9 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
         "verify_walk_s": big["verify_walk"]["seconds"], "verify_walk_cpu_s": big["verify_walk"]["cpu_seconds"],
         "rebuild_s": big["rebuild"].get("seconds"), "rebuild_cpu_s": big["rebuild"].get("cpu_seconds"),
         "rebuild_target_s": TARGET_S["rebuild"],
-        "verify_over_parse_hash": _spread(ratios["verify_over_parse_hash"]),
+        "verify_over_parse_hash": spread(ratios["verify_over_parse_hash"]),
         "verify_over_parse_hash_target": TARGET_RATIO["verify"],
-        "rebuild_over_fts_bare": _spread(ratios["rebuild_over_fts_bare"]),
+        "rebuild_over_fts_bare": spread(ratios["rebuild_over_fts_bare"]),
         "rebuild_over_fts_bare_target": TARGET_RATIO["rebuild"],
     }
     if len(runs) > 1:

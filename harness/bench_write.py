@@ -34,6 +34,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.figures import pct
 from retained import Store
 
 try:
@@ -47,13 +48,9 @@ TARGET_CPU_US = 40.0
 TEXT = "the deploy target for proj-a moved from staging to production after the 0.3 release; " * 2
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
-
 
 def _summary(ms: list[float]) -> dict[str, float]:
-    return {"p50": round(statistics.median(ms), 4), "p99": round(_pct(ms, 0.99), 4), "max": round(max(ms), 4)}
+    return {"p50": round(statistics.median(ms), 4), "p99": round(pct(ms, 0.99), 4), "max": round(max(ms), 4)}
 
 
 def _bare_round(fd: int, lock_fd: int | None, line: bytes) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from . import limits, paths, render
+from . import json_input, limits, paths, render
 from .errors import RetainedError
 from .version import __version__
 
@@ -68,10 +68,13 @@ def _parse_fields(pairs: Sequence[str] | None) -> dict[str, Any] | None:
         if not sep or not key:
             raise UsageError(f"--field {pair!r}: expected KEY=JSON, e.g. --field priority=3 or --field 'tag=\"x\"'")
         try:
-            out[key] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            # Exact: a big integer must reach the store's integer rule, not become a float.
+            out[key] = json_input.loads_exact(raw)
+        except json_input.NotJSON as exc:
+            if not str(exc).startswith("not JSON"):
+                raise UsageError(f"--field {key}: {exc}") from None
             raise UsageError(
-                f"--field {key}: the value is not JSON; quote a string as '\"...\"' (e.g. --field {key}='\"text\"')"
+                f"--field {key}: the value is {exc}; quote a string as '\"...\"' (e.g. --field {key}='\"text\"')"
             ) from None
     return out
 
@@ -204,7 +207,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         result = store.import_file(
             args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse",
-            batch=args.batch, dry_run=args.dry_run, progress=_every_second("import", "records"),
+            batch=args.batch, dry_run=args.dry_run, allow_duplicates=args.allow_duplicates,
+            progress=_every_second("import", "records"),
             validate_progress=_every_second("import: validating", "bytes"),
         )
     progress(f"import: {result['path']} is {result['format']}; {result['records']} records from {result['lines']} lines validated")
@@ -220,7 +224,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         span = f" as seq {result['first_seq']}..{result['last_seq']}" if result["written"] else ""
         lines = [f"imported {result['written']} of {result['records']} records from {result['path']} ({result['format']}){span}"]
         if result["duplicates"]:
-            lines.append(f"{result['duplicates']} already in the store (same client_op_id): not appended again")
+            lines.append(f"{result['duplicates']} already in the store (imported before, or the same client_op_id): "
+                         "not appended again; --allow-duplicates appends them anyway")
         if result["skipped"].get("redacted"):
             lines.append(f"{result['skipped']['redacted']} redacted records skipped (their content was erased at the source)")
         if result["format"] == "retained" and result["source"]:
@@ -399,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep keys the store reserves (ts, seq, hash, ...) under 'original' instead of refusing the file")
     p.add_argument("--batch", type=int, default=2000, help="records per batch: one lock and one fsync each (default 2000)")
     p.add_argument("--dry-run", action="store_true", help="validate the whole file and write nothing")
+    p.add_argument("--allow-duplicates", action="store_true",
+                   help="append records an earlier import of the same source already brought in "
+                        "(by default each record's source identity makes a repeated import append nothing)")
 
     p = command("export", "write the log's records as JSONL (verified first) or Markdown", "retained export -o backup.jsonl", cmd_export)
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) and print a summary; default: the export on stdout")

@@ -148,17 +148,18 @@ def _check_value(value: Any, path: str, depth: int) -> None:
     raise _fail(path, f"a {kind.__name__} is not a JSON value", "use str, int, float, bool, None, list or dict")
 
 
-def _locate_bad_string(value: Any, path: str) -> str | None:
-    """Name the first string (value or key) that is not valid UTF-8."""
+def _locate_bad_string(value: Any, path: str) -> tuple[str, str] | None:
+    """Name the first string (value or key) that is not valid UTF-8, and the code point that makes it so."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
+        except UnicodeEncodeError as exc:
+            return path, f"U+{ord(value[exc.start]):04X}"
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            found = _locate_bad_string(key, f"{path} (a key)") or _locate_bad_string(item, f"{path}.{key}")
+            shown = key.encode("utf-8", "backslashreplace").decode() if isinstance(key, str) else key
+            found = _locate_bad_string(key, f"{path}.{shown} (a key)") or _locate_bad_string(item, f"{path}.{key}")
             if found:
                 return found
     if isinstance(value, list):
@@ -190,10 +191,11 @@ def encode_checked(obj: dict[str, Any]) -> bytes:
     try:
         return canonical(obj)
     except orjson.JSONEncodeError as exc:
-        where = _locate_bad_string(obj, "record") or "record"
+        where, char = _locate_bad_string(obj, "record") or ("record", "a code point")
         where = where.removeprefix("record.")
         raise InvalidRecord(
-            f"field {where}: not valid UTF-8 (a lone surrogate?); send well-formed text; nothing was written",
+            f"field {where}: holds a lone surrogate ({char}), half of a UTF-16 pair, which is not text and "
+            "cannot be stored as UTF-8; send well-formed text; nothing was written",
             path=where,
         ) from exc
 

@@ -110,7 +110,10 @@ class Store:
         try:
             encoded: bytes | None = record.orjson.dumps(fields)
         except TypeError:
-            encoded = None  # left to seal(), which names the bad field
+            # Not encodable (a lone surrogate): refused here, naming the field,
+            # so an import refuses the file before any batch is written.
+            record.encode_checked(fields)
+            encoded = None  # left to seal()
         if encoded is not None and len(encoded) > self.log.record_bytes_max:
             raise RecordTooLarge(
                 f"record is at least {len(encoded)} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "
@@ -214,6 +217,7 @@ class Store:
         on_reserved: str = "refuse",
         batch: int | None = None,
         dry_run: bool = False,
+        allow_duplicates: bool = False,
         progress: Any = None,
         validate_progress: Any = None,
     ) -> dict[str, Any]:
@@ -225,15 +229,18 @@ class Store:
         while the file is read, ``progress(done, total)`` while records are
         written. With ``dry_run`` nothing is written and the reply says what
         would be.
+
+        Idempotent: each record carries an identity derived from its source
+        (see ``retained.transfer``), so a record imported before is not
+        appended again and ``duplicates`` counts it; ``allow_duplicates``
+        imports without that identity.
         """
         from . import transfer
 
-        plan = transfer.plan_import(path, format=format, scope=scope, on_reserved=on_reserved, progress=validate_progress)
-        if dry_run:
-            return {"ok": True, "dry_run": True, "path": plan.path, "format": plan.format, "lines": plan.lines,
-                    "records": plan.records, "written": 0, "skipped": plan.skipped, "source": plan.source_head}
+        plan = transfer.plan_import(path, format=format, scope=scope, on_reserved=on_reserved,
+                                    identity=not allow_duplicates, progress=validate_progress)
         size = transfer.BATCH_RECORDS if batch is None else batch
-        return transfer.run_import(self, plan, batch=size, progress=progress)
+        return transfer.run_import(self, plan, batch=size, progress=progress, dry_run=dry_run)
 
     def checkpoint(
         self,

@@ -1,0 +1,59 @@
+"""JSON text a caller gave (a ``--field`` value, an import line): parsed with every integer exact.
+
+One parser for every place caller JSON enters: orjson reads an integer beyond
+64 bits as a float, which would store a different number and report success;
+here it stays an int, so ``record.make_content`` refuses it by the one
+integer rule (``limits.INT_MIN`` .. ``limits.INT_MAX``). Standard library
+only, and no ``typing`` at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from . import limits
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class NotJSON(ValueError):
+    """Text that ``loads_exact`` cannot read; ``str()`` says why ("not JSON", "number out of range")."""
+
+
+def _float_in_range(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotJSON("number out of range: too large for a 64-bit float; store it as a string")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise NotJSON(f"not JSON: {name} is not a JSON number; store a string or null")
+
+
+def loads_exact(data: bytes | str) -> Any:
+    """Parse JSON text that a caller gave, keeping every integer exact.
+
+    A number past a float's range (``1e400``) or an integer with more digits
+    than Python converts is "number out of range"; NaN and Infinity are not
+    JSON. A lone surrogate escape is kept, and refused by name when the
+    record is encoded.
+
+    Raises:
+        NotJSON: the text does not parse; its message says why.
+    """
+    try:
+        return json.loads(data, parse_float=_float_in_range, parse_constant=_no_constant)
+    except NotJSON:
+        raise
+    except RecursionError:
+        raise NotJSON(f"not JSON: nested too deep (the store keeps at most {limits.DEPTH_MAX} levels)") from None
+    except UnicodeDecodeError:
+        raise NotJSON("not JSON: the bytes are not UTF-8") from None
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            raise NotJSON("number out of range: an integer with thousands of digits; store it as a string") from None
+        raise NotJSON("not JSON") from None

@@ -233,6 +233,11 @@ def make_content(
         )
     if text is not None and not isinstance(text, str):
         raise _fail("text", f"must be a string, got {type(text).__name__}", "pass the note as text")
+    # The one empty-text rule, for every surface (library, CLI, MCP, import).
+    # A record replayed from our own export (store_kind) keeps what its source
+    # accepted, so an older export stays importable.
+    if text is not None and not store_kind and not text.strip():
+        raise _fail("text", "is empty or only whitespace", "write the memory itself in plain words")
     for name, value in (("scope", scope), ("source", source)):
         if value is not None and not isinstance(value, str):
             raise _fail(name, f"must be a string, got {type(value).__name__}", f"pass {name} as text")

@@ -90,3 +90,35 @@ def test_issue_15_a_lone_surrogate_in_an_import_refuses_the_file_before_any_batc
     assert "line 6" in err.value.message and "lone surrogate (U+D800)" in err.value.message
     assert err.value.path == "k"
     assert _log(tmp_path / "s") == b""
+
+
+# -- 3. one empty-text rule ---------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t "])
+def test_issue_15_empty_text_is_refused_by_the_library_and_the_cli(store_dir, text):
+    with Store(store_dir) as s:
+        with pytest.raises(InvalidRecord) as err:
+            s.write(text)
+        assert err.value.path == "text" and "empty" in err.value.message
+        with pytest.raises(InvalidRecord):
+            s.write_batch([{"text": "fine"}, {"text": text}])
+    out = run_cli("write", text, "--json", env_dir=store_dir)
+    assert out.returncode == 2 and json.loads(out.stdout)["error"]["code"] == "invalid_argument", out.stderr
+    assert "field text: is empty" in out.stderr
+    piped = run_cli("write", "-", env_dir=store_dir, input=text)
+    assert piped.returncode == 2 and "field text: is empty" in piped.stderr
+    assert _log(store_dir) == b""
+
+
+def test_issue_15_empty_text_refuses_a_jsonl_or_memory_import(tmp_path):
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"text": "fine"}\n{"text": " "}\n', encoding="utf-8")
+    memory = tmp_path / "memory.jsonl"
+    memory.write_text('{"type": "entity", "name": "a", "entityType": "t", "observations": ["ok", ""]}\n', encoding="utf-8")
+    s = Store(tmp_path / "s")
+    for f, line in ((plain, 2), (memory, 1)):
+        with pytest.raises(ImportRefused) as err:
+            s.import_file(f)
+        assert err.value.line == line and "field text: is empty" in err.value.message
+    assert _log(tmp_path / "s") == b""

@@ -174,7 +174,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         return result(structured, render.proof(structured))
 
     # Strict: a seq is a whole number as sent, never true/false or "3".
-    Seq = Annotated[int, Field(ge=1, strict=True, description="a record's seq (its id, from a proof or a result)")]
+    Seq = Annotated[
+        int, Field(ge=1, le=limits.SEQ_MAX, strict=True, description="a record's seq (its id, from a proof or a result)")
+    ]
     Scope = Annotated[
         str | None,
         Field(
@@ -296,7 +298,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         scope: Scope = None,
         around: Annotated[
             int | None,
-            Field(ge=1, strict=True, description="a seq: return the records just before and after it (a timeline)"),
+            Field(ge=1, le=limits.SEQ_MAX, strict=True,
+                  description="a seq: return the records just before and after it (a timeline)"),
         ] = None,
         window: Annotated[
             int, Field(ge=0, le=WINDOW_MAX, description="with around: how many records on each side")

@@ -131,7 +131,9 @@ def _check_value(value: Any, path: str, depth: int) -> None:
         return
     if kind is float:
         if not math.isfinite(value):
-            raise _fail(path, f"{value!r} is not a JSON number", "NaN and Infinity cannot round-trip; store a string or null")
+            # A parsed 1e400 arrives as inf: for the caller it is a number out of range.
+            problem = f"{value!r} is not a JSON number" if value != value else f"number out of range ({value!r} is not a JSON number)"
+            raise _fail(path, problem, "NaN and Infinity cannot round-trip; store a string or null")
         return
     if kind is dict or kind is list:
         if depth >= limits.DEPTH_MAX:
@@ -250,8 +252,8 @@ def make_content(
         if not isinstance(supersedes, list) or not supersedes:
             raise _fail("supersedes", "must be a non-empty list of seq numbers", "name the records this one corrects")
         for s in supersedes:
-            if type(s) is not int or s < 1:
-                raise _fail("supersedes", f"{s!r} is not a seq (an integer from 1)", "name records by their seq")
+            if type(s) is not int or not 1 <= s <= limits.SEQ_MAX:
+                raise _fail("supersedes", f"{s!r} is not a seq (an integer from 1 to {limits.SEQ_MAX})", "name records by their seq")
     content: dict[str, Any] = {"kind": kind}
     if fields is not None:
         if not isinstance(fields, dict):

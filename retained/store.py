@@ -383,8 +383,8 @@ class Store:
         from the index; without a usable index the log alone answers, without
         links). ``more`` is ``total_matches - returned``.
         """
-        if type(limit) is not int or limit < 0:
-            raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        if type(limit) is not int or not 0 <= limit <= limits.SEQ_MAX:
+            raise InvalidRecord(f"field limit: must be a whole number from 0 to {limits.SEQ_MAX}", path="limit")
         listed = self._recent(limit, kind, scope)
         self._add_links(listed["records"])
         listed["more"] = listed["total_matches"] - listed["returned"]
@@ -590,7 +590,7 @@ def _seq_list(seqs: Any, path: str) -> list[int]:
         raise InvalidRecord(f"field {path}: must be a non-empty list of seq numbers", path=path)
     out = []
     for s in seqs:
-        if type(s) is not int or s < 1:
-            raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1)", path=path)
+        if type(s) is not int or not 1 <= s <= limits.SEQ_MAX:
+            raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1 to {limits.SEQ_MAX})", path=path)
         out.append(s)
     return out

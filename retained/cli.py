@@ -32,11 +32,21 @@ def store_dir(args: argparse.Namespace) -> Path:
     return paths.store_dir(args.dir)
 
 
-def open_store(args: argparse.Namespace, **kwargs: Any) -> Any:
+def open_store(args: argparse.Namespace, *, must_exist: bool = True, **kwargs: Any) -> Any:
+    """The store of --dir / RETAINED_DIR; a command that only reads refuses a store that is not there."""
+    from .errors import NoStore
     from .settings import store_options
     from .store import Store
 
-    return Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
+    store = Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
+    if must_exist and not store.exists():
+        store.close()
+        raise NoStore(
+            f"no store at {store.directory}: nothing was written there yet; check --dir or RETAINED_DIR "
+            "(`retained write` creates a store)",
+            path=str(store.directory),
+        )
+    return store
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> None:
@@ -81,7 +91,7 @@ def _parse_fields(pairs: Sequence[str] | None) -> dict[str, Any] | None:
 
 def cmd_write(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
-    with open_store(args) as store:
+    with open_store(args, must_exist=False) as store:
         proof = store.write(
             text,
             kind=args.kind,
@@ -97,7 +107,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
+    with open_store(args, must_exist=False) as store:
         proof = store.checkpoint(args.label, summary=args.summary, scope=args.scope)
     emit(args, proof, lambda: render.proof(proof))
     return 0
@@ -204,7 +214,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     import time
 
     t0 = time.monotonic()
-    with open_store(args) as store:
+    with open_store(args, must_exist=False) as store:
         result = store.import_file(
             args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse",
             batch=args.batch, dry_run=args.dry_run, allow_duplicates=args.allow_duplicates,

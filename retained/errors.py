@@ -197,6 +197,16 @@ class BackupFailed(RetainedError):
     code = "backup_failed"
 
 
+class NoStore(RetainedError):
+    """The directory given holds no store (nothing was written there yet), or is not a directory.
+
+    Nothing was read or written. The first write creates a store in a
+    directory that does not exist yet.
+    """
+
+    code = "no_store"
+
+
 class LinkRefused(StoreDamaged):
     """A name in the store directory is a symbolic link; retained opens no store file through one.
 

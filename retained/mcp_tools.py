@@ -45,6 +45,7 @@ ERROR_CODES = (
     "readback_mismatch",
     "log_unusable",
     "store_damaged",
+    "no_store",
     "os_error",
     "unavailable",
     "internal_error",

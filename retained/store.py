@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import chain, limits, record
-from .errors import EmbedConfigError, InvalidRecord, NotFound, RecordTooLarge, RetainedError
+from .errors import EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 from .version import __version__
 
@@ -55,6 +55,12 @@ class Store:
         group_commit: bool = True,
     ) -> None:
         self.directory = Path(directory).expanduser()
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NoStore(
+                f"{self.directory} is a file, not a store directory; point --dir or RETAINED_DIR at a directory "
+                "(a new one is created by the first write)",
+                path=str(self.directory),
+            )
         self.client = dict(client or DEFAULT_CLIENT)
         # The write guard (retained.guard.Guard) runs on every caller string
         # before anything is encoded; a library user gets the safe default,
@@ -79,6 +85,10 @@ class Store:
         if self._index is not None:
             self._index.close()
             self._index = None
+
+    def exists(self) -> bool:
+        """Whether a store is here: its log exists (the first write creates it)."""
+        return self.log.exists()
 
     def __enter__(self) -> Store:
         return self

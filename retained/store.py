@@ -76,6 +76,9 @@ class Store:
         # group_commit: threads sharing this Store share fsyncs (see Log.append).
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
         self._index: Any = None  # the derived index (retained/index.py), opened on first use
+        # When the index cannot be opened (e.g. left owned by root), search
+        # builds this one from the log in a private temporary directory.
+        self._scratch: Any = None
 
     def close(self) -> None:
         self.log.close()
@@ -85,6 +88,12 @@ class Store:
         if self._index is not None:
             self._index.close()
             self._index = None
+        if self._scratch is not None:
+            import shutil
+
+            self._scratch.close()
+            shutil.rmtree(self._scratch.path.parent, ignore_errors=True)
+            self._scratch = None
 
     def exists(self) -> bool:
         """Whether a store is here: its log exists (the first write creates it)."""
@@ -476,9 +485,50 @@ class Store:
             empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
             empty.update(mode="lexical", mode_reason="the store has no log yet")
             return empty
-        return self.hybrid.search(
-            query, k=k, max_tokens=max_tokens, scope=scope,
-            include_superseded=include_superseded, include_retracted=include_retracted,
+        options = {"k": k, "max_tokens": max_tokens, "scope": scope,
+                   "include_superseded": include_superseded, "include_retracted": include_retracted}
+        try:
+            return self.hybrid.search(query, **options)
+        except (sqlite3.Error, OSError, RetainedError) as exc:
+            if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
+                raise
+            return self._search_log(query, reason=self._index_problem(exc), **options)
+
+    def _search_log(self, query: str, *, reason: str, **options: Any) -> dict[str, Any]:
+        """Search without the store's index: the same ranking over an index built from the log alone.
+
+        The slow path: the temporary index (in a private directory, removed
+        on close) is built from the whole log on first use, then only
+        catches up.
+        """
+        import tempfile
+
+        from .index import Index
+        from .index_schema import INDEX_NAME
+
+        if self._scratch is None:
+            self._scratch = Index(self.log, Path(tempfile.mkdtemp(prefix="retained-search-")) / INDEX_NAME)
+        reply = self._scratch.search(query, **options)
+        reply.update(mode="lexical", mode_reason=f"answered from the log, more slowly: {reason}")
+        return reply
+
+    def _index_problem(self, exc: BaseException) -> str:
+        """Why the index cannot be used, which file it is, and how to fix it."""
+        from .index_schema import INDEX_NAME
+
+        path = self.directory / INDEX_NAME
+        detail = exc.message if isinstance(exc, RetainedError) else str(exc)
+        owner = ""
+        try:
+            uid = path.stat().st_uid
+            if hasattr(os, "geteuid") and uid != os.geteuid():
+                owner = f" (it belongs to user id {uid}, e.g. after a `sudo retained ...`)"
+        except OSError:
+            pass
+        return (
+            f"the index {path} cannot be used{owner}: {detail}; it is derived from the log and safe to delete: "
+            f"remove {path} and its -wal and -shm files (with sudo if another user owns them) or give them back "
+            "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
         )
 
     @property
@@ -491,8 +541,17 @@ class Store:
         return self._hybrid
 
     def rebuild(self, progress: Any = None) -> dict[str, Any]:
-        """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``."""
-        return self.index.rebuild(progress)
+        """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``.
+
+        Raises:
+            IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
+        """
+        from .index import IndexError_
+
+        try:
+            return self.index.rebuild(progress)
+        except (sqlite3.Error, OSError, IndexError_) as exc:
+            raise IndexError_(self._index_problem(exc), path=str(self.index.path)) from exc
 
     def embed(self, *, backfill: bool = False, progress: Any = None) -> dict[str, Any]:
         """The optional embeddings: their status, or with ``backfill`` vectors for every record without one.
@@ -558,9 +617,9 @@ class Store:
             return {"checked": False, "findings": 0}
         try:
             findings = self.index.verify(lines)
-        except (RetainedError, sqlite3.Error) as exc:
+        except (RetainedError, sqlite3.Error, OSError) as exc:
             findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
-                         "observed": str(exc), "message": f"the index cannot be read ({exc}); run `retained rebuild`"}]
+                         "observed": str(exc), "message": self._index_problem(exc)}]
         report["findings"].extend(findings)
         report["ok"] = not report["findings"]
         return {"checked": True, "findings": len(findings)}

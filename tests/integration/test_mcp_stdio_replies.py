@@ -136,3 +136,21 @@ def test_issue_15_the_stdio_server_stops_within_a_second_on_a_signal(raw_server,
     elapsed = time.monotonic() - started
     assert elapsed < 1.0, f"stopped {elapsed:.2f} s after the signal"
     assert status == 128 + signum
+
+
+def test_issue_15_memory_search_answers_from_the_log_when_the_index_cannot_be_opened(raw_server, tmp_path):
+    from retained import Store
+
+    store_dir = tmp_path / "store"
+    with Store(store_dir) as s:
+        s.write("the deploy target is staging")
+    (store_dir / "index.sqlite3").unlink(missing_ok=True)
+    (store_dir / "index.sqlite3").mkdir()  # cannot be opened, whoever runs the test
+    server = raw_server()
+    server.initialize()
+    reply = server.call("memory_search", {"query": "deploy"})
+    result = reply["result"]
+    assert not result.get("isError"), result["content"][0]["text"]
+    found = result["structuredContent"]
+    assert found["returned"] == 1 and "answered from the log" in found["mode_reason"]
+    assert server.close() == 0

@@ -53,3 +53,55 @@ def test_issue_15_a_store_path_that_is_a_file_is_named_as_a_file(tmp_path, argv)
     with pytest.raises(errors.NoStore):
         Store(path)
     assert path.read_text(encoding="utf-8") == "not a store\n"
+
+
+# -- 9. an index the user cannot open ------------------------------------------
+
+
+def _spoil_index(store_dir):
+    """Make the index impossible to open, as a root-owned 0600 file is for its user.
+
+    Running as root, no file mode keeps us out, so a directory takes the
+    index's name: SQLite cannot open it either ("unable to open database file").
+    """
+    import os
+
+    index = store_dir / "index.sqlite3"
+    for name in ("index.sqlite3", "index.sqlite3-wal", "index.sqlite3-shm"):
+        (store_dir / name).unlink(missing_ok=True)
+    if os.geteuid() == 0:
+        index.mkdir()
+    else:
+        index.write_bytes(b"")
+        index.chmod(0)
+    return index
+
+
+def test_issue_15_search_answers_from_the_log_when_the_index_cannot_be_opened(store_dir):
+    with Store(store_dir) as s:
+        s.write("the deploy target is staging", scope="proj-a")
+        s.write("the user prefers dark mode")
+        s.search("deploy")
+    index = _spoil_index(store_dir)
+    out = run_cli("search", "deploy target", "--json", env_dir=store_dir)
+    assert out.returncode == 0, out.stderr
+    reply = json.loads(out.stdout)
+    assert [r["record"]["text"] for r in reply["results"]] == ["the deploy target is staging"]
+    assert reply["total_matches"] == 1 and "answered from the log" in reply["mode_reason"]
+    assert str(index) in reply["mode_reason"]
+    text = run_cli("search", "dark", env_dir=store_dir)
+    assert text.returncode == 0 and "dark mode" in text.stdout and "answered from the log" in text.stdout
+    assert "Traceback" not in text.stderr
+
+
+def test_issue_15_rebuild_and_verify_name_an_unopenable_index_and_the_fix(store_dir):
+    with Store(store_dir) as s:
+        s.write("a note")
+    index = _spoil_index(store_dir)
+    out = run_cli("rebuild", "--json", env_dir=store_dir)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    error = json.loads(out.stdout)["error"]
+    assert error["code"] == "index_unavailable"
+    assert str(index) in error["message"] and "safe to delete" in error["message"] and "retained rebuild" in error["message"]
+    verify = run_cli("verify", env_dir=store_dir)
+    assert verify.returncode == 1 and str(index) in verify.stdout and "safe to delete" in verify.stdout

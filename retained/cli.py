@@ -191,6 +191,13 @@ def cmd_redact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.quarantine(args.offset, reason=args.reason)
+    emit(args, result, lambda: render.quarantine(result))
+    return 0
+
+
 # -- data in and out ----------------------------------------------------------
 
 
@@ -441,6 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("redact", "erase one record's content for good (the chain still verifies)", "retained redact 12 --reason 'pasted a password'", cmd_redact)
     p.add_argument("seq", type=int, metavar="SEQ")
     p.add_argument("--reason", required=True, help="why the record is erased (kept in the redaction record)")
+
+    p = command("quarantine", "move a damaged line (one verify reports, claiming no seq) to a file beside the log; "
+                "nothing is deleted", "retained quarantine 277 --reason 'a line pasted by hand'", cmd_quarantine)
+    p.add_argument("offset", type=int, metavar="OFFSET", help="the line's byte offset, as verify reports it")
+    p.add_argument("--reason", help="why, kept in the quarantine record")
 
     _brief_arguments(command("brief", BRIEF_HELP, BRIEF_EXAMPLE, cmd_brief))
 

@@ -29,7 +29,8 @@ IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
 
 # Kinds the store writes through its own tools; memory_write refuses them.
-OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)"}
+OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)",
+             "quarantine": "retained quarantine (CLI)"}
 
 # The stable codes a tool error starts with ("Error executing tool NAME: CODE:
 # sentence"). The store's codes (retained.errors) pass through unchanged;

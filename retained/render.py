@@ -239,12 +239,26 @@ def verify(report: dict[str, Any]) -> str:
     for finding in findings[:FINDINGS_SHOWN]:
         if isinstance(finding, dict):
             lines.append(f"FINDING {finding.get('kind')}: {finding.get('message')}")
+            if finding.get("seq") is None and isinstance(finding.get("offset"), int) and finding.get("kind") != "index_unusable":
+                lines.append(f"  to clear it: `retained quarantine {finding['offset']}` moves the line to a file beside "
+                             "the log and records that it did; nothing is deleted")
         else:
             lines.append(f"FINDING {finding}")
     if len(findings) > FINDINGS_SHOWN:
         lines.append(f"... and {len(findings) - FINDINGS_SHOWN} more findings in the structured report (--json)")
     lines.append("verify: ok, no findings" if report.get("ok") else f"verify: {len(findings)} finding(s)")
     return "\n".join(lines)
+
+
+def quarantine(result: dict[str, Any]) -> str:
+    """What ``Store.quarantine`` did: the line moved aside, where it is kept, the record that says so."""
+    proof = result["record"]
+    return (
+        f"moved the damaged line at byte {result['offset']} ({result['length']} bytes: {result['problem']}) "
+        f"into {result['file']}; nothing was deleted\n"
+        f"recorded as seq {proof['seq']}" + (" (by an earlier run)" if proof.get("duplicate") else "") +
+        f"; index {result['index']}"
+    )
 
 
 def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:

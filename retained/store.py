@@ -314,6 +314,34 @@ class Store:
         result["index"] = self._scrub_index()
         return result
 
+    def quarantine(self, offset: int, *, reason: str | None = None, client: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Move the damaged line at byte ``offset`` (one that claims no seq) to a file beside the log, and record it.
+
+        Nothing is deleted: the line's bytes go to ``log.jsonl.quarantine-<offset>``
+        (fsynced) before the log is rewritten without it, and a ``quarantine``
+        record names the file, offset, length and digest. Later lines move up
+        by its length, so the index is rebuilt. See ``retained.redaction``.
+
+        Raises:
+            InvalidRecord: no damaged line starts there, or it claims a seq (nothing changed).
+            NoStore: there is no log.
+        """
+        from . import redaction
+
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRecord("field reason: must be a string; nothing was changed", path="reason")
+        result = redaction.quarantine(self.log, offset, reason=reason, client=client or self.client, prepare=self.prepare)
+        result["index"] = self._rebuild_if_present()
+        return result
+
+    def _rebuild_if_present(self) -> str:
+        from .index_schema import INDEX_NAME
+
+        if not (self.directory / INDEX_NAME).exists():
+            return "absent"
+        self.rebuild()
+        return "rebuilt"
+
     def _scrub_index(self) -> str:
         from .index_schema import INDEX_NAME
 

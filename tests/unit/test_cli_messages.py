@@ -105,3 +105,57 @@ def test_issue_15_rebuild_and_verify_name_an_unopenable_index_and_the_fix(store_
     assert str(index) in error["message"] and "safe to delete" in error["message"] and "retained rebuild" in error["message"]
     verify = run_cli("verify", env_dir=store_dir)
     assert verify.returncode == 1 and str(index) in verify.stdout and "safe to delete" in verify.stdout
+
+
+# -- 10. a damaged line can be moved aside, keeping its bytes -------------------
+
+
+def test_issue_15_quarantine_moves_a_hand_appended_line_aside_and_verify_passes_again(store_dir):
+    with Store(store_dir) as s:
+        s.write("before the damage")
+        s.search("before")  # an index exists, so its offsets must follow the rewrite
+    log = store_dir / "log.jsonl"
+    offset = log.stat().st_size
+    with open(log, "ab") as f:
+        f.write(b"a note pasted by hand\n")
+    with Store(store_dir) as s:
+        s.write("after the damage, a zebra")
+    out = run_cli("verify", env_dir=store_dir)
+    assert out.returncode == 1 and f"retained quarantine {offset}" in out.stdout
+
+    moved = run_cli("quarantine", str(offset), "--reason", "pasted by hand", "--json", env_dir=store_dir)
+    assert moved.returncode == 0, moved.stderr
+    result = json.loads(moved.stdout)
+    kept = store_dir / result["file"]
+    assert kept.read_bytes() == b"a note pasted by hand\n" and (kept.stat().st_mode & 0o777) == 0o600
+    assert b"pasted by hand\n" not in log.read_bytes().replace(b'"reason":"pasted by hand"', b"")
+    assert run_cli("verify", env_dir=store_dir).returncode == 0
+
+    with Store(store_dir) as s:
+        rec = s.get([result["record"]["seq"]])[0]
+        assert rec["offset"] == result["record"]["offset"]
+        assert rec["record"]["kind"] == "quarantine" and rec["record"]["reason"] == "pasted by hand"
+        assert rec["record"]["quarantined"]["offset"] == offset and rec["record"]["quarantined"]["length"] == 22
+        assert [r["record"]["text"] for r in s.search("zebra")["results"]] == ["after the damage, a zebra"]
+        from retained import brief
+
+        assert "moved a damaged line" not in brief.render_text(s.brief())  # bookkeeping, not a memory
+    again = run_cli("quarantine", str(offset), env_dir=store_dir)
+    assert again.returncode == 2 and "nothing was changed" in again.stderr
+
+
+def test_issue_15_quarantine_refuses_a_line_that_claims_a_seq_or_is_not_damaged(store_dir):
+    with Store(store_dir) as s:
+        s.write("first")
+        s.write("second")
+        s.write("third")
+    log = store_dir / "log.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    tampered = lines[1].replace(b"second", b"SECOND")
+    log.write_bytes(lines[0] + tampered + lines[2])
+    before = log.read_bytes()
+    for offset, words in ((len(lines[0]), "claims seq 2"), (0, "not a damaged one"), (3, "no line starts at byte 3")):
+        out = run_cli("quarantine", str(offset), env_dir=store_dir)
+        assert out.returncode == 2 and words in out.stderr, out.stderr
+    assert log.read_bytes() == before
+    assert sorted(p.name for p in store_dir.iterdir() if "quarantine" in p.name) == []

@@ -28,6 +28,20 @@ class UsageError(Exception):
     """Bad command-line input (exit 2)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with errors that point the way: a value starting with '-' goes after '--'."""
+
+    argv: tuple[str, ...] = ()  # the command line being parsed (set by main)
+
+    def error(self, message: str) -> Any:  # argparse's hook: prints usage and the message, exits 2
+        known = self._option_string_actions
+        dashed = [a for a in self.argv if a.startswith("-") and a != "--" and a.split("=")[0] not in known]
+        if dashed:
+            message += (f"; {dashed[0]!r} was read as an option: a value that starts with '-' goes after '--', "
+                        f"e.g. {self.prog} -- {dashed[0]!r}")
+        super().error(message)
+
+
 def store_dir(args: argparse.Namespace) -> Path:
     return paths.store_dir(args.dir)
 
@@ -151,7 +165,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     def report(done: int, total: int) -> None:
-        progress(f"embedded {done}/{total} records")
+        progress(f"embedded {done}/{render.count(total, 'record')}")
 
     with open_store(args) as store:
         result = store.embed(backfill=args.backfill, progress=report)
@@ -228,23 +242,27 @@ def cmd_import(args: argparse.Namespace) -> int:
             progress=_every_second("import", "records"),
             validate_progress=_every_second("import: validating", "bytes"),
         )
-    progress(f"import: {result['path']} is {result['format']}; {result['records']} records from {result['lines']} lines validated")
+    progress(f"import: {result['path']} is {result['format']}; {render.count(result['records'], 'record')} from "
+             f"{render.count(result['lines'], 'line')} validated")
     if args.dry_run:
-        emit(args, result, f"dry run: {result['records']} records would be imported ({result['format']}); nothing was written")
+        emit(args, result, f"dry run: {render.count(result['records'], 'record')} would be imported ({result['format']}); "
+                           "nothing was written")
         return 0
     elapsed = time.monotonic() - t0
     result["seconds"] = round(elapsed, 3)
     rate = result["written"] / elapsed if elapsed > 0 else 0.0
-    progress(f"import: {result['written']} records written in {elapsed:.2f} s ({rate:,.0f}/s)")
+    progress(f"import: {render.count(result['written'], 'record')} written in {elapsed:.2f} s ({rate:,.0f}/s)")
 
     def text() -> str:
         span = f" as seq {result['first_seq']}..{result['last_seq']}" if result["written"] else ""
-        lines = [f"imported {result['written']} of {result['records']} records from {result['path']} ({result['format']}){span}"]
+        lines = [f"imported {result['written']} of {render.count(result['records'], 'record')} from {result['path']} "
+                 f"({result['format']}){span}"]
         if result["duplicates"]:
             lines.append(f"{result['duplicates']} already in the store (imported before, or the same client_op_id): "
                          "not appended again; --allow-duplicates appends them anyway")
         if result["skipped"].get("redacted"):
-            lines.append(f"{result['skipped']['redacted']} redacted records skipped (their content was erased at the source)")
+            lines.append(f"{render.count(result['skipped']['redacted'], 'redacted record')} skipped "
+                         "(their content was erased at the source)")
         if result["format"] == "retained" and result["source"]:
             src = result["source"]
             lines.append(f"source chain verified: head seq {src['seq']} {src['hash']}")
@@ -255,6 +273,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.json and not args.output:
+        raise UsageError("without -o the export itself is on stdout, so --json cannot be; add -o FILE for a JSON summary")
     with open_store(args) as store:
         result = store.export(args.output or sys.stdout.buffer, format=args.format, force=args.force,
                               progress=_every_second("export", "bytes"))
@@ -285,6 +305,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     from . import selftest
 
+    if args.dir is not None:
+        raise UsageError("selftest never touches a store: it makes its own in temporary directories, so --dir does not "
+                         "apply; --tmp DIR chooses where they go")
+
     def show(result: dict[str, Any]) -> None:
         if not args.json:
             sys.stdout.write(selftest.format_line(result) + "\n")
@@ -297,6 +321,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import server
+
+    if args.json:
+        raise UsageError("serve speaks JSON-RPC on stdout already; --json does not apply to it")
 
     return server.serve(args) or 0
 
@@ -337,7 +364,7 @@ def _brief_args(argv: list[str]) -> argparse.Namespace | None:
 
 def _brief_parser() -> argparse.ArgumentParser:
     """The parser of ``retained brief`` alone: it runs at every session start, so it skips building every command's."""
-    p = argparse.ArgumentParser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
+    p = _Parser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
                                 epilog=f"example: {BRIEF_EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter)
     _brief_arguments(p)
     p.set_defaults(func=cmd_brief)
@@ -347,21 +374,28 @@ def _brief_parser() -> argparse.ArgumentParser:
 # -- parser ----------------------------------------------------------------
 
 
+DIR_HELP = "store directory (default: $RETAINED_DIR or ~/.retained)"
+JSON_HELP = "print one JSON document on stdout"
+
+
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dir", help="store directory (default: $RETAINED_DIR or ~/.retained)")
-    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    common.add_argument("--dir", help=DIR_HELP)
+    common.add_argument("--json", action="store_true", help=JSON_HELP)
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="retained",
         description="Agent memory whose writes are provable: an append-only, hash-chained log.",
         epilog="example: retained write 'the deploy target is staging' --scope proj-a",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"retained {__version__}")
+    # Also before the command (retained --dir X list); a subcommand's own value wins (see main).
+    parser.add_argument("--dir", dest="global_dir", metavar="DIR", help=DIR_HELP)
+    parser.add_argument("--json", dest="global_json", action="store_true", help=JSON_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common()
 
@@ -388,9 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--client-op-id", help="idempotency key: a retry with the same key appends nothing")
 
     p = command("checkpoint", "append a checkpoint (a labelled point in the work)", "retained checkpoint 'shipped 0.1' --summary 'core log done'", cmd_checkpoint)
-    p.add_argument("label")
+    p.add_argument("label", help="a short name for this point in the work")
     p.add_argument("--summary", help="what was done, what is next")
-    p.add_argument("--scope")
+    p.add_argument("--scope", help="a project or topic the checkpoint belongs to")
 
     p = command("get", "print records by seq, or a timeline around one", "retained get 3 7; retained get --around 5 --window 2", cmd_get)
     p.add_argument("seqs", nargs="*", type=int, metavar="SEQ", help="seqs to print, in this order")
@@ -400,9 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"at most {limits.TIMELINE_WINDOW_MAX})")
 
     p = command("list", "print the newest records first", "retained list --limit 5 --kind checkpoint", cmd_list)
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--kind")
-    p.add_argument("--scope")
+    p.add_argument("--limit", type=int, default=20, help="most records to print (default 20)")
+    p.add_argument("--kind", help="only records of this kind, e.g. checkpoint")
+    p.add_argument("--scope", help="only records with this scope")
 
     command("verify", "check the chain (and the index); exit 1 on any finding", "retained verify --json", cmd_verify)
     command("head", "print the chain head (seq and hash) to anchor elsewhere", "retained head", cmd_head)
@@ -413,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("import", "append the records of a file: a retained export, JSONL with a text field, or server-memory's memory.jsonl",
                 "retained import memory.jsonl --scope old-graph", cmd_import)
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="the file to import")
     p.add_argument("--format", choices=("auto", "retained", "jsonl", "memory"), default="auto",
                    help="the file's format (default: detected from its first line)")
     p.add_argument("--scope", help="scope for records that have none (jsonl, memory)")
@@ -427,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("export", "write the log's records as JSONL (verified first) or Markdown", "retained export -o backup.jsonl", cmd_export)
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) and print a summary; default: the export on stdout")
-    p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl")
+    p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl",
+                   help="jsonl (the log's lines, for import) or markdown (for reading); default jsonl")
     p.add_argument("--force", action="store_true", help="export the valid records even when verify has findings (exit 1)")
 
     p = command("backup", "copy the log under the store lock to DEST, then verify the copy", "retained backup ~/retained-backups/2026-11-29", cmd_backup)
@@ -446,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("rebuild", "drop the index and rebuild it from the log (progress on stderr)", "retained rebuild", cmd_rebuild)
 
     p = command("redact", "erase one record's content for good (the chain still verifies)", "retained redact 12 --reason 'pasted a password'", cmd_redact)
-    p.add_argument("seq", type=int, metavar="SEQ")
+    p.add_argument("seq", type=int, metavar="SEQ", help="the record to erase")
     p.add_argument("--reason", required=True, help="why the record is erased (kept in the redaction record)")
 
     p = command("quarantine", "move a damaged line (one verify reports, claiming no seq) to a file beside the log; "
@@ -476,15 +511,38 @@ def _legacy_flags(argv: list[str]) -> list[str]:
     return argv
 
 
+SHORT_HELP = """retained: agent memory whose writes are provable (an append-only, hash-chained log)
+
+With no command, retained is an MCP server on stdin and stdout: an MCP client
+starts it with pipes. From a terminal, use a command:
+
+  retained write 'the deploy target is staging' --scope proj-a
+  retained search 'deploy target'
+  retained list            retained verify            retained brief
+
+`retained --help` lists every command; `retained serve` serves on a terminal anyway.
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = _legacy_flags(list(sys.argv[1:] if argv is None else argv))
     if not argv:
+        if sys.stdin.isatty():
+            # A person at a terminal, not an MCP client: a silent server would look hung.
+            sys.stdout.write(SHORT_HELP)
+            sys.stdout.flush()
+            return 0
         argv = ["serve"]
     brief_only = argv[0] == "brief"  # the session-start path: no parser for every other command
     args = _brief_args(argv[1:]) if brief_only else None
     if args is None:
+        _Parser.argv = tuple(argv)
         parser = _brief_parser() if brief_only else build_parser()
         args = parser.parse_args(argv[1:] if brief_only else argv)
+    if getattr(args, "global_dir", None) is not None and getattr(args, "dir", None) is None:
+        args.dir = args.global_dir
+    if getattr(args, "global_json", False):
+        args.json = True
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -57,6 +57,11 @@ class RecordTooLarge(InvalidRecord):
     code = "too_large"
 
 
+# How a user raises the record limit, named in RecordTooLarge's message: the
+# setting the command line and the MCP server read, the argument in Python.
+RECORD_LIMIT_SETTING = "RETAINED_RECORD_BYTES_MAX for the command line and the MCP server, record_bytes_max= in Python"
+
+
 class NotFound(RetainedError):
     """A seq named by the caller does not exist (or is not a chained record)."""
 

@@ -48,7 +48,7 @@ class _LazyOrjson:
 orjson: Any = _LazyOrjson()
 
 from . import limits
-from .errors import InvalidRecord, RecordTooLarge, ReservedField
+from .errors import RECORD_LIMIT_SETTING, InvalidRecord, RecordTooLarge, ReservedField
 
 FORMAT_VERSION = 1
 ZERO_HASH = "0" * 64
@@ -320,7 +320,7 @@ def seal(
     if len(line) > record_bytes_max:
         raise RecordTooLarge(
             f"record is {len(line)} bytes encoded, over the limit of {record_bytes_max} bytes; "
-            "split it or raise record_bytes_max; nothing was written",
+            f"split it, or raise the limit ({RECORD_LIMIT_SETTING}); nothing was written",
             observed=len(line),
             expected=record_bytes_max,
         )

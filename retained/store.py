@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import chain, limits, record
-from .errors import EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
+from .errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 from .version import __version__
 
@@ -136,7 +136,7 @@ class Store:
         if encoded is not None and len(encoded) > self.log.record_bytes_max:
             raise RecordTooLarge(
                 f"record is at least {len(encoded)} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "
-                "split it or raise record_bytes_max; nothing was written",
+                f"split it, or raise the limit ({RECORD_LIMIT_SETTING}); nothing was written",
                 observed=len(encoded),
                 expected=self.log.record_bytes_max,
             )

@@ -14,7 +14,7 @@ from retained import Store, errors
 from ..conftest import run_cli
 
 READ_COMMANDS = [
-    ["verify"], ["head"], ["list"], ["get", "1"], ["search", "x"], ["stats"], ["export"], ["rebuild"],
+    ["verify"], ["head"], ["list"], ["get", "1"], ["search", "x"], ["stats"], ["export", "-o", "DEST"], ["rebuild"],
     ["backup", "DEST"], ["redact", "1", "--reason", "r"],
 ]
 
@@ -159,3 +159,163 @@ def test_issue_15_quarantine_refuses_a_line_that_claims_a_seq_or_is_not_damaged(
         assert out.returncode == 2 and words in out.stderr, out.stderr
     assert log.read_bytes() == before
     assert sorted(p.name for p in store_dir.iterdir() if "quarantine" in p.name) == []
+
+
+# -- 11. bare `retained` on a terminal; stopping the server ---------------------
+
+
+def _on_a_terminal(*args, signal_after=None, timeout=60.0):
+    """Run ``python -m retained ARGS`` with a pseudo-terminal as stdin, stdout and stderr.
+
+    Returns (exit status, everything it printed, seconds from the signal to
+    the exit or None). With ``signal_after`` (a signal number), the signal
+    is sent once the process has printed or a second has passed.
+    """
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    from ..conftest import REPO
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "retained", *args], stdin=slave, stdout=slave, stderr=slave,
+                            cwd=REPO, close_fds=True)
+    os.close(slave)
+    out = b""
+    signalled = None
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            if signal_after is not None and signalled is None and time.monotonic() - started > 1.0:
+                proc.send_signal(signal_after)
+                signalled = time.monotonic()
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the terminal closed: the process is gone
+                    chunk = b""
+                if chunk:
+                    out += chunk
+                    continue
+            if proc.poll() is not None:
+                break
+        status = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        stopped = None if signalled is None else time.monotonic() - signalled
+        return status, out.decode("utf-8", "replace"), stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_issue_15_bare_retained_on_a_terminal_prints_short_help_instead_of_hanging(tmp_path):
+    status, out, _ = _on_a_terminal(timeout=30.0)
+    assert status == 0, out
+    assert "MCP server" in out and "retained write" in out and "retained --help" in out
+
+
+def test_issue_15_serve_on_a_terminal_stops_within_a_second_on_ctrl_c():
+    import signal
+
+    status, out, stopped = _on_a_terminal("serve", signal_after=signal.SIGINT, timeout=30.0)
+    assert stopped is not None and stopped < 1.0, (stopped, out)
+    assert status == 130 and "Traceback" not in out, out
+
+
+# -- 12. the command line reads what a person types -----------------------------
+
+
+def test_issue_15_a_value_starting_with_a_dash_is_explained(store_dir):
+    run_cli("write", "prefers dark mode", env_dir=store_dir)
+    out = run_cli("search", "-dark", env_dir=store_dir)
+    assert out.returncode == 2 and "'-dark' was read as an option" in out.stderr
+    assert "retained search -- '-dark'" in out.stderr
+    assert run_cli("search", "--", "-dark", env_dir=store_dir).returncode == 0
+    plain = run_cli("write", env_dir=store_dir)
+    assert plain.returncode == 2 and "read as an option" not in plain.stderr
+
+
+def test_issue_15_global_options_may_come_before_the_command(tmp_path):
+    store_dir = tmp_path / "s"
+    assert run_cli("--dir", str(store_dir), "write", "hello").returncode == 0
+    out = run_cli("--dir", str(store_dir), "--json", "list")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["records"][0]["record"]["text"] == "hello"
+    # The command's own --dir wins over one given before it.
+    other = tmp_path / "other"
+    assert run_cli("--dir", str(store_dir), "write", "there", "--dir", str(other)).returncode == 0
+    assert (other / "log.jsonl").exists()
+
+
+# -- 13. text output shows what a caller set, write says what the guard did ----
+
+
+def test_issue_15_text_output_shows_every_field_a_caller_set(store_dir):
+    run_cli("write", "first", env_dir=store_dir)
+    out = run_cli("write", "the fix <private>the token</private> is here", "--source", "notes.md", "--supersedes", "1",
+                  "--field", "priority=2", env_dir=store_dir)
+    assert out.returncode == 0 and "1 <private> span(s) removed" in out.stdout
+    found = run_cli("search", "notes.md", env_dir=store_dir).stdout
+    head = [line for line in found.splitlines() if line.startswith("#2 ")][0]
+    assert "source=notes.md" in head and "supersedes=#1" in head and "priority=2" in head
+
+
+# -- 14. messages --------------------------------------------------------------
+
+
+def test_issue_15_the_size_error_names_the_setting_a_cli_user_can_change(store_dir):
+    import os
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    env = {**os.environ, "RETAINED_DIR": str(store_dir), "RETAINED_RECORD_BYTES_MAX": "100"}
+    out = subprocess.run([sys.executable, "-m", "retained", "write", "x" * 200], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=60)
+    assert out.returncode == 2 and "RETAINED_RECORD_BYTES_MAX" in out.stderr, out.stderr
+
+
+def test_issue_15_a_byte_order_mark_is_accepted_and_counts_agree_in_number(tmp_path):
+    f = tmp_path / "bom.jsonl"
+    f.write_bytes(b'\xef\xbb\xbf{"text": "from a BOM file"}\n')
+    out = run_cli("import", str(f), "--dir", str(tmp_path / "s"))
+    assert out.returncode == 0, out.stderr
+    assert "imported 1 of 1 record from" in out.stdout and "1 record written" in out.stderr
+    assert "1 records" not in out.stdout + out.stderr
+    verify = run_cli("verify", "--dir", str(tmp_path / "s"))
+    assert verify.stdout.startswith("1 record, head seq 1")
+
+
+def test_issue_15_a_lone_surrogate_in_a_field_is_named_as_such(store_dir):
+    out = run_cli("write", "x", "--field", 'k="a\\ud800"', env_dir=store_dir)
+    assert out.returncode == 2 and "field k: holds a lone surrogate (U+D800)" in out.stderr
+    assert "not JSON" not in out.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["serve", "--json"], "--json does not apply"),
+    (["selftest", "--dir", "somewhere"], "--dir does not apply"),
+    (["export", "--json"], "--json cannot be"),
+])
+def test_issue_15_options_a_command_would_ignore_are_refused(store_dir, argv, words):
+    run_cli("write", "x", env_dir=store_dir)
+    out = run_cli(*argv, env_dir=store_dir, input="")
+    assert out.returncode == 2 and words in out.stderr, out.stderr
+
+
+def test_issue_15_every_argument_of_every_command_has_help():
+    import argparse
+
+    from retained.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [f"{name} {action.dest}" for name, parser in sub.choices.items() for action in parser._actions
+               if not action.help and not isinstance(action, argparse._HelpAction)]
+    assert missing == []

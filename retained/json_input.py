@@ -4,7 +4,11 @@ One parser for every place caller JSON enters: orjson reads an integer beyond
 64 bits as a float, which would store a different number and report success;
 here it stays an int, so ``record.make_content`` refuses it by the one
 integer rule (``limits.INT_MIN`` .. ``limits.INT_MAX``). Standard library
-only, and no ``typing`` at run time.
+only, and no ``typing`` at run time (``record`` imports it for ``find``).
+
+``find`` names the first bad value in a parsed tree: the one walk behind
+"field meta.name: holds a lone surrogate" in the store and in the MCP
+server's answer to a line its protocol reader refused.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from . import limits
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -57,3 +62,37 @@ def loads_exact(data: bytes | str) -> Any:
         if "integer string conversion" in str(exc):
             raise NotJSON("number out of range: an integer with thousands of digits; store it as a string") from None
         raise NotJSON("not JSON") from None
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """``U+D800``-style name of the first lone surrogate in a string (not text, cannot be UTF-8), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"U+{ord(value[exc.start]):04X}"
+    return None
+
+
+def find(value: Any, problem: Callable[[Any], str | None], path: str = "") -> tuple[str, str] | None:
+    """The first value or key in a parsed JSON tree for which ``problem`` gives a reason: ``(path, reason)``.
+
+    Depth first, each key before its value. A path reads ``meta.tags[2]``; a
+    key reads ``meta.k (a key)``, a lone surrogate in it shown escaped.
+    """
+    reason = problem(value)
+    if reason is not None:
+        return path, reason
+    if isinstance(value, dict):
+        for key, item in value.items():
+            shown = key.encode("utf-8", "backslashreplace").decode() if isinstance(key, str) else str(key)
+            inner = f"{path}.{shown}" if path else shown
+            found = find(key, problem, f"{inner} (a key)") or find(item, problem, inner)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = find(item, problem, f"{path}[{i}]")
+            if found:
+                return found
+    return None

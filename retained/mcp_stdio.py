@@ -35,7 +35,7 @@ import sys
 import threading
 from typing import Any
 
-from retained import limits
+from retained import json_input, limits
 
 log = logging.getLogger("retained.server")
 
@@ -71,34 +71,19 @@ def _shown(key: str) -> str:
     return key.encode("utf-8", "backslashreplace").decode()
 
 
+def _refused(value: Any) -> str | None:
+    """What the SDK's reader refuses in a value (the rest of the tree is walked by ``json_input.find``)."""
+    char = json_input.lone_surrogate(value)
+    if char is not None:
+        return f"holds a lone surrogate ({char}), half of a UTF-16 pair, which is not text; send well-formed text"
+    if isinstance(value, _Huge):
+        return f"number out of range (integers are kept from {limits.INT_MIN} to {limits.INT_MAX}); store it as a string"
+    return None
+
+
 def _problem(value: Any, path: str) -> tuple[str, str] | None:
     """The first value the SDK's reader refuses inside ``value``: ``(path, what is wrong)``."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return path, (
-                f"holds a lone surrogate (U+{ord(value[exc.start]):04X}), half of a UTF-16 pair, which is not text; "
-                "send well-formed text"
-            )
-        return None
-    if isinstance(value, _Huge):
-        return path, (
-            f"number out of range (integers are kept from {limits.INT_MIN} to {limits.INT_MAX}); store it as a string"
-        )
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _problem(key, f"{path}.{_shown(key)} (a key)".lstrip(".")) or _problem(
-                item, f"{path}.{_shown(key)}".lstrip(".")
-            )
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _problem(item, f"{path}[{i}]")
-            if found:
-                return found
-    return None
+    return json_input.find(value, _refused, path)
 
 
 def _depth(value: Any) -> int:

@@ -47,7 +47,7 @@ class _LazyOrjson:
 
 orjson: Any = _LazyOrjson()
 
-from . import limits
+from . import json_input, limits
 from .errors import RECORD_LIMIT_SETTING, InvalidRecord, RecordTooLarge, ReservedField
 
 FORMAT_VERSION = 1
@@ -150,28 +150,6 @@ def _check_value(value: Any, path: str, depth: int) -> None:
     raise _fail(path, f"a {kind.__name__} is not a JSON value", "use str, int, float, bool, None, list or dict")
 
 
-def _locate_bad_string(value: Any, path: str) -> tuple[str, str] | None:
-    """Name the first string (value or key) that is not valid UTF-8, and the code point that makes it so."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return path, f"U+{ord(value[exc.start]):04X}"
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            shown = key.encode("utf-8", "backslashreplace").decode() if isinstance(key, str) else key
-            found = _locate_bad_string(key, f"{path}.{shown} (a key)") or _locate_bad_string(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _locate_bad_string(item, f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
 def check_content(content: dict[str, Any]) -> None:
     """Refuse caller content the store cannot keep byte-exact.
 
@@ -193,8 +171,7 @@ def encode_checked(obj: dict[str, Any]) -> bytes:
     try:
         return canonical(obj)
     except orjson.JSONEncodeError as exc:
-        where, char = _locate_bad_string(obj, "record") or ("record", "a code point")
-        where = where.removeprefix("record.")
+        where, char = json_input.find(obj, json_input.lone_surrogate) or ("record", "a code point")
         raise InvalidRecord(
             f"field {where}: holds a lone surrogate ({char}), half of a UTF-16 pair, which is not text and "
             "cannot be stored as UTF-8; send well-formed text; nothing was written",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from . import limits
 
@@ -22,6 +23,9 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not impor
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+
+_LONG_DIGITS = re.compile(rb"\d{20}")
 
 
 class NotJSON(ValueError):
@@ -50,6 +54,16 @@ def loads_exact(data: bytes | str) -> Any:
     Raises:
         NotJSON: the text does not parse; its message says why.
     """
+    import orjson  # here, not at the top: the brief imports this module and never parses caller JSON
+
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass  # the standard parser below says why, or keeps what orjson refuses (a lone surrogate escape)
+    else:
+        # orjson is exact up to 64 bits, and an integer beyond them has 20 digits or more.
+        if not _LONG_DIGITS.search(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")):
+            return value
     try:
         return json.loads(data, parse_float=_float_in_range, parse_constant=_no_constant)
     except NotJSON:

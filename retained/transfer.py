@@ -36,19 +36,20 @@ Sources (``detect_format`` picks one from the first non-blank line):
   names and types are kept as the fields ``entity``, ``entity_type``,
   ``from``, ``to``, ``relation_type``.
 
-Idempotent: each imported record carries a stable identity derived from its
-source as its ``client_op_id``, so the log's retry check (``Log.append``)
-appends it only once however often the file is imported; a second run says
-how many were already present. For our own export the identity is
-``import:<origin>:<seq>:<hash>``, ``origin`` being the first 16 hex digits of
-the source log's seq-1 hash (a store has no other id; that hash, which covers
-the first record's time and content, names its history); the source's own
-``client_op_id`` moves to ``imported.client_op_id``. For ``jsonl`` and
-``memory`` it is ``import:<format>:<line number>:<digest of the line>`` (plus
-the record's place within a memory line); a ``jsonl`` line's own
-``client_op_id`` is used as is. With ``identity=False`` (``retained import
---allow-duplicates``) records carry no derived identity and are appended
-again.
+Idempotent: each imported record carries a stable identity from its source
+as its ``client_op_id``, so the log's retry check (``Log.append``) appends it
+only once however often the file is imported; a second run says how many
+were already present. A record's own ``client_op_id`` (of the source record,
+or of the ``jsonl`` line) is its identity. Without one, for our own export
+it is ``import:<origin>:<seq>:<hash>``, ``origin`` being the first 16 hex
+digits of the source log's seq-1 hash (a store has no other id; that hash,
+which covers the first record's time and content, names its history); for
+``jsonl`` and ``memory`` it is ``import:<format>:<line number>:<digest of
+the line>`` (plus the record's place within a memory line). With
+``identity=False`` (``retained import --allow-duplicates``) no identity is
+derived and a source record's own ``client_op_id`` moves to
+``imported.client_op_id``, so records are appended again; a ``jsonl``
+line's own ``client_op_id`` still applies.
 
 Memory: import holds the validated file in memory (about three times the
 file's size) so that nothing is written unless every line is good.
@@ -367,8 +368,9 @@ def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | 
         number = number_at[line.offset]
         provenance: dict[str, Any] = {"seq": rec["seq"], "hash": rec["hash"], "ts": rec.get("ts"), "client": rec.get("client")}
         fields = {k: v for k, v in rec.items() if k not in record.RESERVED_FIELDS and k not in record.API_FIELDS}
-        if rec.get("client_op_id") is not None:
-            provenance["client_op_id"] = rec["client_op_id"]
+        own_op = rec.get("client_op_id")
+        if own_op is not None and not identity:
+            provenance["client_op_id"] = own_op  # kept, but no longer a key the log dedupes on
         if "imported" in fields:
             provenance["imported"] = fields["imported"]
         fields["imported"] = provenance
@@ -390,7 +392,7 @@ def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | 
                 scope=rec.get("scope"),
                 source=rec.get("source"),
                 supersedes=supersedes,
-                client_op_id=f"{IDENTITY_PREFIX}{origin}:{rec['seq']}:{rec['hash']}" if identity else None,
+                client_op_id=(own_op or f"{IDENTITY_PREFIX}{origin}:{rec['seq']}:{rec['hash']}") if identity else None,
                 fields=fields,
                 store_kind=True,
             )

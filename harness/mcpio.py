@@ -193,3 +193,80 @@ class ServerStartError(Exception):
     """The command under test did not answer the initialize handshake."""
 
     prefix = "server did not start"
+
+
+class RawServer:
+    """A live server process spoken to in raw JSON-RPC lines, for what no SDK client would send."""
+
+    def __init__(self, process: Any) -> None:
+        from anyio.streams.buffered import BufferedByteReceiveStream
+
+        self._process = process
+        self._out = BufferedByteReceiveStream(process.stdout)
+        self.ended = False  # its stdout closed
+
+    @property
+    def pid(self) -> int:
+        return int(self._process.pid)
+
+    async def send(self, line: bytes) -> None:
+        await self._process.stdin.send(line if line.endswith(b"\n") else line + b"\n")
+
+    async def close_input(self) -> None:
+        await self._process.stdin.aclose()
+
+    async def reply(self, request_id: Any, timeout: float = CALL_TIMEOUT_S) -> dict[str, Any] | None:
+        """The response carrying ``request_id`` (None: JSON null), or None if none came within ``timeout``."""
+        with anyio.move_on_after(timeout):
+            while not self.ended:
+                try:
+                    line = await self._out.receive_until(b"\n", RAW_LINE_BYTES_MAX)
+                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self.ended = True
+                    break
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(message, dict) and message.get("id", object()) == request_id and (
+                    "result" in message or "error" in message
+                ):
+                    return message
+        return None
+
+    async def initialize(self) -> dict[str, Any] | None:
+        await self.send(json.dumps({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "retained-harness", "version": __version__}},
+        }).encode())
+        reply = await self.reply(0, START_TIMEOUT_S)
+        await self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        return reply
+
+
+RAW_LINE_BYTES_MAX = 64 * 1024 * 1024
+"""Longest reply line a raw client reads (a reply holding a 16 MiB record fits)."""
+
+
+@asynccontextmanager
+async def spawn_raw(command: list[str], env: dict[str, str], workdir: Path) -> AsyncIterator[RawServer]:
+    """Start ``command`` in its own process group and yield a RawServer; kill the group on exit."""
+    import subprocess
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix="stderr-raw-", dir=workdir)
+    os.close(handle)
+    with open(name, "wb") as errlog:
+        process = await anyio.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, env=env, start_new_session=True
+        )
+        _LIVE_GROUPS.add(process.pid)
+        try:
+            async with process:  # its exit waits for the process: killed first
+                try:
+                    yield RawServer(process)
+                finally:
+                    _kill_group(process.pid)
+        finally:
+            _LIVE_GROUPS.discard(process.pid)

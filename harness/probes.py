@@ -7,6 +7,7 @@ gets a fresh store directory and starts the servers it needs itself.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import secrets
@@ -20,7 +21,7 @@ from typing import Any
 import anyio
 
 from .adapters.base import Adapter, Item, NotApplicable, Written
-from .mcpio import Server, spawn
+from .mcpio import Server, spawn, spawn_raw
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
@@ -489,6 +490,66 @@ async def bad_input(ctx: Context) -> tuple[str, str]:
     return PASS, f"{len(calls)} invalid calls refused with clear errors, store file unchanged ({len(after)} bytes); e.g. {sample}"
 
 
+REPLY_WAIT_S = 10.0
+"""How long every_reply waits for each answer; a live server answers in milliseconds."""
+
+
+def _raw_call(request_id: int, tool: str, arguments: str) -> bytes:
+    return (f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call",'
+            f'"params":{{"name":"{tool}","arguments":{arguments}}}}}').encode()
+
+
+async def every_reply(ctx: Context) -> tuple[str, str]:
+    """Requests an SDK's JSON reader refuses each get an answer, the server keeps serving, and stdin closing
+    right after a write still brings that write's answer."""
+    try:
+        ctx.adapter.raw_write('"probe"')
+    except NotApplicable as exc:
+        raise Verdict(SKIP, str(exc)) from None
+    store = ctx.store()
+    env = dict(ctx.base_env)
+    env.update(ctx.adapter.env(store))
+    nonce = ctx.nonce
+    write = ctx.adapter.raw_write
+    surrogate = f'"every reply {nonce} \\ud800"'  # JSON text holding a lone surrogate escape
+    cases: list[tuple[str, bytes, Any]] = [
+        ("a line that is not JSON", b"this is not json", None),
+        ("a lone surrogate in the text", _raw_call(11, *write(surrogate)), 11),
+        ("200 levels of nesting", _raw_call(12, *write('"every reply nested"', "[" * 200 + "]" * 200)), 12),
+        ("a 5,000-digit integer", _raw_call(13, *write('"every reply big"', "9" * 5000)), 13),
+        ("an unknown prompt",
+         b'{"jsonrpc":"2.0","id":14,"method":"prompts/get","params":{"name":"x-harness-no-such-prompt"}}', 14),
+    ]
+    seen: list[str] = []
+    last_text = f"every reply {nonce}: written just before stdin closed"
+    async with spawn_raw(ctx.command, env, ctx.root / "proc") as server:
+        if await server.initialize() is None:
+            raise fail(f"no reply to initialize within the start timeout (pid {server.pid})")
+        for label, line, request_id in cases:
+            await server.send(line)
+            reply = await server.reply(request_id, REPLY_WAIT_S)
+            if reply is None:
+                raise fail(f"no reply within {REPLY_WAIT_S:g} s to {label}: a client would wait until its own timeout")
+            code = (reply.get("error") or {}).get("code")
+            if request_id is None and code != -32700:
+                raise fail(f"{label}: answered {json.dumps(reply)[:120]}, expected the parse error -32700")
+            if label == "an unknown prompt" and code not in (-32602, -32601):
+                raise fail(f"{label}: answered {json.dumps(reply)[:120]}, expected -32602 (or -32601 without prompts)")
+            seen.append(f"{label}: {'error ' + str(code) if code is not None else 'result'}")
+        await server.send(_raw_call(20, *ctx.adapter.raw_write(json.dumps(last_text))))
+        await server.close_input()
+        reply = await server.reply(20, REPLY_WAIT_S)
+        if reply is None:
+            raise fail("a write sent just before stdin closed got no reply (requests read were dropped at end of input)")
+        if "error" in reply or (reply.get("result") or {}).get("isError"):
+            raise fail(f"the write sent just before stdin closed failed: {json.dumps(reply)[:160]}")
+    texts = ctx.adapter.file_texts(ctx.read(store)) or []
+    if last_text not in texts:
+        raise fail("the write answered after stdin closed is not in the store file")
+    return PASS, (f"{len(cases)} requests a JSON reader refuses each answered ({'; '.join(seen)}); "
+                  "then a write sent as stdin closed was answered and stored")
+
+
 Probe = Callable[[Context], Awaitable[tuple[str, str]]]
 
 PROBES: dict[str, Probe] = {
@@ -503,4 +564,5 @@ PROBES: dict[str, Probe] = {
     "tamper_detect": tamper_detect,
     "search_accounting": search_accounting,
     "bad_input": bad_input,
+    "every_reply": every_reply,
 }

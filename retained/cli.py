@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from . import limits, paths, render
+from . import json_input, limits, paths, render
 from .errors import RetainedError
 from .version import __version__
 
@@ -29,15 +29,39 @@ class UsageError(Exception):
     """Bad command-line input (exit 2)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with errors that point the way: a value starting with '-' goes after '--'."""
+
+    argv: tuple[str, ...] = ()  # the command line being parsed (set by main)
+
+    def error(self, message: str) -> Any:  # argparse's hook: prints usage and the message, exits 2
+        known = self._option_string_actions
+        dashed = [a for a in self.argv if a.startswith("-") and a != "--" and a.split("=")[0] not in known]
+        if dashed:
+            message += (f"; {dashed[0]!r} was read as an option: a value that starts with '-' goes after '--', "
+                        f"e.g. {self.prog} -- {dashed[0]!r}")
+        super().error(message)
+
+
 def store_dir(args: argparse.Namespace) -> Path:
     return paths.store_dir(args.dir)
 
 
-def open_store(args: argparse.Namespace, **kwargs: Any) -> Any:
+def open_store(args: argparse.Namespace, *, must_exist: bool = True, **kwargs: Any) -> Any:
+    """The store of --dir / RETAINED_DIR; a command that only reads refuses a store that is not there."""
+    from .errors import NoStore
     from .settings import store_options
     from .store import Store
 
-    return Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
+    store = Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
+    if must_exist and not store.exists():
+        store.close()
+        raise NoStore(
+            f"no store at {store.directory}: nothing was written there yet; check --dir or RETAINED_DIR "
+            "(`retained write` creates a store)",
+            path=str(store.directory),
+        )
+    return store
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> None:
@@ -69,17 +93,20 @@ def _parse_fields(pairs: Sequence[str] | None) -> dict[str, Any] | None:
         if not sep or not key:
             raise UsageError(f"--field {pair!r}: expected KEY=JSON, e.g. --field priority=3 or --field 'tag=\"x\"'")
         try:
-            out[key] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            # Exact: a big integer must reach the store's integer rule, not become a float.
+            out[key] = json_input.loads_exact(raw)
+        except json_input.NotJSON as exc:
+            if not str(exc).startswith("not JSON"):
+                raise UsageError(f"--field {key}: {exc}") from None
             raise UsageError(
-                f"--field {key}: the value is not JSON; quote a string as '\"...\"' (e.g. --field {key}='\"text\"')"
+                f"--field {key}: the value is {exc}; quote a string as '\"...\"' (e.g. --field {key}='\"text\"')"
             ) from None
     return out
 
 
 def cmd_write(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
-    with open_store(args) as store:
+    with open_store(args, must_exist=False) as store:
         proof = store.write(
             text,
             kind=args.kind,
@@ -95,7 +122,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
+    with open_store(args, must_exist=False) as store:
         proof = store.checkpoint(args.label, summary=args.summary, scope=args.scope)
     emit(args, proof, lambda: render.proof(proof))
     return 0
@@ -139,7 +166,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     def report(done: int, total: int) -> None:
-        progress(f"embedded {done}/{total} records")
+        progress(f"embedded {done}/{render.count(total, 'record')}")
 
     with open_store(args) as store:
         result = store.embed(backfill=args.backfill, progress=report)
@@ -188,6 +215,13 @@ def cmd_redact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.quarantine(args.offset, reason=args.reason)
+    emit(args, result, lambda: render.quarantine(result))
+    return 0
+
+
 # -- data in and out ----------------------------------------------------------
 
 
@@ -211,28 +245,34 @@ def cmd_import(args: argparse.Namespace) -> int:
     import time
 
     t0 = time.monotonic()
-    with open_store(args) as store:
+    with open_store(args, must_exist=False) as store:
         result = store.import_file(
             args.file, format=args.format, scope=args.scope, on_reserved="nest" if args.nest_reserved else "refuse",
-            batch=args.batch, dry_run=args.dry_run, progress=_every_second("import", "records"),
+            batch=args.batch, dry_run=args.dry_run, allow_duplicates=args.allow_duplicates,
+            progress=_every_second("import", "records"),
             validate_progress=_every_second("import: validating", "bytes"),
         )
-    progress(f"import: {result['path']} is {result['format']}; {result['records']} records from {result['lines']} lines validated")
+    progress(f"import: {result['path']} is {result['format']}; {render.count(result['records'], 'record')} from "
+             f"{render.count(result['lines'], 'line')} validated")
     if args.dry_run:
-        emit(args, result, f"dry run: {result['records']} records would be imported ({result['format']}); nothing was written")
+        emit(args, result, f"dry run: {render.count(result['records'], 'record')} would be imported ({result['format']}); "
+                           "nothing was written")
         return 0
     elapsed = time.monotonic() - t0
     result["seconds"] = round(elapsed, 3)
     rate = result["written"] / elapsed if elapsed > 0 else 0.0
-    progress(f"import: {result['written']} records written in {elapsed:.2f} s ({rate:,.0f}/s)")
+    progress(f"import: {render.count(result['written'], 'record')} written in {elapsed:.2f} s ({rate:,.0f}/s)")
 
     def text() -> str:
         span = f" as seq {result['first_seq']}..{result['last_seq']}" if result["written"] else ""
-        lines = [f"imported {result['written']} of {result['records']} records from {result['path']} ({result['format']}){span}"]
+        lines = [f"imported {result['written']} of {render.count(result['records'], 'record')} from {result['path']} "
+                 f"({result['format']}){span}"]
         if result["duplicates"]:
-            lines.append(f"{result['duplicates']} already in the store (same client_op_id): not appended again")
+            lines.append(f"{result['duplicates']} already in the store (imported before, or the same client_op_id): "
+                         "not appended again; --allow-duplicates appends them anyway")
         if result["skipped"].get("redacted"):
-            lines.append(f"{result['skipped']['redacted']} redacted records skipped (their content was erased at the source)")
+            lines.append(f"{render.count(result['skipped']['redacted'], 'redacted record')} skipped "
+                         "(their content was erased at the source)")
         if result["format"] == "retained" and result["source"]:
             src = result["source"]
             lines.append(f"source chain verified: head seq {src['seq']} {src['hash']}")
@@ -243,6 +283,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.json and not args.output:
+        raise UsageError("without -o the export itself is on stdout, so --json cannot be; add -o FILE for a JSON summary")
     with open_store(args) as store:
         result = store.export(args.output or sys.stdout.buffer, format=args.format, force=args.force,
                               progress=_every_second("export", "bytes"))
@@ -273,6 +315,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     from . import selftest
 
+    if args.dir is not None:
+        raise UsageError("selftest never touches a store: it makes its own in temporary directories, so --dir does not "
+                         "apply; --tmp DIR chooses where they go")
+
     def show(result: dict[str, Any]) -> None:
         if not args.json:
             sys.stdout.write(selftest.format_line(result) + "\n")
@@ -285,6 +331,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import server
+
+    if args.json:
+        raise UsageError("serve speaks JSON-RPC on stdout already; --json does not apply to it")
 
     return server.serve(args) or 0
 
@@ -333,7 +382,7 @@ def _brief_args(argv: list[str]) -> argparse.Namespace | None:
 
 def _brief_parser() -> argparse.ArgumentParser:
     """The parser of ``retained brief`` alone: it runs at every session start, so it skips building every command's."""
-    p = argparse.ArgumentParser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
+    p = _Parser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
                                 epilog=f"example: {BRIEF_EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter)
     _brief_arguments(p)
     p.set_defaults(func=cmd_brief)
@@ -343,21 +392,28 @@ def _brief_parser() -> argparse.ArgumentParser:
 # -- parser ----------------------------------------------------------------
 
 
-def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dir", help="store directory (default: $RETAINED_DIR or ~/.retained)")
-    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+DIR_HELP = "store directory (default: $RETAINED_DIR or ~/.retained)"
+JSON_HELP = "print one JSON document on stdout"
+
+
+def _common() -> _Parser:
+    common = _Parser(add_help=False)
+    common.add_argument("--dir", help=DIR_HELP)
+    common.add_argument("--json", action="store_true", help=JSON_HELP)
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="retained",
         description="Agent memory whose writes are provable: an append-only, hash-chained log.",
         epilog="example: retained write 'the deploy target is staging' --scope proj-a",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"retained {__version__}")
+    # Also before the command (retained --dir X list); a subcommand's own value wins (see main).
+    parser.add_argument("--dir", dest="global_dir", metavar="DIR", help=DIR_HELP)
+    parser.add_argument("--json", dest="global_json", action="store_true", help=JSON_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common()
 
@@ -385,9 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("checkpoint", "append a checkpoint (a labelled point in the work)",
                 "retained checkpoint 'shipped 0.1' --summary 'core log done'", cmd_checkpoint)
-    p.add_argument("label")
+    p.add_argument("label", help="a short name for this point in the work")
     p.add_argument("--summary", help="what was done, what is next")
-    p.add_argument("--scope")
+    p.add_argument("--scope", help="a project or topic the checkpoint belongs to")
 
     p = command("get", "print records by seq, or a timeline around one", "retained get 3 7; retained get --around 5 --window 2", cmd_get)
     p.add_argument("seqs", nargs="*", type=int, metavar="SEQ", help="seqs to print, in this order")
@@ -397,9 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"at most {limits.TIMELINE_WINDOW_MAX})")
 
     p = command("list", "print the newest records first", "retained list --limit 5 --kind checkpoint", cmd_list)
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--kind")
-    p.add_argument("--scope")
+    p.add_argument("--limit", type=int, default=20, help="most records to print (default 20)")
+    p.add_argument("--kind", help="only records of this kind, e.g. checkpoint")
+    p.add_argument("--scope", help="only records with this scope")
 
     p = command("verify", "check the chain (and the index, and the anchors); exit 1 on any finding", "retained verify --json", cmd_verify)
     p.add_argument("--anchor", action="append", metavar="SEQ:HASH",
@@ -418,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("import", "append the records of a file: a retained export, JSONL with a text field, or server-memory's memory.jsonl",
                 "retained import memory.jsonl --scope old-graph", cmd_import)
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="the file to import")
     p.add_argument("--format", choices=("auto", "retained", "jsonl", "memory"), default="auto",
                    help="the file's format (default: detected from its first line)")
     p.add_argument("--scope", help="scope for records that have none (jsonl, memory)")
@@ -426,10 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep keys the store reserves (ts, seq, hash, ...) under 'original' instead of refusing the file")
     p.add_argument("--batch", type=int, default=2000, help="records per batch: one lock and one fsync each (default 2000)")
     p.add_argument("--dry-run", action="store_true", help="validate the whole file and write nothing")
+    p.add_argument("--allow-duplicates", action="store_true",
+                   help="append records an earlier import of the same source already brought in "
+                        "(by default each record's source identity makes a repeated import append nothing)")
 
     p = command("export", "write the log's records as JSONL (verified first) or Markdown", "retained export -o backup.jsonl", cmd_export)
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) and print a summary; default: the export on stdout")
-    p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl")
+    p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl",
+                   help="jsonl (the log's lines, for import) or markdown (for reading); default jsonl")
     p.add_argument("--force", action="store_true", help="export the valid records even when verify has findings (exit 1)")
 
     p = command("backup", "copy the log under the store lock to DEST, then verify the copy", "retained backup ~/retained-backups/2026-11-29", cmd_backup)
@@ -448,8 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
     command("rebuild", "drop the index and rebuild it from the log (progress on stderr)", "retained rebuild", cmd_rebuild)
 
     p = command("redact", "erase one record's content for good (the chain still verifies)", "retained redact 12 --reason 'pasted a password'", cmd_redact)
-    p.add_argument("seq", type=int, metavar="SEQ")
+    p.add_argument("seq", type=int, metavar="SEQ", help="the record to erase")
     p.add_argument("--reason", required=True, help="why the record is erased (kept in the redaction record)")
+
+    p = command("quarantine", "move a damaged line (one verify reports, claiming no seq) to a file beside the log; "
+                "nothing is deleted", "retained quarantine 277 --reason 'a line pasted by hand'", cmd_quarantine)
+    p.add_argument("offset", type=int, metavar="OFFSET", help="the line's byte offset, as verify reports it")
+    p.add_argument("--reason", help="why, kept in the quarantine record")
 
     _brief_arguments(command("brief", BRIEF_HELP, BRIEF_EXAMPLE, cmd_brief))
 
@@ -514,7 +579,7 @@ def _hook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     hook = sub.add_parser("hook", parents=[common], help="set up the session-start hook in an agent's settings",
                           description="set up the session-start hook in an agent's settings",
                           epilog="example: retained hook install --claude", formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = hook.add_subparsers(dest="hook_command", metavar="ACTION")
+    actions = hook.add_subparsers(dest="hook_command", metavar="ACTION", help="what to do: install")
 
     def no_action(_args: argparse.Namespace) -> int:
         hook.print_help(sys.stderr)
@@ -541,15 +606,38 @@ def _legacy_flags(argv: list[str]) -> list[str]:
     return argv
 
 
+SHORT_HELP = """retained: agent memory whose writes are provable (an append-only, hash-chained log)
+
+With no command, retained is an MCP server on stdin and stdout: an MCP client
+starts it with pipes. From a terminal, use a command:
+
+  retained write 'the deploy target is staging' --scope proj-a
+  retained search 'deploy target'
+  retained list            retained verify            retained brief
+
+`retained --help` lists every command; `retained serve` serves on a terminal anyway.
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = _legacy_flags(list(sys.argv[1:] if argv is None else argv))
     if not argv:
+        if sys.stdin.isatty():
+            # A person at a terminal, not an MCP client: a silent server would look hung.
+            sys.stdout.write(SHORT_HELP)
+            sys.stdout.flush()
+            return 0
         argv = ["serve"]
     brief_only = argv[0] == "brief"  # the session-start path: no parser for every other command
     args = _brief_args(argv[1:]) if brief_only else None
     if args is None:
+        _Parser.argv = tuple(argv)
         parser = _brief_parser() if brief_only else build_parser()
         args = parser.parse_args(argv[1:] if brief_only else argv)
+    if getattr(args, "global_dir", None) is not None and getattr(args, "dir", None) is None:
+        args.dir = args.global_dir
+    if getattr(args, "global_json", False):
+        args.json = True
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

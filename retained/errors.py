@@ -57,6 +57,11 @@ class RecordTooLarge(InvalidRecord):
     code = "too_large"
 
 
+# How a user raises the record limit, named in RecordTooLarge's message: the
+# setting the command line and the MCP server read, the argument in Python.
+RECORD_LIMIT_SETTING = "RETAINED_RECORD_BYTES_MAX for the command line and the MCP server, record_bytes_max= in Python"
+
+
 class NotFound(RetainedError):
     """A seq named by the caller does not exist (or is not a chained record)."""
 
@@ -204,6 +209,16 @@ class BackupFailed(RetainedError):
     """The copy did not verify against the source head; the copy is left for inspection."""
 
     code = "backup_failed"
+
+
+class NoStore(RetainedError):
+    """The directory given holds no store (nothing was written there yet), or is not a directory.
+
+    Nothing was read or written. The first write creates a store in a
+    directory that does not exist yet.
+    """
+
+    code = "no_store"
 
 
 class LinkRefused(StoreDamaged):

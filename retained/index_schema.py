@@ -110,7 +110,7 @@ FLAG_COLUMNS = {"supersedes": "superseded", "retracts": "retracted", "redacts": 
 # How a record's links are reported on the record named (``superseded_by``...).
 LINKED_BY = {"supersedes": "superseded_by", "retracts": "retracted_by", "redacts": "redacted_by"}
 # The store's own kinds: they record a change to other records and are never listed as memories.
-BOOKKEEPING_KINDS = frozenset({"retract", "redaction"})
+BOOKKEEPING_KINDS = frozenset({"retract", "redaction", "quarantine"})
 _BOOKKEEPING_SQL = ", ".join(f"'{k}'" for k in sorted(BOOKKEEPING_KINDS))
 
 

@@ -15,6 +15,10 @@ DEPTH_MAX = 64
 INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1
 
+# A seq (and any count compared with one) is a SQLite INTEGER in the index: a
+# signed 64-bit number. A larger one names no record and cannot be looked up.
+SEQ_MAX = 2**63 - 1
+
 # How long an appender waits for the OS lock before reporting "store busy".
 LOCK_WAIT_S = 10.0
 

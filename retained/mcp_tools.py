@@ -29,7 +29,8 @@ IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
 
 # Kinds the store writes through its own tools; memory_write refuses them.
-OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)"}
+OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)",
+             "quarantine": "retained quarantine (CLI)"}
 
 # The stable codes a tool error starts with ("Error executing tool NAME: CODE:
 # sentence"). The store's codes (retained.errors) pass through unchanged;
@@ -45,6 +46,7 @@ ERROR_CODES = (
     "readback_mismatch",
     "log_unusable",
     "store_damaged",
+    "no_store",
     "os_error",
     "unavailable",
     "internal_error",
@@ -181,7 +183,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         return result(structured, render.proof(structured))
 
     # Strict: a seq is a whole number as sent, never true/false or "3".
-    Seq = Annotated[int, Field(ge=1, strict=True, description="a record's seq (its id, from a proof or a result)")]
+    Seq = Annotated[
+        int, Field(ge=1, le=limits.SEQ_MAX, strict=True, description="a record's seq (its id, from a proof or a result)")
+    ]
     Scope = Annotated[
         str | None,
         Field(
@@ -303,7 +307,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         scope: Scope = None,
         around: Annotated[
             int | None,
-            Field(ge=1, strict=True, description="a seq: return the records just before and after it (a timeline)"),
+            Field(ge=1, le=limits.SEQ_MAX, strict=True,
+                  description="a seq: return the records just before and after it (a timeline)"),
         ] = None,
         window: Annotated[
             int, Field(ge=0, le=WINDOW_MAX, description="with around: how many records on each side")

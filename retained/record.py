@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 
 import blake3
 
-from . import limits
-from .errors import InvalidRecord, RecordTooLarge, ReservedField
+from . import json_input, limits
+from .errors import RECORD_LIMIT_SETTING, InvalidRecord, RecordTooLarge, ReservedField
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ RESERVED_FIELDS = frozenset({"v", "seq", "ts", "prev", "hash", "client", "cd", "
 # Set by the caller through named API arguments, never through ``fields``.
 API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
 # Kinds with a meaning to the store; written only through their own calls.
-STORE_KINDS = frozenset({"checkpoint", "retract", "redaction", "anchor_accept"})
+STORE_KINDS = frozenset({"checkpoint", "retract", "redaction", "anchor_accept", "quarantine"})
 CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
 REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
 
@@ -131,7 +131,9 @@ def _check_value(value: Any, path: str, depth: int) -> None:
         return
     if kind is float:
         if not math.isfinite(value):
-            raise _fail(path, f"{value!r} is not a JSON number", "NaN and Infinity cannot round-trip; store a string or null")
+            # A parsed 1e400 arrives as inf: for the caller it is a number out of range.
+            problem = f"{value!r} is not a JSON number" if value != value else f"number out of range ({value!r} is not a JSON number)"
+            raise _fail(path, problem, "NaN and Infinity cannot round-trip; store a string or null")
         return
     if kind is dict or kind is list:
         if depth >= limits.DEPTH_MAX:
@@ -146,27 +148,6 @@ def _check_value(value: Any, path: str, depth: int) -> None:
                 _check_value(item, f"{path}[{i}]", depth + 1)
         return
     raise _fail(path, f"a {kind.__name__} is not a JSON value", "use str, int, float, bool, None, list or dict")
-
-
-def _locate_bad_string(value: Any, path: str) -> str | None:
-    """Name the first string (value or key) that is not valid UTF-8."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _locate_bad_string(key, f"{path} (a key)") or _locate_bad_string(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _locate_bad_string(item, f"{path}[{i}]")
-            if found:
-                return found
-    return None
 
 
 def check_content(content: dict[str, Any]) -> None:
@@ -190,10 +171,10 @@ def encode_checked(obj: dict[str, Any]) -> bytes:
     try:
         return canonical(obj)
     except orjson.JSONEncodeError as exc:
-        where = _locate_bad_string(obj, "record") or "record"
-        where = where.removeprefix("record.")
+        where, char = json_input.find(obj, json_input.lone_surrogate) or ("record", "a code point")
         raise InvalidRecord(
-            f"field {where}: not valid UTF-8 (a lone surrogate?); send well-formed text; nothing was written",
+            f"field {where}: holds a lone surrogate ({char}), half of a UTF-16 pair, which is not text and "
+            "cannot be stored as UTF-8; send well-formed text; nothing was written",
             path=where,
         ) from exc
 
@@ -231,6 +212,11 @@ def make_content(
         )
     if text is not None and not isinstance(text, str):
         raise _fail("text", f"must be a string, got {type(text).__name__}", "pass the note as text")
+    # The one empty-text rule, for every surface (library, CLI, MCP, import).
+    # A record replayed from our own export (store_kind) keeps what its source
+    # accepted, so an older export stays importable.
+    if text is not None and not store_kind and not text.strip():
+        raise _fail("text", "is empty or only whitespace", "write the memory itself in plain words")
     for name, value in (("scope", scope), ("source", source)):
         if value is not None and not isinstance(value, str):
             raise _fail(name, f"must be a string, got {type(value).__name__}", f"pass {name} as text")
@@ -243,8 +229,8 @@ def make_content(
         if not isinstance(supersedes, list) or not supersedes:
             raise _fail("supersedes", "must be a non-empty list of seq numbers", "name the records this one corrects")
         for s in supersedes:
-            if type(s) is not int or s < 1:
-                raise _fail("supersedes", f"{s!r} is not a seq (an integer from 1)", "name records by their seq")
+            if type(s) is not int or not 1 <= s <= limits.SEQ_MAX:
+                raise _fail("supersedes", f"{s!r} is not a seq (an integer from 1 to {limits.SEQ_MAX})", "name records by their seq")
     content: dict[str, Any] = {"kind": kind}
     if fields is not None:
         if not isinstance(fields, dict):
@@ -312,7 +298,7 @@ def seal(
     if len(line) > record_bytes_max:
         raise RecordTooLarge(
             f"record is {len(line)} bytes encoded, over the limit of {record_bytes_max} bytes; "
-            "split it or raise record_bytes_max; nothing was written",
+            f"split it, or raise the limit ({RECORD_LIMIT_SETTING}); nothing was written",
             observed=len(line),
             expected=record_bytes_max,
         )

@@ -1,4 +1,16 @@
-"""Erasure: the one flow that rewrites a log line, deliberately and provably.
+"""Erasure and quarantine: the two flows that rewrite the log, deliberately and provably.
+
+Quarantine (``quarantine``) moves one damaged line that claims no place in
+the chain (e.g. a line appended by hand that is not JSON) out of the log, so
+that verify can pass again without anything being deleted on suspicion: its
+bytes are copied first to ``log.jsonl.quarantine-<offset>`` (fsynced, with
+its directory entry), then a ``quarantine`` record names the file, the
+line's offset, length and digest (the normal append path), then the log is
+rewritten without the line as below. A line that claims a seq is part of
+the chain's evidence and is refused. Crash cases: killed after the copy, a
+rerun makes another copy; killed after the record, a rerun finds it and
+only rewrites; killed after the rename, the line is gone from the log and
+kept in its file.
 
 ``redact(log, seq, reason)`` under the store lock:
 
@@ -30,11 +42,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from . import record
-from .errors import InvalidRecord, NotFound
-from .files import create_exclusive, fsync_dir, open_read, write_all
+from .errors import InvalidRecord, NoStore, NotFound
+from .files import create_exclusive, fsync_dir, open_fd, open_read, write_all
 from .log import Exclusive, Log, proof_of
 
 TMP_SUFFIX = ".redact-tmp"
+QUARANTINE_TMP_SUFFIX = ".quarantine-tmp"
+QUARANTINE_PREFIX = ".quarantine-"  # after the log's name: log.jsonl.quarantine-<offset>
 _COPY_CHUNK = 1024 * 1024
 
 
@@ -211,3 +225,114 @@ def _rewrite(path: Any, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+# -- quarantine of a damaged line ---------------------------------------------
+
+
+def quarantine(log: Log, offset: int, *, reason: str | None, client: dict[str, Any], prepare: Any) -> dict[str, Any]:
+    """Move the damaged line that starts at byte ``offset`` to a file beside the log, and record that.
+
+    ``prepare(content)`` passes the quarantine record through the store's
+    write guard. Returns ``{"offset", "length", "file", "problem", "digest",
+    "record"}`` (the record's proof, its offset as it is after the rewrite).
+
+    Raises:
+        NoStore: there is no log.
+        InvalidRecord: no complete damaged line starts there, or it claims a seq (nothing changed).
+        LockTimeout: nothing changed.
+    """
+    if type(offset) is not int or offset < 0:
+        raise InvalidRecord(f"offset {offset!r} is not a byte offset (a whole number from 0); nothing was changed", path="offset")
+    if not log.exists():
+        raise NoStore(f"no store at {log.directory}: no log to take a line from; nothing was changed", path=str(log.directory))
+    with log.exclusive() as held:
+        return _quarantine_locked(log, held, offset, reason, client, prepare)
+
+
+def _quarantine_locked(log: Log, held: Exclusive, offset: int, reason: str | None, client: dict[str, Any],
+                       prepare: Any) -> dict[str, Any]:
+    line = next(iter(log.scan(start=offset)), None)
+    starts_line = offset == 0 or log.read_at(offset - 1, 1) == b"\n"
+    hint = "`retained verify` lists damaged lines with their byte offsets"
+    if line is None or line.offset != offset or not starts_line:
+        raise InvalidRecord(f"no line starts at byte {offset} of {log.path}; {hint}; nothing was changed", path="offset")
+    if line.status != record.DAMAGED:
+        raise InvalidRecord(
+            f"the line at byte {offset} is a {line.status} line, not a damaged one; only a damaged line is quarantined "
+            f"({hint}); nothing was changed",
+            path="offset",
+        )
+    if line.seq is not None:
+        raise InvalidRecord(
+            f"the line at byte {offset} claims seq {line.seq}: it is part of the chain, and moving it would hide "
+            "the evidence, not mend the chain; it stays in place; nothing was changed",
+            path="offset",
+        )
+    digest = record.digest(line.raw)
+    # An interrupted earlier run may have copied the line and written the record already.
+    existing = None
+    for earlier in log.scan(start=line.end):
+        moved = earlier.record.get("quarantined") if earlier.status == record.RECORD else None
+        if earlier.record is not None and earlier.status == record.RECORD and earlier.record.get("kind") == "quarantine" \
+                and isinstance(moved, dict) and moved.get("offset") == offset and moved.get("digest") == digest:
+            existing = earlier
+    if existing is None:
+        name = _copy_aside(log, line.raw, offset)
+        fields: dict[str, Any] = {"quarantined": {"offset": offset, "length": line.length, "digest": digest, "file": name,
+                                  "problem": line.problem}}
+        if reason is not None:
+            fields["reason"] = reason
+        text = (f"moved a damaged line ({line.problem}, {line.length} bytes at byte {offset}) out of the log "
+                f"into {name}; nothing was deleted")
+        content = prepare(record.make_content(text=text, kind="quarantine", fields=fields, store_kind=True)).content
+        proof = held.append([content], client=client)[0]
+    else:
+        name = existing.record["quarantined"].get("file")
+        proof = {**proof_of(existing), "duplicate": True}
+
+    size = log.size()
+
+    def write(src: BinaryIO, fd: int) -> None:
+        _copy(src, fd, offset)
+        src.seek(line.end)
+        _copy(src, fd, size - line.end)
+
+    def check(tmp: Path) -> None:
+        with open(tmp, "rb") as f:
+            tmp_size = os.fstat(f.fileno()).st_size
+            f.seek(offset)
+            back = f.read(min(_COPY_CHUNK, tmp_size - offset))
+        after = log.read_at(line.end, len(back))
+        if tmp_size != size - line.length or back != after:
+            raise InvalidRecord(
+                f"the rewritten log did not read back as written (size {tmp_size}, expected {size - line.length}); "
+                "the log was not replaced; the line stays; nothing was changed",
+                path="offset",
+            )
+
+    held.replace(QUARANTINE_TMP_SUFFIX, write, check)
+    if proof["offset"] > offset:
+        proof = {**proof, "offset": proof["offset"] - line.length}  # where the record is now
+    return {"offset": offset, "length": line.length, "file": name, "problem": line.problem, "digest": digest,
+            "record": proof}
+
+
+def _copy_aside(log: Log, data: bytes, offset: int) -> str:
+    """Copy ``data`` to a new file beside the log (created exclusively, fsynced with its directory entry)."""
+    attempt = 0
+    while True:
+        name = f"{log.path.name}{QUARANTINE_PREFIX}{offset}" + (f".{attempt}" if attempt else "")
+        try:
+            # Never over an earlier copy (create_exclusive would remove it first).
+            fd = open_fd(log.directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            break
+        except FileExistsError:
+            attempt += 1
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(log.directory)
+    return name

@@ -40,6 +40,11 @@ _NOT_IN_HEADER = frozenset({"v", "seq", "ts", "prev", "hash", "cd", "redacted", 
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+def count(n: Any, noun: str, plural: str | None = None) -> str:
+    """``1 record``, ``2 records``: a number and its noun, agreeing."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def clean(text: str) -> str:
     """``text`` with control characters (other than tab and newline) shown as U+FFFD."""
     return _CONTROLS.sub("\ufffd", text) if _CONTROLS.search(text) else text
@@ -222,14 +227,14 @@ def verify(report: dict[str, Any]) -> str:
         lines.append(f"no log yet at {report.get('log')}: nothing to verify")
     head = report.get("head") or {}
     if head:
-        lines.append(f"{report.get('records')} records, head seq {head.get('seq')} {str(head.get('hash'))[:16]}..., "
+        lines.append(f"{count(report.get('records'), 'record')}, head seq {head.get('seq')} {str(head.get('hash'))[:16]}..., "
                      f"{report.get('bytes')} bytes")
     redacted = report.get("redacted") or []
     if redacted:
         lines.append(f"{len(redacted)} redacted (chain intact): seq {', '.join(map(str, redacted[:20]))}")
     foreign = report.get("foreign") or []
     if foreign:
-        lines.append(f"{len(foreign)} foreign lines kept and skipped by the chain, at byte {', '.join(map(str, foreign[:20]))}")
+        lines.append(f"{count(len(foreign), 'foreign line')} kept and skipped by the chain, at byte {', '.join(map(str, foreign[:20]))}")
     torn = report.get("torn_tail")
     if torn:
         lines.append(f"unterminated tail of {torn['bytes']} bytes at byte {torn['offset']} (never acknowledged)")
@@ -247,6 +252,9 @@ def verify(report: dict[str, Any]) -> str:
     for finding in findings[:FINDINGS_SHOWN]:
         if isinstance(finding, dict):
             lines.append(f"FINDING {finding.get('kind')}: {finding.get('message')}")
+            if finding.get("seq") is None and isinstance(finding.get("offset"), int) and finding.get("kind") != "index_unusable":
+                lines.append(f"  to clear it: `retained quarantine {finding['offset']}` moves the line to a file beside "
+                             "the log and records that it did; nothing is deleted")
         else:
             lines.append(f"FINDING {finding}")
     if len(findings) > FINDINGS_SHOWN:
@@ -255,12 +263,23 @@ def verify(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def quarantine(result: dict[str, Any]) -> str:
+    """What ``Store.quarantine`` did: the line moved aside, where it is kept, the record that says so."""
+    proof = result["record"]
+    return (
+        f"moved the damaged line at byte {result['offset']} ({result['length']} bytes: {result['problem']}) "
+        f"into {result['file']}; nothing was deleted\n"
+        f"recorded as seq {proof['seq']}" + (" (by an earlier run)" if proof.get("duplicate") else "") +
+        f"; index {result['index']}"
+    )
+
+
 def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
     """What ``Store.stats`` found: counts, sizes, head, damage, index lag, vectors."""
     head = s["head"]
     sizes = s["sizes"]
     out = [
-        f"{s['records']} records, head seq {head['seq']} {head['hash']}",
+        f"{count(s['records'], 'record')}, head seq {head['seq']} {head['hash']}",
         f"log {sizes['log_bytes']} bytes (record mean {sizes['record_bytes_mean']}, max {sizes['record_bytes_max']}); "
         f"index {sizes['index_bytes']} bytes",
         "by kind: " + (", ".join(f"{k} {n}" for k, n in s["by_kind"].items()) or "none"),
@@ -299,7 +318,7 @@ def head(h: dict[str, Any]) -> str:
 
 def rebuild(result: dict[str, Any]) -> str:
     """What ``Store.rebuild`` did."""
-    return f"rebuilt the index: {result['records']} records from {result['bytes']} bytes of log"
+    return f"rebuilt the index: {count(result['records'], 'record')} from {count(result['bytes'], 'byte')} of log"
 
 
 def redaction(result: dict[str, Any]) -> str:
@@ -321,7 +340,7 @@ def redaction(result: dict[str, Any]) -> str:
 def export(result: dict[str, Any]) -> str:
     """What ``Store.export`` wrote, what it left out, and where."""
     h = result["head"]
-    line = (f"exported {result['records']} records ({result['redacted']} redacted) as {result['format']}, "
+    line = (f"exported {count(result['records'], 'record')} ({result['redacted']} redacted) as {result['format']}, "
             f"head seq {h['seq']} {h['hash']}")
     if result["foreign_left_out"]:
         line += f"; {result['foreign_left_out']} foreign lines left out"
@@ -337,7 +356,7 @@ def backup(result: dict[str, Any]) -> str:
     """What ``Store.backup`` copied, and whether the copy verified."""
     h = result["head"]
     lines = [
-        f"backup of {result['records']} records ({result['log_bytes']} bytes) in {result['path']}",
+        f"backup of {count(result['records'], 'record')} ({count(result['log_bytes'], 'byte')}) in {result['path']}",
         f"  head seq {h['seq']} {h['hash']}",
         f"  log blake3 {result['log_blake3']}",
     ]
@@ -352,5 +371,5 @@ def embed(result: dict[str, Any]) -> str:
     """``Store.embed``: the embeddings' status, or what a backfill did."""
     if "counts" in result:
         return "\n".join(f"{k}: {v}" for k, v in {**result["counts"], **result["embedder"]}.items())
-    line = f"embedded {result['embedded']} records with {result['model']}; {result['pending']} still without a vector"
+    line = f"embedded {count(result['embedded'], 'record')} with {result['model']}; {result['pending']} still without a vector"
     return line + (f" ({result['error']})" if result.get("error") else "")

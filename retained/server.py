@@ -1,7 +1,8 @@
 """The MCP server: builds it (``build_server``) and serves it on stdio or streamable HTTP (``main``).
 
 The tools live in ``retained.mcp_tools``, the HTTP access guard in
-``retained.http_guard``, the text forms in ``retained.render``. This module is
+``retained.http_guard``, the stdio front (every request answered, signals
+obeyed) in ``retained.mcp_stdio``, the text forms in ``retained.render``. This module is
 an edge: it reads the environment, configures logging (stderr only: stdout is
 the protocol on stdio) and exits. ``mcp`` is imported only inside
 ``build_server()`` and ``main()``, so importing ``retained`` never pays for it.
@@ -21,7 +22,7 @@ from retained.version import __version__
 SERVER_NAME = "retained"
 HTTP_PORT_DEFAULT = 8765
 HTTP_PATH = "/mcp"
-HTTP_BODY_SLACK_BYTES = 1024 * 1024  # an HTTP request may exceed the record limit by the JSON-RPC envelope
+HTTP_BODY_SLACK_BYTES = 1024 * 1024  # a request (HTTP body, stdio line) may exceed the record limit by the JSON-RPC envelope
 
 
 def build_server(directory: Path | str | None = None, options: dict[str, Any] | None = None) -> Any:
@@ -81,6 +82,19 @@ def _server_class() -> Any:
             self._register_tools()
             return await super().list_tools()
 
+        async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+            known = sorted(p.name for p in await self.list_prompts())
+            if name not in known:
+                from mcp.shared.exceptions import MCPError
+                from mcp_types import INVALID_PARAMS
+
+                raise MCPError(
+                    INVALID_PARAMS,
+                    f"invalid_argument: no prompt named {str(name)[:40]!r}; the prompts are: {', '.join(known)}",
+                    {"code": "invalid_argument", "argument": "name"},
+                )
+            return await super().get_prompt(name, arguments, context)
+
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             self._register_tools()
             known = self._params.get(name)
@@ -138,13 +152,14 @@ def main(
         print(f"retained: {exc}", file=sys.stderr)
         return 2
     server = build_server(directory, options)
+    body_max = options.get("record_bytes_max", limits.RECORD_BYTES_MAX) + HTTP_BODY_SLACK_BYTES
     try:
         if not http:
             import anyio
 
-            anyio.run(server.run_stdio_async)
-            return 0
-        body_max = options.get("record_bytes_max", limits.RECORD_BYTES_MAX) + HTTP_BODY_SLACK_BYTES
+            from retained import mcp_stdio
+
+            return anyio.run(lambda: mcp_stdio.serve(server, line_bytes_max=body_max))
         return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts,
                            allow_origins=allow_origins, body_max=body_max)
     finally:

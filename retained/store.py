@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import anchors, chain, files, limits, record
-from .errors import EmbedConfigError, InvalidRecord, NotFound, RecordTooLarge, RetainedError
+from .errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 from .version import __version__
 
@@ -65,6 +65,12 @@ class Store:
         # None: no anchors. The edges pass the setting (settings.store_options).
         self.anchor_dir = None if anchor_dir is None else Path(anchor_dir)
         self._permissions_checked = False
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NoStore(
+                f"{self.directory} is a file, not a store directory; point --dir or RETAINED_DIR at a directory "
+                "(a new one is created by the first write)",
+                path=str(self.directory),
+            )
         self.client = dict(client or DEFAULT_CLIENT)
         # The write guard (retained.guard.Guard) runs on every caller string
         # before anything is encoded; a library user gets the safe default,
@@ -83,6 +89,9 @@ class Store:
         # Threads may share a Store (the MCP server's handlers do): the parts
         # opened on first use are opened once, under this lock.
         self._opening = threading.Lock()
+        # When the index cannot be opened (e.g. left owned by root), search
+        # builds this one from the log in a private temporary directory.
+        self._scratch: Any = None
 
     def close(self) -> None:
         self.log.close()
@@ -92,6 +101,16 @@ class Store:
         if self._index is not None:
             self._index.close()
             self._index = None
+        if self._scratch is not None:
+            import shutil
+
+            self._scratch.close()
+            shutil.rmtree(self._scratch.path.parent, ignore_errors=True)
+            self._scratch = None
+
+    def exists(self) -> bool:
+        """Whether a store is here: its log exists (the first write creates it)."""
+        return self.log.exists()
 
     def __enter__(self) -> Store:
         return self
@@ -125,11 +144,14 @@ class Store:
         try:
             encoded: bytes | None = record.orjson.dumps(fields)
         except TypeError:
-            encoded = None  # left to seal(), which names the bad field
+            # Not encodable (a lone surrogate): refused here, naming the field,
+            # so an import refuses the file before any batch is written.
+            record.encode_checked(fields)
+            encoded = None  # left to seal()
         if encoded is not None and len(encoded) > self.log.record_bytes_max:
             raise RecordTooLarge(
                 f"record is at least {len(encoded)} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "
-                "split it or raise record_bytes_max; nothing was written",
+                f"split it, or raise the limit ({RECORD_LIMIT_SETTING}); nothing was written",
                 observed=len(encoded),
                 expected=self.log.record_bytes_max,
             )
@@ -261,6 +283,7 @@ class Store:
         on_reserved: str = "refuse",
         batch: int | None = None,
         dry_run: bool = False,
+        allow_duplicates: bool = False,
         progress: Any = None,
         validate_progress: Any = None,
     ) -> dict[str, Any]:
@@ -272,15 +295,18 @@ class Store:
         while the file is read, ``progress(done, total)`` while records are
         written. With ``dry_run`` nothing is written and the reply says what
         would be.
+
+        Idempotent: each record carries an identity derived from its source
+        (see ``retained.transfer``), so a record imported before is not
+        appended again and ``duplicates`` counts it; ``allow_duplicates``
+        imports without that identity.
         """
         from . import transfer
 
-        plan = transfer.plan_import(path, format=format, scope=scope, on_reserved=on_reserved, progress=validate_progress)
-        if dry_run:
-            return {"ok": True, "dry_run": True, "path": plan.path, "format": plan.format, "lines": plan.lines,
-                    "records": plan.records, "written": 0, "skipped": plan.skipped, "source": plan.source_head}
+        plan = transfer.plan_import(path, format=format, scope=scope, on_reserved=on_reserved,
+                                    identity=not allow_duplicates, progress=validate_progress)
         size = transfer.BATCH_RECORDS if batch is None else batch
-        return transfer.run_import(self, plan, batch=size, progress=progress)
+        return transfer.run_import(self, plan, batch=size, progress=progress, dry_run=dry_run)
 
     def checkpoint(
         self,
@@ -334,6 +360,34 @@ class Store:
         result = redaction.redact(self.log, seq, content, client=client or self.client).to_dict()
         result["index"] = self._scrub_index()
         return result
+
+    def quarantine(self, offset: int, *, reason: str | None = None, client: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Move the damaged line at byte ``offset`` (one that claims no seq) to a file beside the log, and record it.
+
+        Nothing is deleted: the line's bytes go to ``log.jsonl.quarantine-<offset>``
+        (fsynced) before the log is rewritten without it, and a ``quarantine``
+        record names the file, offset, length and digest. Later lines move up
+        by its length, so the index is rebuilt. See ``retained.redaction``.
+
+        Raises:
+            InvalidRecord: no damaged line starts there, or it claims a seq (nothing changed).
+            NoStore: there is no log.
+        """
+        from . import redaction
+
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRecord("field reason: must be a string; nothing was changed", path="reason")
+        result = redaction.quarantine(self.log, offset, reason=reason, client=client or self.client, prepare=self.prepare)
+        result["index"] = self._rebuild_if_present()
+        return result
+
+    def _rebuild_if_present(self) -> str:
+        from .index_schema import INDEX_NAME
+
+        if not (self.directory / INDEX_NAME).exists():
+            return "absent"
+        self.rebuild()
+        return "rebuilt"
 
     def _scrub_index(self) -> str:
         from .index_schema import INDEX_NAME
@@ -446,8 +500,8 @@ class Store:
         """
         from .index_schema import Listed
 
-        if type(limit) is not int or limit < 0:
-            raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        if type(limit) is not int or not 0 <= limit <= limits.SEQ_MAX:
+            raise InvalidRecord(f"field limit: must be a whole number from 0 to {limits.SEQ_MAX}", path="limit")
         for name, text in (("client", client), ("kind", kind), ("scope", scope)):
             if text is not None and not isinstance(text, str):
                 raise InvalidRecord(f"field {name}: must be a string, got {type(text).__name__}", path=name)
@@ -552,9 +606,50 @@ class Store:
             empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
             empty.update(mode="lexical", mode_reason="the store has no log yet")
             return empty
-        return self.hybrid.search(
-            query, k=k, max_tokens=max_tokens, scope=scope,
-            include_superseded=include_superseded, include_retracted=include_retracted,
+        options = {"k": k, "max_tokens": max_tokens, "scope": scope,
+                   "include_superseded": include_superseded, "include_retracted": include_retracted}
+        try:
+            return self.hybrid.search(query, **options)
+        except (sqlite3.Error, OSError, RetainedError) as exc:
+            if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
+                raise
+            return self._search_log(query, reason=self._index_problem(exc), **options)
+
+    def _search_log(self, query: str, *, reason: str, **options: Any) -> dict[str, Any]:
+        """Search without the store's index: the same ranking over an index built from the log alone.
+
+        The slow path: the temporary index (in a private directory, removed
+        on close) is built from the whole log on first use, then only
+        catches up.
+        """
+        import tempfile
+
+        from .index import Index
+        from .index_schema import INDEX_NAME
+
+        if self._scratch is None:
+            self._scratch = Index(self.log, Path(tempfile.mkdtemp(prefix="retained-search-")) / INDEX_NAME)
+        reply = self._scratch.search(query, **options)
+        reply.update(mode="lexical", mode_reason=f"answered from the log, more slowly: {reason}")
+        return reply
+
+    def _index_problem(self, exc: BaseException) -> str:
+        """Why the index cannot be used, which file it is, and how to fix it."""
+        from .index_schema import INDEX_NAME
+
+        path = self.directory / INDEX_NAME
+        detail = exc.message if isinstance(exc, RetainedError) else str(exc)
+        owner = ""
+        try:
+            uid = path.stat().st_uid
+            if hasattr(os, "geteuid") and uid != os.geteuid():
+                owner = f" (it belongs to user id {uid}, e.g. after a `sudo retained ...`)"
+        except OSError:
+            pass
+        return (
+            f"the index {path} cannot be used{owner}: {detail}; it is derived from the log and safe to delete: "
+            f"remove {path} and its -wal and -shm files (with sudo if another user owns them) or give them back "
+            "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
         )
 
     @property
@@ -570,8 +665,19 @@ class Store:
         return self._hybrid
 
     def rebuild(self, progress: Any = None) -> dict[str, Any]:
-        """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``."""
-        return self.index.rebuild(progress)
+        """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``.
+
+        Raises:
+            IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
+        """
+        from .index import IndexError_, IndexFull
+
+        try:
+            return self.index.rebuild(progress)
+        except IndexFull:
+            raise  # a full disk says nothing against the index file: its own message says to free space
+        except (sqlite3.Error, OSError, IndexError_) as exc:
+            raise IndexError_(self._index_problem(exc), path=str(self.index.path)) from exc
 
     def embed(self, *, backfill: bool = False, progress: Any = None) -> dict[str, Any]:
         """The optional embeddings: their status, or with ``backfill`` vectors for every record without one.
@@ -645,10 +751,9 @@ class Store:
         except IndexFull as exc:
             # A full disk says nothing about the index or the log: reported, not a finding.
             findings, note, checked = [], exc.message, False
-        except (RetainedError, sqlite3.Error) as exc:
-            message = exc.message if isinstance(exc, RetainedError) else f"the index cannot be read ({exc}); run `retained rebuild`"
+        except (RetainedError, sqlite3.Error, OSError) as exc:
             findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
-                         "observed": str(exc), "message": message}]
+                         "observed": str(exc), "message": self._index_problem(exc)}]
         caught = self.index.last_catch_up
         if note is None and caught.get("state") == "stale":
             note = f"the index could not catch up ({caught.get('reason')}); it was checked as far as it reaches"
@@ -852,7 +957,7 @@ def _seq_list(seqs: Any, path: str) -> list[int]:
         raise InvalidRecord(f"field {path}: must be a non-empty list of seq numbers", path=path)
     out = []
     for s in seqs:
-        if type(s) is not int or s < 1:
-            raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1)", path=path)
+        if type(s) is not int or not 1 <= s <= limits.SEQ_MAX:
+            raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1 to {limits.SEQ_MAX})", path=path)
         out.append(s)
     return out

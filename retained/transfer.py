@@ -36,6 +36,21 @@ Sources (``detect_format`` picks one from the first non-blank line):
   names and types are kept as the fields ``entity``, ``entity_type``,
   ``from``, ``to``, ``relation_type``.
 
+Idempotent: each imported record carries a stable identity from its source
+as its ``client_op_id``, so the log's retry check (``Log.append``) appends it
+only once however often the file is imported; a second run says how many
+were already present. A record's own ``client_op_id`` (of the source record,
+or of the ``jsonl`` line) is its identity. Without one, for our own export
+it is ``import:<origin>:<seq>:<hash>``, ``origin`` being the first 16 hex
+digits of the source log's seq-1 hash (a store has no other id; that hash,
+which covers the first record's time and content, names its history); for
+``jsonl`` and ``memory`` it is ``import:<format>:<line number>:<digest of
+the line>`` (plus the record's place within a memory line). With
+``identity=False`` (``retained import --allow-duplicates``) no identity is
+derived and a source record's own ``client_op_id`` moves to
+``imported.client_op_id``, so records are appended again; a ``jsonl``
+line's own ``client_op_id`` still applies.
+
 Memory: import holds the validated file in memory (about three times the
 file's size) so that nothing is written unless every line is good.
 
@@ -47,6 +62,7 @@ correct the one just before imports in small batches: correct, but slower.
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -55,7 +71,7 @@ from typing import Any
 
 import orjson
 
-from . import chain, record
+from . import chain, json_input, record
 from .backup import BACKUP_MANIFEST, backup  # named here too, for callers of transfer
 from .errors import (  # the classes live in errors.py; named here too for callers of transfer
     BackupFailed,
@@ -75,6 +91,16 @@ BAD_LINES_LISTED = 20  # line numbers named in one refusal
 _LINK_FIELDS = ("supersedes", "retracts")
 _PLAIN_API = ("kind", "scope", "source", "body", "client_op_id")
 _NOT_PLAIN_FIELDS = record.RESERVED_FIELDS | {"text", *_PLAIN_API}
+IDENTITY_PREFIX = "import:"
+ORIGIN_CHARS = 16  # hex digits of the source's seq-1 hash in an identity: 64 bits tell stores apart
+LINE_DIGEST_CHARS = 32  # hex digits of a line's digest in an identity
+
+
+def _line_identity(fmt: str, number: int, raw: bytes, part: int | None = None) -> str:
+    """The identity of a record read from line ``number`` of a jsonl or memory file: its place and its bytes."""
+    where = f"{number}" if part is None else f"{number}.{part}"
+    digest = record.digest(raw.rstrip(b"\r\n"))[:LINE_DIGEST_CHARS]
+    return f"{IDENTITY_PREFIX}{fmt}:{where}:{digest}"
 
 
 
@@ -173,9 +199,12 @@ def _content_error(exc: InvalidRecord) -> str:
 
 def _parse_object(raw: bytes, number: int, problems: _Problems) -> dict[str, Any] | None:
     try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        problems.add(number, "not JSON (expected one JSON object per line)")
+        # Exact integers: orjson would turn one beyond 64 bits into a float and
+        # import a different number; the record's integer rule refuses it instead.
+        obj = json_input.loads_exact(raw)
+    except json_input.NotJSON as exc:
+        reason = str(exc)
+        problems.add(number, f"{reason} (expected one JSON object per line)" if reason == "not JSON" else reason)
         return None
     if not isinstance(obj, dict):
         problems.add(number, f"a JSON {type(obj).__name__}, expected an object")
@@ -183,7 +212,9 @@ def _parse_object(raw: bytes, number: int, problems: _Problems) -> dict[str, Any
     return obj
 
 
-def _plan_plain(data: bytes, path: str, scope: str | None, on_reserved: str, progress: Progress | None) -> ImportPlan:
+def _plan_plain(
+    data: bytes, path: str, scope: str | None, on_reserved: str, identity: bool, progress: Progress | None
+) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
     lines = 0
@@ -220,6 +251,8 @@ def _plan_plain(data: bytes, path: str, scope: str | None, on_reserved: str, pro
         fields.update(extra)
         if scope is not None and "scope" not in args:
             args["scope"] = scope
+        if identity and "client_op_id" not in args:
+            args["client_op_id"] = _line_identity("jsonl", number, raw)
         try:
             content = record.make_content(text=text, fields=fields or None, **args)
         except InvalidRecord as exc:
@@ -235,7 +268,7 @@ _RELATION_KEYS = {"type", "from", "to", "relationType"}
 _MEMORY_FIELDS = {"entity", "entity_type", "from", "to", "relation_type"}
 
 
-def _plan_memory(data: bytes, path: str, scope: str | None, progress: Progress | None) -> ImportPlan:
+def _plan_memory(data: bytes, path: str, scope: str | None, identity: bool, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
     lines = 0
@@ -281,9 +314,12 @@ def _plan_memory(data: bytes, path: str, scope: str | None, progress: Progress |
         else:
             problems.add(number, f"type is {kind!r}, expected \"entity\" or \"relation\" (a server-memory memory.jsonl line)")
             continue
-        for rkind, text, fields in built:
+        for part, (rkind, text, fields) in enumerate(built):
+            op = _line_identity("memory", number, raw, part) if identity else None
             try:
-                content = record.make_content(text=text, kind=rkind, scope=scope, source=source, fields=fields)
+                content = record.make_content(
+                    text=text, kind=rkind, scope=scope, source=source, fields=fields, client_op_id=op
+                )
             except InvalidRecord as exc:
                 problems.add(number, _content_error(exc))
                 break
@@ -292,7 +328,7 @@ def _plan_memory(data: bytes, path: str, scope: str | None, progress: Progress |
     return ImportPlan(path, "memory", items, lines, source_head={"entities": entities, "relations": relations})
 
 
-def _plan_retained(data: bytes, path: str, progress: Progress | None) -> ImportPlan:
+def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     parsed = []
     number_at: dict[int, int] = {}
@@ -322,6 +358,8 @@ def _plan_retained(data: bytes, path: str, progress: Progress | None) -> ImportP
         )
     items: list[_Item] = []
     redacted = 0
+    # The source's seq-1 hash names its history (see the module docstring).
+    origin = parsed[0].hash[:ORIGIN_CHARS] if parsed else ""
     for line in parsed:
         if line.status == record.REDACTED:
             redacted += 1
@@ -330,6 +368,9 @@ def _plan_retained(data: bytes, path: str, progress: Progress | None) -> ImportP
         number = number_at[line.offset]
         provenance: dict[str, Any] = {"seq": rec["seq"], "hash": rec["hash"], "ts": rec.get("ts"), "client": rec.get("client")}
         fields = {k: v for k, v in rec.items() if k not in record.RESERVED_FIELDS and k not in record.API_FIELDS}
+        own_op = rec.get("client_op_id")
+        if own_op is not None and not identity:
+            provenance["client_op_id"] = own_op  # kept, but no longer a key the log dedupes on
         if "imported" in fields:
             provenance["imported"] = fields["imported"]
         fields["imported"] = provenance
@@ -351,7 +392,7 @@ def _plan_retained(data: bytes, path: str, progress: Progress | None) -> ImportP
                 scope=rec.get("scope"),
                 source=rec.get("source"),
                 supersedes=supersedes,
-                client_op_id=rec.get("client_op_id"),
+                client_op_id=(own_op or f"{IDENTITY_PREFIX}{origin}:{rec['seq']}:{rec['hash']}") if identity else None,
                 fields=fields,
                 store_kind=True,
             )
@@ -372,11 +413,15 @@ def plan_import(
     format: str = "auto",
     scope: str | None = None,
     on_reserved: str = "refuse",
+    identity: bool = True,
     progress: Progress | None = None,
 ) -> ImportPlan:
     """Read and validate a whole import file; nothing is written.
 
     ``progress(bytes read, bytes in all)`` is called every 10,000 lines.
+    With ``identity`` (the default) every record carries the identity its
+    source gives it (see the module docstring), so importing the file again
+    appends nothing.
 
     Raises:
         ImportRefused: a bad line (its number is in the message and ``line``).
@@ -394,15 +439,17 @@ def plan_import(
         raise InvalidRecord(f"{name}: no such file; nothing was written", path=name) from None
     except IsADirectoryError:
         raise InvalidRecord(f"{name}: is a directory, expected a JSONL file; nothing was written", path=name) from None
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]  # some editors start a UTF-8 file with a byte-order mark
     fmt = detect_format(data) if format == "auto" else format
     if fmt == "retained":
         if scope is not None:
             raise InvalidRecord("--scope does not apply to a retained export: its records keep their own scopes", path="scope")
-        plan = _plan_retained(data, name, progress)
+        plan = _plan_retained(data, name, identity, progress)
     elif fmt == "memory":
-        plan = _plan_memory(data, name, scope, progress)
+        plan = _plan_memory(data, name, scope, identity, progress)
     else:
-        plan = _plan_plain(data, name, scope, on_reserved, progress)
+        plan = _plan_plain(data, name, scope, on_reserved, identity, progress)
     return plan
 
 
@@ -446,12 +493,16 @@ def _relink(item: _Item, content: record.Content, new_seq: dict[int, int]) -> re
     return record.Content(fields)
 
 
-def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, progress: Progress | None = None) -> dict[str, Any]:
+def run_import(
+    store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, progress: Progress | None = None, dry_run: bool = False
+) -> dict[str, Any]:
     """Append a validated plan in batches through the store; returns counts and the seq range written.
 
     Uses the store's public operations only: ``Store.prepare`` (the write
     guard) for every record before anything is written, then
-    ``Store.append`` per batch, the one pipeline into the log.
+    ``Store.append`` per batch, the one pipeline into the log. With
+    ``dry_run`` it stops after the guard: what it would refuse is refused,
+    and nothing is written.
 
     Raises what ``Store.append`` raises. If a batch fails, the batches
     before it stay written (each was acknowledged); the error says how many.
@@ -474,6 +525,11 @@ def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, prog
             redacted += len(ready.notes.get("redactions", ()))
             spans += ready.notes.get("private_spans_removed", 0)
         prepared[id(item)] = ready
+    guard = {"records_changed": guarded, "secrets_redacted": redacted, "private_spans_removed": spans}
+    if dry_run:
+        return {"ok": True, "dry_run": True, "path": plan.path, "format": plan.format, "lines": plan.lines,
+                "records": plan.records, "written": 0, "skipped": plan.skipped, "source": plan.source_head,
+                "guard": guard}
     new_seq: dict[int, int] = {}
     written = duplicates = 0
     first_seq = last_seq = None
@@ -520,7 +576,7 @@ def run_import(store: Any, plan: ImportPlan, *, batch: int = BATCH_RECORDS, prog
         "last_seq": last_seq,
         "skipped": plan.skipped,
         "source": plan.source_head,
-        "guard": {"records_changed": guarded, "secrets_redacted": redacted, "private_spans_removed": spans},
+        "guard": guard,
     }
 
 
@@ -533,9 +589,10 @@ def import_file(
     on_reserved: str = "refuse",
     batch: int = BATCH_RECORDS,
     progress: Progress | None = None,
+    identity: bool = True,
 ) -> dict[str, Any]:
     """Validate the whole file, then append it in batches (``plan_import`` + ``run_import``)."""
-    plan = plan_import(path, format=format, scope=scope, on_reserved=on_reserved)
+    plan = plan_import(path, format=format, scope=scope, on_reserved=on_reserved, identity=identity)
     return run_import(store, plan, batch=batch, progress=progress)
 
 

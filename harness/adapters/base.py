@@ -120,6 +120,11 @@ class Adapter:
     def bad_calls(self) -> list[BadCall]:
         return []
 
+    def raw_write(self, text_json: str, extra_json: str | None = None) -> tuple[str, str]:
+        """A write as raw JSON text: ``(tool, arguments)``, the text given as JSON text (it may hold what
+        no JSON encoder writes, e.g. a lone surrogate escape) and an optional extra value of any shape."""
+        raise NotApplicable("the adapter has no raw form of a write for this server")
+
     async def alive(self, server: Server) -> Reply:
         """A cheap read that must succeed on a healthy server."""
         raise NotImplementedError

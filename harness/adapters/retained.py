@@ -166,6 +166,10 @@ class RetainedAdapter(Adapter):
         keys = ", ".join(sorted(data))
         return SearchCount(returned, left_out, matched, detail=f"reply keys: {keys}")
 
+    def raw_write(self, text_json: str, extra_json: str | None = None) -> tuple[str, str]:
+        extra = f',"fields":{{"x_harness":{extra_json}}}' if extra_json is not None else ""
+        return "memory_write", f'{{"text":{text_json}{extra}}}'
+
     def bad_calls(self) -> list[BadCall]:
         deep: Any = "bottom"
         for _ in range(100):

@@ -111,6 +111,11 @@ class ServerMemoryAdapter(Adapter):
         reply = await server.call("create_entities", {"entities": [entity]})
         return Written(reply.ok, text, proof=None, reply=reply)
 
+    def raw_write(self, text_json: str, extra_json: str | None = None) -> tuple[str, str]:
+        extra = f',"x_harness":{extra_json}' if extra_json is not None else ""
+        entity = f'{{"name":{text_json},"entityType":"harness-note","observations":[{text_json}]{extra}}}'
+        return "create_entities", f'{{"entities":[{entity}]}}'
+
     async def retry_write(self, server: Server, text: str) -> tuple[Written, Written]:
         """The same create_entities call sent twice, as a client retrying after a lost reply would."""
         first = await self.write(server, text)

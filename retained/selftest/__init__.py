@@ -21,8 +21,9 @@ e.g. with one whose verify is blind.
 
 The checks are grouped by what they test: ``checks_log`` (proofs, the chain,
 crashes, concurrency, damage), ``checks_search`` (search, the index,
-embeddings, the brief) and ``checks_input`` (what comes in, erasure, the lock,
-file modes). ``spec`` reads the on-disk format independently of the library,
+embeddings, the brief), ``checks_input`` (what comes in, erasure, the lock,
+file modes) and ``checks_mcp`` (every request to the MCP server over stdio
+answered). ``spec`` reads the on-disk format independently of the library,
 ``children`` runs the child processes, ``context`` is what a check gets.
 """
 
@@ -59,6 +60,7 @@ from .checks_log import (
     check_tamper_detect,
     check_torn_tail,
 )
+from .checks_mcp import check_mcp_replies
 from .checks_search import (
     check_brief_accounting,
     check_brief_degraded,
@@ -114,11 +116,12 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "file_modes": check_file_modes,
     "restart": check_restart,
     "concurrent_writers": check_concurrent_writers,
+    "mcp_replies": check_mcp_replies,
 }
 
 # Checks whose time goes to child processes (interpreter start-up, fsync):
 # run() submits them first so they overlap the rest.
-BACKGROUND = frozenset({"restart", "concurrent_writers"})
+BACKGROUND = frozenset({"restart", "concurrent_writers", "mcp_replies"})
 # Threads for run(parallel=True): the checks wait mostly on fsync, SQLite and
 # children, which release the interpreter; each has its own store.
 WORKERS = 4

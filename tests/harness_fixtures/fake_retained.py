@@ -188,12 +188,23 @@ class FakeStore:
         """Called after a clean end of the session."""
 
 
-def main(store_class: type[FakeStore] = FakeStore) -> None:
+def main(store_class: type[FakeStore] = FakeStore, *, answer_every_line: bool = True) -> None:
+    """Serve the fake store over stdio; ``answer_every_line`` puts retained's stdio front before the SDK's transport."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
+    class FakeServer(MCPServer):
+        async def get_prompt(self, name: str, arguments: Any = None, context: Any = None) -> Any:
+            # JSON-RPC's invalid-params code for a prompt that does not exist (the SDK answers code 0).
+            if answer_every_line and name not in {p.name for p in await self.list_prompts()}:
+                from mcp.shared.exceptions import MCPError
+                from mcp_types import INVALID_PARAMS
+
+                raise MCPError(INVALID_PARAMS, f"no prompt named {name[:40]!r}")
+            return await super().get_prompt(name, arguments, context)
+
     store = store_class(Path(os.environ["RETAINED_DIR"]))
-    server = MCPServer("fake-retained")
+    server = FakeServer("fake-retained")
 
     def guarded(call: Any) -> dict[str, Any]:
         try:
@@ -234,7 +245,14 @@ def main(store_class: type[FakeStore] = FakeStore) -> None:
         return guarded(lambda: store.forget(ids, reason))
 
     try:
-        server.run()
+        if answer_every_line:
+            import anyio
+
+            from retained import mcp_stdio
+
+            anyio.run(lambda: mcp_stdio.serve(server, line_bytes_max=RECORD_BYTES_MAX + 1024 * 1024))
+        else:
+            server.run()  # the SDK's own transport: a line its reader refuses is never answered
     finally:
         store.shutdown()
 

@@ -39,7 +39,7 @@ SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[Heal
 
 @SETTINGS
 @given(
-    text=st.text(max_size=300).filter(_plain),
+    text=st.text(max_size=300).filter(_plain).filter(str.strip),  # a note's text is never empty
     fields=st.dictionaries(field_names, json_values, max_size=5),
     scope=st.none() | st.text(min_size=1, max_size=20).filter(_plain),
 )

@@ -415,7 +415,7 @@ def _adversarial_store(store_dir: Path) -> None:
     with Store(store_dir) as store:
         store.write_batch([{"text": "x"} for _ in range(300)])  # tiny records: header-heavy JSON
         store.write_batch([{"text": '"\\' * 300, "scope": '"q"' * 30} for _ in range(30)])  # escapes double
-        store.write_batch([{"text": "\n" * 500} for _ in range(10)])
+        store.write_batch([{"text": "\n" * 499 + "."} for _ in range(10)])  # newlines (text is never all whitespace)
         store.write_batch([{"text": "😀" * 400, "source": "s" * 500} for _ in range(10)])
         store.write_batch([{"text": "\x1b[2J\x00\x07 control", "body": {"nested": ["json", 1, None]}} for _ in range(5)])
         store.checkpoint("c" * 3000, summary="d" * 3000)

@@ -113,7 +113,7 @@ def test_verify_reports_a_foreign_line_without_failing(store_dir):
     code, rep = _report(store_dir)
     assert code == 0 and rep["ok"] and len(rep["foreign"]) == 1
     text = run_cli("verify", env_dir=store_dir).stdout
-    assert "1 foreign lines kept and skipped by the chain" in text
+    assert "1 foreign line kept and skipped by the chain" in text
 
 
 def test_every_command_has_help_ending_with_an_example():

@@ -147,7 +147,7 @@ def test_store_timeline_and_list_count_what_they_leave_out(filled_store):
     assert [e["seq"] for e in end["records"]] == [10] and (end["more_before"], end["more_after"], end["more"]) == (9, 0, 9)
     start = filled_store.timeline(1, window=3)
     assert [e["seq"] for e in start["records"]] == [1, 2, 3, 4] and (start["more_before"], start["more_after"]) == (0, 6)
-    for around, window, error in ((11, 1, NotFound), (2**70, 1, NotFound), (0, 1, InvalidRecord), (True, 1, InvalidRecord),
+    for around, window, error in ((11, 1, NotFound), (2**70, 1, InvalidRecord), (0, 1, InvalidRecord), (True, 1, InvalidRecord),
                                   (3, -1, InvalidRecord), (3, 101, InvalidRecord), (3, "2", InvalidRecord)):
         with pytest.raises(error):
             filled_store.timeline(around, window=window)

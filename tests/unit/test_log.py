@@ -175,7 +175,7 @@ def test_a_held_lock_gives_store_busy_and_writes_nothing(store_dir):
 def test_scan_and_scan_reverse_agree_and_carry_offsets(store_dir):
     log = Log(store_dir)
     for i in range(50):
-        _append(log, f"n{i}" * (i * 97 % 3000))
+        _append(log, f"n{i}" * (1 + i * 97 % 3000))
     forward = [(x.offset, x.seq) for x in log.scan()]
     backward = [(x.offset, x.seq) for x in log.scan_reverse()]
     assert forward == list(reversed(backward))

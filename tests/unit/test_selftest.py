@@ -160,6 +160,19 @@ def test_concurrent_writers_fails_when_a_write_is_dropped():
     )
 
 
+def test_mcp_replies_fails_against_a_server_that_drops_what_its_reader_refuses(tmp_path):
+    """The check's child is run by ``python``; here a wrapper runs the SDK's plain stdio server instead."""
+    import sys
+
+    fixture = Path(__file__).resolve().parents[1] / "harness_fixtures" / "drops_bad_lines.py"
+    wrapper = tmp_path / "python-serving-the-plain-sdk"
+    # The check runs `python -c CODE STORE_DIR`; the store directory is the third argument.
+    wrapper.write_text(f'#!/bin/sh\nRETAINED_DIR="$3" exec "{sys.executable}" "{fixture}"\n', encoding="utf-8")
+    wrapper.chmod(0o700)
+    detail = _fail("mcp_replies", python=str(wrapper))
+    assert "no reply within" in detail and "a lone surrogate in a text" in detail
+
+
 def test_torn_tail_fails_when_the_torn_bytes_are_not_kept():
     def discard(ctx: selftest.Context) -> None:
         for p in ctx.directory.glob("log.jsonl.torn-*"):

@@ -110,10 +110,14 @@ def test_stats_exits_1_and_says_so_when_the_log_is_damaged(store_dir):
 
 
 def test_stats_of_an_empty_store_is_zeros(tmp_path):
-    out = run_cli("stats", "--json", env_dir=tmp_path / "none")
-    assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout)
+    from retained import Store
+
+    with Store(tmp_path / "none") as store:
+        got = store.stats()
     assert got["records"] == 0 and got["exists"] is False and got["head"]["seq"] == 0
+    # The command line says there is no store there (issue 15) and creates nothing.
+    out = run_cli("stats", "--json", env_dir=tmp_path / "none")
+    assert out.returncode == 1 and json.loads(out.stdout)["error"]["code"] == "no_store", out.stderr
     assert not (tmp_path / "none").exists()
 
 

@@ -24,8 +24,13 @@ def _records(directory: Path) -> list[dict]:
 
 
 def _caller_view(rec: dict) -> dict:
-    """What a caller set: everything but the store's own fields and the import provenance."""
-    return {k: v for k, v in rec.items() if k not in {"v", "seq", "ts", "prev", "hash", "client", "imported"}}
+    """What a caller set: everything but the store's own fields and the import provenance.
+
+    An imported record's client_op_id is its source identity (``import:...``),
+    so it is left out too; the source's own is in ``imported.client_op_id``.
+    """
+    skip = {"v", "seq", "ts", "prev", "hash", "client", "imported"}
+    return {k: v for k, v in rec.items() if k not in skip and not (k == "client_op_id" and v.startswith("import:"))}
 
 
 def _source_store(directory: Path) -> Store:
@@ -61,8 +66,11 @@ def test_export_then_import_into_a_new_store_keeps_texts_fields_and_links(tmp_pa
 
     before, after = _records(tmp_path / "src"), _records(tmp_path / "dst")
     assert [_caller_view(r) for r in before] == [_caller_view(r) for r in after]
+    origin = before[0]["hash"][:16]
     for old, new in zip(before, after):
         assert new["imported"] == {"seq": old["seq"], "hash": old["hash"], "ts": old["ts"], "client": old["client"]}
+        # Its identity: its own client_op_id, else one derived from where it was in the source.
+        assert new["client_op_id"] == old.get("client_op_id", f"import:{origin}:{old['seq']}:{old['hash']}")
         assert new["client"]["name"] == "retained-cli"
     report = chain.walk(Log(tmp_path / "dst").scan())
     assert report.ok and report.records == 5
@@ -87,14 +95,45 @@ def test_import_into_a_store_with_records_renumbers_links(tmp_path):
     assert chain.walk(Log(tmp_path / "dst").scan()).ok
 
 
-def test_reimporting_an_export_skips_records_with_a_known_client_op_id(tmp_path):
+def test_issue_15_reimporting_an_export_appends_nothing_and_says_how_many_were_present(tmp_path):
     src = _source_store(tmp_path / "src")
     export_file = tmp_path / "export.jsonl"
     transfer.export_to_file(src.log, export_file)
-    dst = Store(tmp_path / "dst")
-    transfer.import_file(dst, export_file)
-    again = transfer.import_file(dst, export_file)
-    assert again["duplicates"] == 1 and again["written"] == 4
+    first = run_cli("import", str(export_file), "--dir", str(tmp_path / "dst"))
+    assert first.returncode == 0, first.stderr
+    size = (tmp_path / "dst" / "log.jsonl").stat().st_size
+    again = run_cli("import", str(export_file), "--dir", str(tmp_path / "dst"))
+    assert again.returncode == 0, again.stderr
+    assert "imported 0 of 5 records" in again.stdout and "5 already in the store" in again.stdout
+    assert (tmp_path / "dst" / "log.jsonl").stat().st_size == size
+    # Links of a later import still point at the records the first one wrote.
+    dup = json.loads(run_cli("import", str(export_file), "--json", "--dir", str(tmp_path / "dst")).stdout)
+    assert (dup["written"], dup["duplicates"]) == (0, 5)
+    forced = json.loads(run_cli("import", str(export_file), "--allow-duplicates", "--json",
+                                "--dir", str(tmp_path / "dst")).stdout)
+    assert (forced["written"], forced["duplicates"]) == (5, 0)
+    recs = _records(tmp_path / "dst")
+    assert recs[8]["supersedes"] == [6] and recs[9]["retracts"] == [7]
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("jsonl", '{"text": "alpha"}\n{"text": "alpha"}\n{"text": "beta", "client_op_id": "mine"}\n'),
+    ("memory", '{"type": "entity", "name": "kim", "entityType": "person", "observations": ["likes tea", "likes tea"]}\n'
+               '{"type": "relation", "from": "kim", "to": "kim", "relationType": "knows"}\n'),
+])
+def test_issue_15_reimporting_jsonl_or_memory_appends_nothing(tmp_path, fmt, text):
+    f = tmp_path / "in.jsonl"
+    f.write_text(text, encoding="utf-8")
+    s = Store(tmp_path / "s")
+    first = s.import_file(f)
+    assert first["format"] == fmt and first["written"] == first["records"] == (3 if fmt == "jsonl" else 4)
+    again = s.import_file(f, scope="other")
+    assert (again["written"], again["duplicates"]) == (0, first["records"])
+    # The identity is the line's place and bytes: an edited line is new; a line's own client_op_id holds.
+    f.write_text(text.replace("alpha", "gamma").replace("tea", "coffee"), encoding="utf-8")
+    edited = s.import_file(f)
+    assert edited["written"] == (2 if fmt == "jsonl" else 3)
+    assert s.import_file(f, allow_duplicates=True)["written"] == (2 if fmt == "jsonl" else 4)
 
 
 def test_an_imported_record_keeps_its_earlier_provenance_nested(tmp_path):

@@ -463,6 +463,10 @@ class Log:
             self._ops.clear()
             self._ops_end = 0
             self._ops_ino = self._ino
+        if self._ops_end == size:
+            # Nothing appended since the last look (the common case inside a
+            # batch): the map is complete, no need to open the file again.
+            return self._ops.get(client_op_id)
         end = size
         # Canonical JSON has no space after a key, and a quote inside a string
         # is escaped, so every record with the field holds these exact bytes.

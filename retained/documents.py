@@ -1,7 +1,8 @@
-"""What the index stores for one record: its words, its links, its token cost.
+"""What the index stores for one record: its words, its links, its token cost, its turn.
 
 Pure functions over a parsed record, no SQLite: ``index`` writes what they
-return, ``index_search`` and ``hybrid`` charge results with `estimate_tokens`.
+return, ``index_search`` and ``hybrid`` charge results with `estimate_tokens`
+and read records in their conversation with `turn`.
 
 Token estimate for ``max_tokens``: ``ceil(utf8 bytes of text and body / 4)``
 per result (a body that is not a string counts as its canonical JSON). It is
@@ -19,6 +20,41 @@ from . import query, record
 # fields (their numbers would match unrelated queries).
 _NOT_WORDS = frozenset(record.RESERVED_FIELDS | {"kind", "scope", "supersedes", "retracts", "redacts", "client_op_id"})
 FIELDS_CHARS_MAX = 4096  # caller-field text indexed per record; bounds one record's index cost
+
+
+# A record carrying one of these fields is a turn of a conversation: who said
+# it. Records without one are notes, and search never reads a note in the
+# light of its neighbours (issue 18: context helps a dialogue and is noise
+# between unrelated notes).
+SPEAKER_FIELDS = ("speaker", "role")
+SESSION_FIELD = "session"  # optional: turns of different sessions are not neighbours
+SPEAKER_CHARS_MAX = 100  # a longer value is content, not a name
+
+
+def turn(rec: dict[str, Any]) -> tuple[str, Any] | None:
+    """``(speaker, session)`` when ``rec`` is a turn of a conversation, else None.
+
+    The speaker is the first of `SPEAKER_FIELDS` holding a short non-empty
+    string; the session is the record's `SESSION_FIELD` (None when absent).
+
+    >>> turn({"text": "I play clarinet", "speaker": "Mel", "session": 3})
+    ('Mel', 3)
+    >>> turn({"text": "deploys go out on Tuesdays"}) is None
+    True
+    """
+    for field in SPEAKER_FIELDS:
+        value = rec.get(field)
+        if type(value) is str and 0 < len(value.strip()) <= SPEAKER_CHARS_MAX:
+            session = rec.get(SESSION_FIELD)
+            return value.strip(), session if type(session) in (str, int) else None
+    return None
+
+
+def replies(asked: tuple[str, Any] | None, answer: tuple[str, Any] | None) -> bool:
+    """True when the turn ``answer``, next in its scope after ``asked``, is the other speaker's reply."""
+    if asked is None or answer is None or asked[0] == answer[0]:
+        return False
+    return asked[1] is None or answer[1] is None or asked[1] == answer[1]
 
 
 def estimate_tokens(rec: dict[str, Any]) -> int:

@@ -11,15 +11,18 @@ lock, catch-up and the checked read of a record from the log.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import query
-from .documents import estimate_tokens
+from . import query, record
+from .documents import estimate_tokens, replies, turn
 from .errors import InvalidRecord
 
 if TYPE_CHECKING:
     import sqlite3
     import threading
+
+    from .log import Log
 
 # Column weights for bm25 (text, body, fields). Measured on LoCoMo with
 # harness/eval_locomo.py: weights between 0.3 and 3 move recall@5 by under
@@ -39,14 +42,101 @@ RANK_ROWS_MAX = 2000
 # (harness/eval_locomo.py --ablation).
 RERANK_N = 50
 COVERAGE_WEIGHT = 2.0
+NEAR = 2  # seqs either side of a candidate read at once to find its neighbours in its scope
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The re-ranking steps after bm25, each with its weight (0 or 1.0 turns a step off).
+
+    The defaults were chosen on half of the LoCoMo conversations and
+    reported on the other half (harness/eval_locomo.py, docs/retrieval.md).
+    """
+
+    coverage_weight: float = COVERAGE_WEIGHT  # added per distinct query term a record contains
+    rerank_n: int = RERANK_N  # bm25 candidates re-ranked
+    reply_credit: float = 0.0  # share of a matching turn's score its reply gains
+    name_factor: float = 1.0  # share of its score a turn keeps when it matched only speaker names
+    recency_band: float = 0.0  # scores within this share of a group's best count as equal: newest first
+    ask_factor: float = 1.0
+    prev_credit: float = 0.0
+
+
+RANKING = Ranking()
+
+
+class _Candidate:
+    """One record being re-ranked: its row, its score (higher is better), whether it matched, its turn."""
+
+    __slots__ = ("asks", "good", "matched", "row", "turn")
+
+    def __init__(self, row: tuple[Any, ...], good: float, matched: bool | None = True) -> None:
+        self.row = row
+        self.good = good
+        self.matched = matched
+        self.turn: tuple[str, Any] | None = None
+        self.asks = False
+
+
+class _Weigher:
+    """The coverage score of a record: ``coverage_weight`` per distinct query term it contains.
+
+    A speaker's name counts ``name_factor`` of a term in a turn someone
+    else says (a greeting, "Thanks, Caroline!"): the name is then who is
+    spoken to, not who the turn is about.
+    """
+
+    def __init__(self, terms: list[str], cover: dict[int, set[int]], ranking: Ranking, speakers: list[str]) -> None:
+        self.cover = cover
+        self.weight = ranking.coverage_weight
+        self.factor = ranking.name_factor
+        self.spoken: dict[str, frozenset[int]] = {}  # speaker -> indexes of the query terms naming them
+        for name in speakers:
+            if name not in self.spoken:
+                words = set(query.terms(name, stop_words=frozenset()))
+                self.spoken[name] = frozenset(i for i, term in enumerate(terms) if term in words)
+        self.names = frozenset().union(*self.spoken.values()) if self.spoken else frozenset()
+
+    def __call__(self, seq: int, turn: tuple[str, Any] | None) -> float:
+        got = self.cover.get(seq)
+        if not got:
+            return 0.0
+        if not self.names or self.factor == 1.0:
+            return self.weight * len(got)
+        own = self.spoken.get(turn[0], frozenset()) if turn else frozenset()
+        return self.weight * sum(self.factor if i in self.names and i not in own else 1.0 for i in got)
+
+
+def _newer_first(ranked: list[_Candidate], band: float) -> list[_Candidate]:
+    """Order each run of comparable scores newest first.
+
+    Walking down the ranking, a group starts at its best record and takes
+    every following record scoring within ``band`` of it; inside a group the
+    higher seq (the later write) comes first. A correction written without
+    ``supersedes`` then ranks above the statement it corrects whenever the
+    two match the query about equally.
+    """
+    out: list[_Candidate] = []
+    i = 0
+    while i < len(ranked):
+        floor = ranked[i].good - band * abs(ranked[i].good)
+        j = i + 1
+        while j < len(ranked) and ranked[j].good >= floor:
+            j += 1
+        out.extend(sorted(ranked[i:j], key=lambda c: -c.row[0]))
+        i = j
+    return out
 
 
 class Search:
     """The search methods of ``Index``: `ranked`, `search`, `empty_reply` and their helpers."""
 
+    ranking: Ranking = RANKING
+
     if TYPE_CHECKING:
         # Supplied by Index.
         _mutex: threading.RLock
+        log: Log
 
         def connection(self) -> sqlite3.Connection: ...
         def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]: ...
@@ -167,40 +257,163 @@ class Search:
 
     def _top(
         self, text: str, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
-    ) -> list[tuple[int, float, int, int, str]]:
-        """The best `limit` visible rows: bm25 over the rows with a rare term, then re-ordered by coverage.
+    ) -> list[tuple[int, float, int, int, str, bool]]:
+        """The best `limit` visible rows, best first: ``(seq, score, offset, length, hash, matched)``.
 
-        Scores are lower-is-better, like bm25: ``bm25 - COVERAGE_WEIGHT *
-        distinct terms matched``.
+        bm25 over the rows with a rare term, then re-ordered (`Ranking`):
+        coverage, then the conversation, then recency. Scores are
+        lower-is-better, like bm25. ``matched`` is False for a reply that
+        reached the list only through the turn it answers.
         """
+        r = self.ranking
         terms, matching = self._rank_terms(text)
         if len(terms) < len(matching):
             # Common terms were left out of the candidate set: rank the rows
             # that have a rare term, by bm25 over every term (the rare ones
-            # count twice). At 100k records (harness/bench_search.py data)
-            # this lifted recall@10 from 0.42 to 0.52 for ~1 ms at p50.
+            # count twice), which keeps recall where ranking the rare terms
+            # alone loses it (harness/bench_search.py).
             rank_expr = "(" + " OR ".join(terms) + ") AND (" + " OR ".join(matching) + ")"
         else:
             rank_expr = " OR ".join(terms) if terms else expr
-        rows = self._ranked_rows(rank_expr, max(limit, RERANK_N), scope, include_superseded, include_retracted)
-        if len(terms) < 2 or len(rows) < 2:
-            return rows[:limit]
+        rows = self._ranked_rows(rank_expr, max(limit, r.rerank_n), scope, include_superseded, include_retracted)
+        if not rows:
+            return []
+        cand = {row[0]: _Candidate(row, -row[1]) for row in rows}
+        talk = bool(r.reply_credit or r.prev_credit or r.name_factor != 1.0)
+        if talk:
+            for c in cand.values():
+                c.turn, c.asks = self._turn_at(c.row[2], c.row[3])
+            talk = any(c.turn for c in cand.values())
+        # With turns among the candidates, their neighbours may join: the
+        # coverage of the seqs around each candidate is counted in the same pass.
+        near = NEAR if talk and (r.reply_credit or r.prev_credit) else 0
+        cover = self._cover(terms, {s + d for s in cand for d in range(-near, near + 1)})
+        weigh = _Weigher(terms, cover, r, [c.turn[0] for c in cand.values() if c.turn])
+        for seq, c in cand.items():
+            c.good += weigh(seq, c.turn)
+        if near:
+            self._neighbours(cand, weigh, include_superseded, include_retracted)
+        ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
+        if r.recency_band:
+            ranked = _newer_first(ranked, r.recency_band)
+        top = ranked[:limit]
         db = self.connection()
-        ids = {r[0] for r in rows}
+        for c in top:
+            if c.matched is None:  # a neighbour none of the rare terms matched: does any term?
+                c.matched = db.execute("SELECT 1 FROM fts WHERE fts MATCH ? AND rowid = ?",
+                                       (expr, c.row[0])).fetchone() is not None
+        return [(c.row[0], -c.good, *c.row[2:5], bool(c.matched)) for c in top]
+
+    def _cover(self, terms: list[str], ids: set[int]) -> dict[int, set[int]]:
+        """For each of ``ids`` that contains a term, the indexes into ``terms`` of the terms it contains."""
+        cover: dict[int, set[int]] = {}
+        if not ids or not terms:
+            return cover
+        db = self.connection()
         lo, hi = min(ids), max(ids)
-        cover: dict[int, int] = {}
-        for term in terms:
+        for i, term in enumerate(terms):
             # A rowid range, not `rowid IN (...)`: FTS5 re-runs the whole
-            # MATCH for each IN value (measured 6x slower). The terms here
-            # were kept because they match few rows, so the range is cheap.
+            # MATCH for each IN value. The terms here were kept because they
+            # match few rows, so the range is cheap.
             for (rowid,) in db.execute(
                 "SELECT rowid FROM fts WHERE fts MATCH ? AND rowid BETWEEN ? AND ?", (term, lo, hi)
             ):
                 if rowid in ids:
-                    cover[rowid] = cover.get(rowid, 0) + 1
-        scored = [(r[0], r[1] - COVERAGE_WEIGHT * cover.get(r[0], 0), *r[2:]) for r in rows]
-        scored.sort(key=lambda r: (r[1], -r[0]))
-        return scored[:limit]
+                    cover.setdefault(rowid, set()).add(i)
+        return cover
+
+    def _neighbours(
+        self, cand: dict[int, _Candidate], weigh: _Weigher, include_superseded: bool, include_retracted: bool
+    ) -> None:
+        """Read each candidate turn with its neighbours in its scope (issue 18), in place.
+
+        A turn that asks something passes ``reply_credit`` of its score to the
+        next turn, when the other speaker says it (the answer), and keeps
+        ``ask_factor`` of its own; a turn passes ``prev_credit`` of its score
+        to the turn before it, when the other speaker said it and it asked
+        nothing (what the turn reacts to). A neighbour that gains joins the
+        candidates, scored by the query terms it contains.
+        """
+        r = self.ranking
+        db = self.connection()
+        turns = [c for c in cand.values() if c.turn is not None and c.good > 0]
+        if not turns:
+            return
+        # One read of every record within NEAR seqs of a turn: a conversation
+        # is usually written in order, so a turn's neighbours in its scope
+        # are among them; a scope interleaved with others falls back to a
+        # query per turn.
+        near = {c.row[0] + d for c in turns for d in range(-NEAR, NEAR + 1)}
+        places = {row[0]: row[1:] for row in db.execute(
+            "SELECT seq, scope, offset, length, hash, superseded, retracted, redacted FROM records"
+            f" WHERE seq IN ({','.join(str(x) for x in sorted(near))})"
+        )}
+        fresh: dict[int, _Candidate] = {}
+
+        def neighbour(seq: int, step: int) -> _Candidate | None:
+            scope = places[seq][0]
+            found = next((x for x in range(seq + step, seq + step * (NEAR + 1), step)
+                          if x in places and places[x][0] == scope), None)
+            if found is None and (seq + step * NEAR) in places:
+                row = db.execute(
+                    "SELECT seq, scope, offset, length, hash, superseded, retracted, redacted FROM records"
+                    + (" WHERE scope IS ? AND seq > ? ORDER BY seq LIMIT 1" if step > 0
+                       else " WHERE scope IS ? AND seq < ? ORDER BY seq DESC LIMIT 1"),
+                    (scope, seq),
+                ).fetchone()
+                if row is not None:
+                    found = row[0]
+                    places[found] = row[1:]
+            if found is None:
+                return None
+            got = cand.get(found) or fresh.get(found)
+            if got is None:
+                _scope, offset, length, h, sup, ret, red = places[found]
+                if red or (sup and not include_superseded) or (ret and not include_retracted):
+                    return None
+                got = fresh[found] = _Candidate((found, 0.0, offset, length, h), 0.0, None)
+                got.turn, got.asks = self._turn_at(offset, length)
+            return got
+
+        gains: dict[int, float] = {}
+        asked: list[_Candidate] = []
+        for c in turns:
+            seq = c.row[0]
+            if c.asks and r.reply_credit:
+                answer = neighbour(seq, 1)
+                if answer is not None and replies(c.turn, answer.turn):
+                    gains[answer.row[0]] = gains.get(answer.row[0], 0.0) + r.reply_credit * c.good
+                    asked.append(c)
+            if r.prev_credit:
+                before = neighbour(seq, -1)
+                if before is not None and not before.asks and replies(before.turn, c.turn):
+                    gains[before.row[0]] = gains.get(before.row[0], 0.0) + r.prev_credit * c.good
+        for c in asked:
+            c.good *= r.ask_factor
+        for seq, gain in gains.items():
+            got = cand.get(seq)
+            if got is None:
+                got = cand[seq] = fresh[seq]
+                got.good = weigh(seq, got.turn)
+                if weigh.cover.get(seq):
+                    got.matched = True
+            got.good += gain
+
+    def _turn_at(self, offset: int, length: int) -> tuple[tuple[str, Any] | None, bool]:
+        """The speaker and session of the record at ``offset`` (None for a note), and whether it asks something.
+
+        Read for ranking only: a result is still read and checked against
+        its hash before it is returned.
+        """
+        raw = self.log.read_at(offset, length)
+        try:
+            rec = record.orjson.loads(raw)
+        except ValueError:
+            return None, False
+        if type(rec) is not dict:
+            return None, False
+        text = rec.get("text")
+        return turn(rec), type(text) is str and "?" in text
 
     def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
         """(matches, superseded only, retracted only, both) among unredacted records.
@@ -256,6 +469,9 @@ class Search:
         holds the indexed line; verify explains, rebuild clears). Each result
         is ``{"seq", "offset", "length", "record", "score", "tokens"}``, the
         record read from the log and checked against the indexed hash.
+        ``total_matches`` counts the records the query matched plus any reply
+        that reached the top k only through the turn it answers (see
+        `Ranking`), so the sum holds in both cases.
 
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
@@ -264,7 +480,7 @@ class Search:
         caught = self.catch_up()
         expr = query.build(text)
         total = sup_only = ret_only = both = 0
-        top: list[tuple[int, float, int, int, str]] = []
+        top: list[tuple[int, float, int, int, str, bool]] = []
         if expr is not None:
             with self._mutex:
                 db = self.connection()
@@ -275,15 +491,16 @@ class Search:
                     hidden_ret = 0 if include_retracted else ret_only + both
                     visible = total - hidden_sup - hidden_ret
                     if visible > 0 and k > 0:
-                        top = self._top(text, expr, min(k, visible), scope, include_superseded, include_retracted)
+                        top = self._top(text, expr, k, scope, include_superseded, include_retracted)
                 finally:
                     db.execute("COMMIT")
+        total += sum(1 for row in top if not row[5])  # replies that no query word matched
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both
         visible = total - hidden_sup - hidden_ret
         results: list[dict[str, Any]] = []
         used = over_budget = unreadable = 0
-        for seq, score, offset, length, h in top:
+        for seq, score, offset, length, h, _matched in top:
             if over_budget:
                 over_budget += 1
                 continue

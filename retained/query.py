@@ -10,6 +10,10 @@ parser as syntax. ``AND``, ``NOT``, ``NEAR(``, ``*``, ``:``, ``-``,
 parentheses and quotes typed by a user are searched as words or dropped as
 punctuation, never interpreted.
 
+Dates: "may" is a stop word ("you may"), except next to a day or a year
+("in May 2022", "7 May", "May 7th"), where it is the month. The other
+month names are not stop words.
+
 Recall: a word joined by punctuation ("e-mail", "v1.2", "don't", "C++") is
 split the way the index tokenizer splits it (unicode61 treats punctuation as a
 separator), so the pieces find the same tokens the indexed text produced.
@@ -25,6 +29,8 @@ else, so "what is it" still gets an answer.
 False
 >>> build("  ") is None
 True
+>>> build("what happened in May 2022")
+'"happened" OR "may" OR "2022"'
 >>> build("東京都庁")
 '"東京 京都 都庁"'
 """
@@ -34,7 +40,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["STOP_WORDS", "TERMS_MAX", "build", "segment", "terms"]
+__all__ = ["MONTHS", "STOP_WORDS", "TERMS_MAX", "build", "segment", "terms"]
 
 TERMS_MAX = 32  # bounds the work one query can cause; questions rarely have more content words
 
@@ -55,6 +61,20 @@ when where which while who whom why will with won would wouldn y you your yours 
 yourselves also ever every get got may much must shall us whose yet
 """.split()
 )
+
+# Month names, and the short forms people write. "may" is also a stop word;
+# it is kept as a search term when a day or a year stands next to it.
+MONTHS = frozenset(
+    "january february march april may june july august september october november december"
+    " jan feb mar apr jun jul aug sep sept oct nov dec".split()
+)
+_DAY_OR_YEAR = re.compile(r"(?:[0-9]{1,2}(?:st|nd|rd|th)?|[0-9]{4})")
+
+
+def _dated(words: list[str], i: int) -> bool:
+    """True when the month name at ``words[i]`` has a day or a year beside it."""
+    return any(0 <= j < len(words) and _DAY_OR_YEAR.fullmatch(words[j]) for j in (i - 1, i + 1))
+
 
 # Irregular English forms porter cannot join ("went" is not stemmed to
 # "go"). A question asks "when did she go", the record says "she went": a
@@ -198,7 +218,7 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
             pos = m.end()
         if pos < len(raw):
             words.append(raw[pos:])
-    content = [w for w in words if w not in stop_words]
+    content = [w for i, w in enumerate(words) if w not in stop_words or (w in MONTHS and _dated(words, i))]
     if not content:
         content = words
     out: list[str] = []

@@ -68,7 +68,7 @@ RANKING = Ranking()
 class _Candidate:
     """One record being re-ranked: its row, its score (higher is better), whether it matched, its turn."""
 
-    __slots__ = ("asks", "good", "matched", "row", "turn")
+    __slots__ = ("_words", "asks", "good", "matched", "row", "text", "turn")
 
     def __init__(self, row: tuple[Any, ...], good: float, matched: bool | None = True) -> None:
         self.row = row
@@ -76,6 +76,15 @@ class _Candidate:
         self.matched = matched
         self.turn: tuple[str, Any] | None = None
         self.asks = False
+        self.text = ""
+        self._words: frozenset[str] | None = None
+
+    @property
+    def words(self) -> frozenset[str]:
+        """The record's subject words (`query.subject`), computed when first compared."""
+        if self._words is None:
+            self._words = query.subject(self.text)
+        return self._words
 
 
 class _Weigher:
@@ -108,23 +117,24 @@ class _Weigher:
 
 
 def _newer_first(ranked: list[_Candidate], band: float) -> list[_Candidate]:
-    """Order each run of comparable scores newest first.
+    """Put each record above older records on its subject that score about as well.
 
-    Walking down the ranking, a group starts at its best record and takes
-    every following record scoring within ``band`` of it; inside a group the
-    higher seq (the later write) comes first. A correction written without
-    ``supersedes`` then ranks above the statement it corrects whenever the
-    two match the query about equally.
+    Walking down the ranking, a record moves above the first record ahead of
+    it that is older (a lower seq), on the same subject (`query.same_subject`)
+    and scores less than ``band`` (a share of that record's score) better.
+    A correction written without ``supersedes`` then ranks above the
+    statement it corrects, while records on other subjects keep their order.
     """
     out: list[_Candidate] = []
-    i = 0
-    while i < len(ranked):
-        floor = ranked[i].good - band * abs(ranked[i].good)
-        j = i + 1
-        while j < len(ranked) and ranked[j].good >= floor:
-            j += 1
-        out.extend(sorted(ranked[i:j], key=lambda c: -c.row[0]))
-        i = j
+    for c in ranked:
+        at = len(out)
+        for i, o in enumerate(out):
+            if (o.row[0] < c.row[0] and c.good >= o.good - band * abs(o.good)
+                    and (o.turn and o.turn[0]) == (c.turn and c.turn[0])
+                    and query.same_subject(o.words, c.words)):
+                at = i
+                break
+        out.insert(at, c)
     return out
 
 
@@ -280,10 +290,10 @@ class Search:
             return []
         cand = {row[0]: _Candidate(row, -row[1]) for row in rows}
         talk = bool(r.reply_credit or r.prev_credit or r.name_factor != 1.0)
-        if talk:
+        if talk or r.recency_band:
             for c in cand.values():
-                c.turn, c.asks = self._turn_at(c.row[2], c.row[3])
-            talk = any(c.turn for c in cand.values())
+                self._read_into(c)
+            talk = talk and any(c.turn for c in cand.values())
         # With turns among the candidates, their neighbours may join: the
         # coverage of the seqs around each candidate is counted in the same pass.
         near = NEAR if talk and (r.reply_credit or r.prev_credit) else 0
@@ -372,7 +382,7 @@ class Search:
                 if red or (sup and not include_superseded) or (ret and not include_retracted):
                     return None
                 got = fresh[found] = _Candidate((found, 0.0, offset, length, h), 0.0, None)
-                got.turn, got.asks = self._turn_at(offset, length)
+                self._read_into(got)
             return got
 
         gains: dict[int, float] = {}
@@ -399,21 +409,25 @@ class Search:
                     got.matched = True
             got.good += gain
 
-    def _turn_at(self, offset: int, length: int) -> tuple[tuple[str, Any] | None, bool]:
-        """The speaker and session of the record at ``offset`` (None for a note), and whether it asks something.
+    def _read_into(self, c: _Candidate) -> None:
+        """Read a candidate's record: its turn (speaker, session), whether it asks, its subject words.
 
         Read for ranking only: a result is still read and checked against
-        its hash before it is returned.
+        its hash before it is returned. An unreadable line ranks as a note.
         """
-        raw = self.log.read_at(offset, length)
+        raw = self.log.read_at(c.row[2], c.row[3])
         try:
             rec = record.orjson.loads(raw)
         except ValueError:
-            return None, False
+            return
         if type(rec) is not dict:
-            return None, False
+            return
         text = rec.get("text")
-        return turn(rec), type(text) is str and "?" in text
+        if type(text) is not str:
+            return
+        c.turn = turn(rec)
+        c.asks = "?" in text
+        c.text = text
 
     def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
         """(matches, superseded only, retracted only, both) among unredacted records.

@@ -40,7 +40,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["MONTHS", "STOP_WORDS", "TERMS_MAX", "build", "segment", "terms"]
+__all__ = ["MONTHS", "STOP_WORDS", "SUBJECT_WORDS_MAX", "TERMS_MAX", "build", "same_subject", "segment", "subject",
+           "terms"]
 
 TERMS_MAX = 32  # bounds the work one query can cause; questions rarely have more content words
 
@@ -135,6 +136,9 @@ _CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 
 
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")  # what the loop below keeps, for text without other characters
+
+
 def _words(text: str) -> list[str]:
     """Runs of letters, digits, marks, private-use and unassigned characters.
 
@@ -144,6 +148,8 @@ def _words(text: str) -> list[str]:
     letters because SQLite's tables may know them as such. A quoted word is tokenized again by FTS5 itself, so any small
     disagreement with the tokenizer only turns a word into a phrase.
     """
+    if text.isascii():
+        return _ASCII_WORD.findall(text)
     out: list[str] = []
     cur: list[str] = []
     for ch in text:
@@ -189,6 +195,10 @@ def segment(text: str) -> str:
 
 
 def _normalise(text: str) -> str:
+    if text.isascii():
+        # NFKC changes no ASCII character, and the control characters are
+        # not word characters, so they already separate words.
+        return text.lower()
     # NFKC folds full-width letters and digits, ligatures and superscripts to
     # what the tokenizer sees in ordinary text; control and format characters
     # become spaces so they separate words instead of gluing them.
@@ -248,3 +258,47 @@ def build(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
     if not found:
         return None
     return " OR ".join(found)
+
+
+SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of one comparison
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def subject(text: str) -> frozenset[str]:
+    """The content words of ``text``, roughly stemmed: what `same_subject` compares.
+
+    Stop words go; a plural or past ending is cut ("reviewed" and "reviews"
+    both give "review"), a cruder stand-in for the index's porter stemmer
+    that needs no SQLite.
+
+    >>> sorted(subject("We raised the API timeout to 60 seconds."))
+    ['60', 'api', 'rais', 'second', 'timeout']
+    """
+    out: set[str] = set()
+    for w in _words(_normalise(text)):
+        if w in STOP_WORDS:
+            continue
+        for suffix in _SUFFIXES:
+            if len(w) > len(suffix) + 2 and w.endswith(suffix):
+                w = w[: -len(suffix)]
+                break
+        out.add(w)
+        if len(out) >= SUBJECT_WORDS_MAX:
+            break
+    return frozenset(out)
+
+
+def same_subject(a: frozenset[str], b: frozenset[str], *, shared_min: int = 2, overlap_min: float = 0.5) -> bool:
+    """True when two records' `subject` words say they are about the same thing.
+
+    At least ``shared_min`` words in common, and at least ``overlap_min`` of
+    the shorter record's words: "The API timeout is 30 seconds." and "We
+    raised the API timeout to 60 seconds." share 3 of 4.
+
+    >>> same_subject(subject("The API timeout is 30 seconds."), subject("We raised the API timeout to 60 seconds."))
+    True
+    >>> same_subject(subject("Thanks, Caroline!"), subject("Thanks, Mel!"))
+    False
+    """
+    shared = len(a & b)
+    return shared >= shared_min and shared >= overlap_min * min(len(a), len(b))

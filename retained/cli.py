@@ -68,7 +68,7 @@ def _proof_text(proof: dict[str, Any]) -> str:
         f"  hash   {proof['hash']}\n"
         f"  prev   {proof['prev']}\n"
         f"  offset {proof['offset']}  length {proof['length']}  ts {proof.get('ts')}"
-    )
+    ) + "".join(f"\n  note: {n}" for n in proof.get("notices") or ())
 
 
 def _record_text(entry: dict[str, Any]) -> str:
@@ -158,13 +158,20 @@ def cmd_search(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         reply = store.search(
             args.query, k=args.k, max_tokens=args.max_tokens, scope=args.scope,
-            include_superseded=args.include_superseded,
+            include_superseded=args.include_superseded, context=args.context,
         )
 
     def text() -> str:
-        lines = [f"{r['score']:.2f} " + _record_text(r) for r in reply["results"]]
+        lines = []
+        for r in reply["results"]:
+            lines.append(f"{r['score']:.2f} " + _record_text(r))
+            lines.extend("    | " + _record_text(c).replace("\n", "\n    | ") for c in r.get("context", ()))
         left = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in reply["left_out"].items() if v)
         lines.append(f"({reply['returned']} of {reply['total_matches']} matches" + (f"; left out: {left})" if left else ")"))
+        if reply.get("context"):
+            c = reply["context"]
+            lines.append(f"(context: {c['included']} records, {c['tokens']} tokens"
+                         + (f"; {c['over_budget']} left out over budget)" if c["over_budget"] else ")"))
         if reply.get("mode"):
             lines.append(f"(mode: {reply['mode']}" + (f"; {reply['mode_reason']})" if reply.get("mode_reason") else ")"))
         return "\n".join(lines)
@@ -539,6 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, help="token budget for the results (estimate: utf-8 bytes / 4)")
     p.add_argument("--scope", help="only records with this scope")
     p.add_argument("--include-superseded", action="store_true", help="also show records a later record superseded")
+    p.add_argument("--context", type=int, default=0, metavar="N",
+                   help="show up to N records of the same scope around each result (within --max-tokens)")
 
     command("rebuild", "drop the index and rebuild it from the log (progress on stderr)", "retained rebuild", cmd_rebuild)
 

@@ -7,6 +7,11 @@ and read records in their conversation with `turn`.
 Token estimate for ``max_tokens``: ``ceil(utf8 bytes of text and body / 4)``
 per result (a body that is not a string counts as its canonical JSON). It is
 an estimate on the generous side for English and code.
+
+Shown text (`shown`): what a reply's text form carries of each record. Every
+record whole when the texts fit the budget; otherwise the longest are cut to
+an equal share, each cut centred on the query's words (``query.excerpt``) and
+saying where the rest is.
 """
 
 from __future__ import annotations
@@ -127,3 +132,58 @@ def _seqs(value: Any) -> list[int]:
     if isinstance(value, list):
         return [v for v in value if type(v) is int and v > 0]
     return []
+
+
+TEXT_TOKENS_DEFAULT = 8000  # text a reply's text form carries when the call set no max_tokens
+CHARS_PER_TOKEN = 4  # the ratio estimate_tokens uses
+
+
+def record_text(rec: dict[str, Any]) -> str:
+    """A record's text and its body (a body that is not a string as canonical JSON), one after the other."""
+    text = rec.get("text")
+    parts = [text] if isinstance(text, str) and text else []
+    body = rec.get("body")
+    if isinstance(body, str):
+        if body:
+            parts.append(body)
+    elif body is not None:
+        parts.append(record.canonical(body).decode("utf-8", "replace"))
+    return "\n".join(parts)
+
+
+REST_HINT = "memory_get with ids=[{seq}] returns the whole record"
+
+
+def shown(
+    records: list[dict[str, Any]], around: str | None, tokens_max: int | None, *, rest: str = REST_HINT
+) -> list[tuple[str, str | None]]:
+    """For each record, the text to show and, when it was cut, a note saying what is missing and how to get it.
+
+    The budget is ``tokens_max`` (``TEXT_TOKENS_DEFAULT`` when None) in
+    characters at `CHARS_PER_TOKEN` a token. When every record's text fits,
+    all are whole; otherwise each gets an equal share of what the shorter
+    ones leave, and a longer text is cut to its share around the words of
+    ``around`` (`query.excerpt`; from its start without a query). The note
+    ends with ``rest``, formatted with the record's ``seq``.
+
+    >>> long = {"seq": 7, "text": "x " * 3000 + "the deploy key rotates monthly " + "y " * 3000}
+    >>> (text, note), = shown([long], "deploy key", 100)
+    >>> "deploy key rotates" in text, note.startswith("cut: characters")
+    (True, True)
+    """
+    texts = [record_text(r) for r in records]
+    budget = (TEXT_TOKENS_DEFAULT if tokens_max is None else tokens_max) * CHARS_PER_TOKEN
+    share: dict[int, int] = {}
+    left, todo = budget, sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    for n, i in enumerate(todo):
+        share[i] = min(len(texts[i]), max(0, left // (len(todo) - n)))
+        left -= share[i]
+    out: list[tuple[str, str | None]] = []
+    for i, (rec, text) in enumerate(zip(records, texts, strict=True)):
+        if share[i] >= len(text):
+            out.append((text, None))
+            continue
+        start, end = query.excerpt(text, around or "", share[i])
+        part = ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+        out.append((part, f"cut: characters {start + 1}-{end} of {len(text)} shown; " + rest.format(seq=rec.get("seq"))))
+    return out

@@ -56,10 +56,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import vectors
-from .dense import Matrix, embed_text
+from .dense import Matrix, embed_text, turns
 from .embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
 from .errors import EmbedConfigError, EmbedError, InvalidRecord
 from .index import K_MAX, Index, estimate_tokens
+from .index_search import check_search_args
 
 # Bounds and defaults, each with its reason.
 DENSE_WEIGHT = 1.0  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
@@ -417,13 +418,15 @@ class Hybrid:
         if cache is None or cache.model != model or cache.generation != generation:
             cache = Matrix(model, generation)
         fetched = db.execute(
-            "SELECT v.id, v.seq, v.hash, v.dim, v.v, r.scope FROM vectors AS v LEFT JOIN records AS r ON r.seq = v.seq"
+            "SELECT v.id, v.seq, v.hash, v.dim, v.v, r.scope, r.offset, r.length"
+            " FROM vectors AS v LEFT JOIN records AS r ON r.seq = v.seq"
             # `+v.model` keeps SQLite on the rowid range (new rows only) instead of
             # walking every row of the model through the (model, seq) index.
             " WHERE v.id > ? AND +v.model = ? AND v.dim > 0 ORDER BY v.id",
             (cache.last_id, model),
         ).fetchall()
-        cache.extend(fetched)
+        said = turns(self.index.log, [(f[1], f[6], f[7]) for f in fetched if f[6] is not None])
+        cache.extend([f[:6] for f in fetched], said)
         self._cache = cache
         return cache
 
@@ -504,13 +507,14 @@ class Hybrid:
         include_superseded: bool = False,
         include_retracted: bool = False,
         mode: str = "auto",
+        context: int = 0,
     ) -> dict[str, Any]:
         """Search with vectors when they can be used, else lexically; the reply says which and why.
 
         ``mode`` is "auto" (hybrid when possible), "lexical", or "dense"
         (the cosine ranking alone, for evaluation; falls back like auto).
         The reply is `Index.search`'s plus ``mode``, ``mode_reason`` and
-        ``vectors`` (model, missing, breaker state).
+        ``vectors`` (model, missing, breaker state); ``context`` as there.
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
@@ -541,10 +545,11 @@ class Hybrid:
         if self.embedder is not None:
             info["breaker"] = self.embedder.status()["breaker"]["state"]
         if reason is not None or query_vec is None:
-            reply = self.index.search(text, k=k, max_tokens=max_tokens, **opts)
+            reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
             reply.update(mode="lexical", mode_reason=reason, vectors=info)
             return reply
-        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info, **opts)
+        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
+                           context=context, **opts)
 
     def _eligible(self) -> int:
         with self.index.lock:
@@ -562,16 +567,12 @@ class Hybrid:
         max_tokens: int | None,
         dense_only: bool,
         info: dict[str, Any],
+        context: int,
         scope: str | None,
         include_superseded: bool,
         include_retracted: bool,
     ) -> dict[str, Any]:
-        if not isinstance(text, str):
-            raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
-        if type(k) is not int or not 0 <= k <= K_MAX:
-            raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
-        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
-            raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+        check_search_args(text, k, max_tokens, context)
         opts = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
@@ -579,20 +580,24 @@ class Hybrid:
         hidden_sup = counts["left_out"]["superseded"]
         hidden_ret = counts["left_out"]["retracted"]
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
-        lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), **opts)
+        lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), with_matched=True, **opts)
         dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
         if dense_only:
             fused = [(s, sc) for s, sc in dense]
         else:
-            fused = vectors.rrf([[s for s, _ in lex], [s for s, _ in dense]], [1.0, self.dense_weight],
+            fused = vectors.rrf([[s for s, *_ in lex], [s for s, _ in dense]], [1.0, self.dense_weight],
                                 keep_first=self.keep_lexical)
         top = fused[:k]
-        # Matches: every lexical match, plus the chosen records no lexical term matched.
-        in_lex = {s for s, _ in lex}
-        dense_only_seqs = self._not_lexical([s for s, _ in top if s not in in_lex], text)
-        total = counts["total_matches"] + len(dense_only_seqs)
-        visible = lexical_visible + len(dense_only_seqs)
-        lex_rank = {s: i for i, (s, _) in enumerate(lex, start=1)}
+        # Matches: every lexical match, plus the chosen records no lexical
+        # term matched (from the dense list, or a reply ranked through the
+        # turn it answers).
+        in_lex = {s: matched for s, _, matched in lex}
+        chosen = {s for s, _ in top}
+        unmatched = self._not_lexical([s for s in chosen if s not in in_lex], text)
+        unmatched += [s for s, matched in in_lex.items() if not matched and s in chosen]
+        total = counts["total_matches"] + len(unmatched)
+        visible = lexical_visible + len(unmatched)
+        lex_rank = {s: i for i, (s, *_) in enumerate(lex, start=1)}
         dense_rank = {s: i for i, (s, _) in enumerate(dense, start=1)}
         results: list[dict[str, Any]] = []
         used = over_budget = unreadable = 0
@@ -646,6 +651,11 @@ class Hybrid:
                         "neighbour_weight": self.neighbour_weight, "dense_candidates": len(dense)},
         }
         assert reply["returned"] + sum(left_out.values()) == reply["total_matches"]
+        if context:
+            reply["context"] = self.index.attach_context(results, context, max_tokens, used,
+                                                         include_superseded=include_superseded,
+                                                         include_retracted=include_retracted)
+            reply["tokens"] += reply["context"]["tokens"]
         return reply
 
     def _not_lexical(self, seqs: list[int], text: str) -> list[int]:

@@ -12,6 +12,7 @@ lock, catch-up and the checked read of a record from the log.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
 from . import query, record
@@ -29,7 +30,11 @@ if TYPE_CHECKING:
 # 0.01, so the columns count alike.
 WEIGHTS = (1.0, 1.0, 1.0)
 K_MAX = 1000  # results one search may return; more is a listing, not a search
-# bm25 costs ~8 us per matching row in FTS5, so ranking every row that shares
+CONTEXT_MAX = 50  # neighbouring records one result may carry; more is a timeline (memory_get around)
+RELATED_MAX = 3  # earlier records a write's reply names as ones it may correct
+RELATED_CANDIDATES = 10  # best-ranked earlier records compared with a new one for that
+RELATED_CHARS = 160  # of each one's text in the reply
+# bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
 # add up to this; a commoner term still counts in total_matches but does not
@@ -55,11 +60,11 @@ class Ranking:
 
     coverage_weight: float = COVERAGE_WEIGHT  # added per distinct query term a record contains
     rerank_n: int = RERANK_N  # bm25 candidates re-ranked
-    reply_credit: float = 0.0  # share of a matching turn's score its reply gains
-    name_factor: float = 1.0  # share of its score a turn keeps when it matched only speaker names
-    recency_band: float = 0.0  # scores within this share of a group's best count as equal: newest first
-    ask_factor: float = 1.0
-    prev_credit: float = 0.0
+    reply_credit: float = 0.5  # share of an asking turn's score its answer (the other speaker's next turn) gains
+    ask_factor: float = 0.8  # share of its score an asking turn keeps once its answer took credit
+    prev_credit: float = 0.2  # share of a turn's score the other speaker's turn before it gains
+    name_factor: float = 0.5  # share of a term a speaker's name counts in a turn someone else says
+    recency_band: float = 0.4  # a newer record on the same subject may score this share less and still go first
 
 
 RANKING = Ranking()
@@ -198,8 +203,8 @@ class Search:
             return out
         cond, args = self._filters(scope, include_superseded, include_retracted)
         # The subquery with CROSS JOIN keeps SQLite from driving the join from
-        # `records` and scanning the whole FTS5 table per row (DESIGN: a plain
-        # JOIN took ~400 ms at 100k rows, this form ~0.2 ms).
+        # `records` and scanning the whole FTS5 table per row (DESIGN, "the
+        # fast path").
         sql = (
             f"SELECT f.rowid, f.score, m.offset, m.length, m.hash FROM"
             f" (SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ?) AS f"
@@ -215,17 +220,22 @@ class Search:
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
-    ) -> list[tuple[int, float]]:
+        with_matched: bool = False,
+    ) -> list[tuple[Any, ...]]:
         """The lexical ranking: ``[(seq, score)]``, best first (higher score is better).
 
         The hook for hybrid search, to fuse with a vector ranking. Does not
-        catch up; call `catch_up` first.
+        catch up; call `catch_up` first. ``with_matched`` adds a third item,
+        False for a reply no query word matched (it ranks through the turn it
+        answers; the caller's accounting must count it).
         """
         expr = query.build(text)
         if expr is None or limit <= 0:
             return []
         with self._mutex:
             rows = self._top(text, expr, limit, scope, include_superseded, include_retracted)
+        if with_matched:
+            return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
 
     def _rank_terms(self, text: str) -> tuple[list[str], list[str]]:
@@ -433,11 +443,11 @@ class Search:
         """(matches, superseded only, retracted only, both) among unredacted records.
 
         Redacted records are not matches: their words are gone from the log.
-        Counting joins only the flags, never ranks: 6-50x cheaper than bm25.
+        Counting joins only the flags, never ranks: far cheaper than bm25.
         """
         db = self.connection()
         if scope is None:
-            # Count in FTS5 alone (~0.3 us a row) and look only at the few
+            # Count in FTS5 alone (no join per row) and look only at the few
             # flagged records, instead of joining every match to `records`.
             total = db.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (expr,)).fetchone()[0]
             red, sup, ret, both = db.execute(
@@ -469,6 +479,7 @@ class Search:
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
+        context: int = 0,
     ) -> dict[str, Any]:
         """Ranked records for ``text`` with the I2 accounting.
 
@@ -487,10 +498,14 @@ class Search:
         that reached the top k only through the turn it answers (see
         `Ranking`), so the sum holds in both cases.
 
+        With ``context`` N > 0 each result also carries ``context``: up to N
+        records of its scope next to it (see `attach_context`), and the reply
+        a ``context`` count of what was included and what the budget left out.
+
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
         """
-        _check_search_args(text, k, max_tokens)
+        check_search_args(text, k, max_tokens, context)
         caught = self.catch_up()
         expr = query.build(text)
         total = sup_only = ret_only = both = 0
@@ -539,7 +554,7 @@ class Search:
             "unreadable": unreadable,
         }
         assert len(results) + sum(left_out.values()) == total
-        return {
+        reply = {
             "query": expr or "",
             "results": results,
             "total_matches": total,
@@ -548,11 +563,110 @@ class Search:
             "tokens": used,
             "index": caught,
         }
+        if context:
+            reply["context"] = self.attach_context(results, context, max_tokens, used,
+                                                   include_superseded=include_superseded,
+                                                   include_retracted=include_retracted)
+            reply["tokens"] += reply["context"]["tokens"]
+        return reply
+
+    def attach_context(
+        self,
+        results: list[dict[str, Any]],
+        n: int,
+        max_tokens: int | None,
+        used: int,
+        *,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+    ) -> dict[str, Any]:
+        """Give each result ``context``: up to ``n`` records of its scope around it, nearest first, in place.
+
+        The records just before and just after a result alternate (before
+        first: in a conversation it is what the result answers); each list is
+        in seq order. Hidden records (retracted, superseded unless asked for,
+        redacted) are passed over, and so is a record already in the reply (a
+        result, or an earlier result's context): the next one takes its place. Context is charged
+        to ``max_tokens`` after every result (``used`` tokens), in rank order;
+        what does not fit is left out and counted.
+
+        Returns ``{"asked", "included", "tokens", "over_budget"}``.
+        """
+        hidden = ["redacted = 0"]
+        if not include_superseded:
+            hidden.append("superseded = 0")
+        if not include_retracted:
+            hidden.append("retracted = 0")
+        cond = " AND ".join(hidden)
+        seen = {r["seq"] for r in results}
+        included = tokens = over_budget = 0
+        for entry in results:
+            scope = entry["record"].get("scope") if isinstance(entry.get("record"), dict) else None
+            scope = scope if type(scope) is str else None
+            with self._mutex:
+                db = self.connection()
+                sides = [db.execute(
+                    f"SELECT seq, offset, length, hash FROM records WHERE scope IS ? AND seq {op} ? AND {cond}"
+                    f" ORDER BY seq {order} LIMIT ?", (scope, entry["seq"], n + len(results)),
+                ).fetchall() for op, order in (("<", "DESC"), (">", "ASC"))]
+            nearest = [row for pair in zip_longest(*sides) for row in pair if row is not None and row[0] not in seen]
+            got: list[dict[str, Any]] = []
+            for seq, offset, length, h in nearest[:n]:
+                near = self._read_checked(seq, offset, length, h)
+                if near is None:
+                    continue
+                cost = estimate_tokens(near["record"])
+                if max_tokens is not None and used + tokens + cost > max_tokens:
+                    over_budget += 1
+                    continue
+                seen.add(seq)
+                near["tokens"] = cost
+                tokens += cost
+                got.append(near)
+            entry["context"] = sorted(got, key=lambda e: e["seq"])
+            included += len(got)
+        return {"asked": n, "included": included, "tokens": tokens, "over_budget": over_budget}
+
+    def related(self, seq: int, text: str, *, scope: str | None = None, limit: int = RELATED_MAX) -> list[dict[str, Any]]:
+        """Up to ``limit`` earlier visible records of ``scope`` that look like the subject of ``text`` (record ``seq``).
+
+        For a write's reply, after its acknowledgement: records it may
+        correct, so the writer can decide to supersede them. The index
+        catches up (usually the new record alone), then one bounded ranking
+        (the rare terms of `_rank_terms`, at most ``RELATED_CANDIDATES``
+        rows) and `query.same_subject` on each. Each is ``{"seq", "ts",
+        "text"}``, the text cut to ``RELATED_CHARS`` characters.
+        """
+        expr = query.build(text)
+        if expr is None or limit <= 0:
+            return []
+        self.catch_up()
+        mine = query.subject(text)
+        out: list[dict[str, Any]] = []
+        with self._mutex:
+            terms, _ = self._rank_terms(text)
+            if not terms:
+                return []
+            rows = self._ranked_rows(" OR ".join(terms), RELATED_CANDIDATES + 1, scope, False, False)
+        for row in rows:
+            if row[0] >= seq:
+                continue
+            entry = self._read_checked(row[0], row[2], row[3], row[4])
+            rec = entry["record"] if entry else None
+            if not rec or rec.get("scope") != scope or rec.get("kind") in ("retract", "redaction"):
+                continue
+            said = rec.get("text")
+            if type(said) is str and query.same_subject(mine, query.subject(said)):
+                short = said if len(said) <= RELATED_CHARS else said[: RELATED_CHARS - 1] + "…"
+                out.append({"seq": row[0], "ts": rec.get("ts"), "text": short})
+                if len(out) == limit:
+                    break
+        return out
 
     @staticmethod
     def empty_reply(text: str, *, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
         """The reply for a store with no log yet: nothing matched, nothing left out."""
-        _check_search_args(text, k, max_tokens)
+        check_search_args(text, k, max_tokens)
         return {
             "query": query.build(text) or "",
             "results": [],
@@ -564,10 +678,14 @@ class Search:
         }
 
 
-def _check_search_args(text: Any, k: Any, max_tokens: Any) -> None:
+def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:
+    """Refuse a query that is not a string, or k, max_tokens or context out of range (InvalidRecord)."""
     if not isinstance(text, str):
         raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
     if type(k) is not int or not 0 <= k <= K_MAX:
         raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
         raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+    if type(context) is not int or not 0 <= context <= CONTEXT_MAX:
+        raise InvalidRecord(f"field context: must be a whole number from 0 to {CONTEXT_MAX}, got {context!r}",
+                            path="context")

@@ -40,15 +40,14 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["MONTHS", "STOP_WORDS", "SUBJECT_WORDS_MAX", "TERMS_MAX", "build", "same_subject", "segment", "subject",
-           "terms"]
+__all__ = ["MONTHS", "STOP_WORDS", "SUBJECT_WORDS_MAX", "TERMS_MAX", "build", "excerpt", "same_subject", "segment",
+           "subject", "terms"]
 
 TERMS_MAX = 32  # bounds the work one query can cause; questions rarely have more content words
 
 # English stop words: function words, question words and auxiliaries. A
 # question's content words are what find the record; these match almost
-# every record and make bm25 slow (measured: ~200 ms for a stop-word query at
-# 100k records against ~1 ms for content words).
+# every record and make bm25 slow (bm25 scores every row a term matches).
 STOP_WORDS = frozenset(
     """
 a about above after again against all am an and any are aren as at be because been before
@@ -264,6 +263,13 @@ SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of 
 _SUFFIXES = ("ing", "ed", "es", "s")
 
 
+def _stem(word: str) -> str:
+    for suffix in _SUFFIXES:
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
 def subject(text: str) -> frozenset[str]:
     """The content words of ``text``, roughly stemmed: what `same_subject` compares.
 
@@ -278,11 +284,7 @@ def subject(text: str) -> frozenset[str]:
     for w in _words(_normalise(text)):
         if w in STOP_WORDS:
             continue
-        for suffix in _SUFFIXES:
-            if len(w) > len(suffix) + 2 and w.endswith(suffix):
-                w = w[: -len(suffix)]
-                break
-        out.add(w)
+        out.add(_stem(w))
         if len(out) >= SUBJECT_WORDS_MAX:
             break
     return frozenset(out)
@@ -302,3 +304,60 @@ def same_subject(a: frozenset[str], b: frozenset[str], *, shared_min: int = 2, o
     """
     shared = len(a & b)
     return shared >= shared_min and shared >= overlap_min * min(len(a), len(b))
+
+
+_WORD_SPAN = re.compile(r"[^\W_]+")  # letters and digits, as `_words` keeps them
+_CUT_SNAP_CHARS = 24  # a cut moves this far at most to fall between two words
+
+
+def excerpt(text: str, around: str, chars_max: int) -> tuple[int, int]:
+    """``(start, end)``: the part of ``text`` to show in ``chars_max`` characters, centred on the words of ``around``.
+
+    The whole text when it fits. Otherwise the window holding the most
+    distinct words of ``around`` (a query; stop words aside, endings cut as
+    in `subject`, a longer word starting with a query word counts), centred
+    on the span of those words, its ends moved to fall between words; the
+    start of the text when none of them occurs.
+
+    >>> text = "filler " * 100 + "the deploy key rotates monthly " + "filler " * 100
+    >>> start, end = excerpt(text, "when does the deploy key rotate?", 60)
+    >>> "deploy key rotates" in text[start:end], end - start <= 60
+    (True, True)
+    """
+    if chars_max <= 0:
+        return 0, 0
+    if len(text) <= chars_max:
+        return 0, len(text)
+    wanted = [_stem(w) for w in dict.fromkeys(_words(_normalise(around))) if w not in STOP_WORDS]
+    spans: list[tuple[int, int, int]] = []  # (start, end, index into wanted)
+    if wanted:
+        for m in _WORD_SPAN.finditer(text):
+            word = _stem(_normalise(m.group()))
+            for i, w in enumerate(wanted):
+                if word == w or (len(w) >= 4 and word.startswith(w)) or (_is_cjk(w[0]) and w in word):
+                    spans.append((m.start(), m.end(), i))
+                    break
+    if not spans:
+        start, end = 0, chars_max
+    else:
+        best = (0, 0, 0, 0)  # (distinct words, occurrences, first span, last span)
+        j = 0
+        for i in range(len(spans)):
+            j = max(j, i)
+            while j + 1 < len(spans) and spans[j + 1][1] - spans[i][0] <= chars_max:
+                j += 1
+            found = spans[i : j + 1]
+            score = (len({s[2] for s in found}), len(found))
+            if score > best[:2]:
+                best = (*score, i, j)
+        first, last = spans[best[2]][0], spans[best[3]][1]
+        start = max(0, (first + last - chars_max) // 2)
+        end = min(len(text), start + chars_max)
+        start = max(0, end - chars_max)
+    if start > 0:
+        gap = text.find(" ", start, min(start + _CUT_SNAP_CHARS, end))
+        start = gap + 1 if gap != -1 else start
+    if end < len(text):
+        gap = text.rfind(" ", max(end - _CUT_SNAP_CHARS, start), end)
+        end = gap if gap > start else end
+    return start, end

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from retained import limits
+from retained.documents import shown
+from retained.index_search import CONTEXT_MAX
 
 log = logging.getLogger("retained.server")
 
@@ -112,7 +114,7 @@ def _preview(text: Any) -> str:
     return line
 
 
-def _render_record(entry: dict[str, Any]) -> str:
+def _render_record(entry: dict[str, Any], text_shown: tuple[str, str | None] | None = None) -> str:
     rec = entry.get("record") if isinstance(entry.get("record"), dict) else entry
     if rec.get("redacted"):
         return f"#{entry.get('seq')} [redacted]"
@@ -126,7 +128,11 @@ def _render_record(entry: dict[str, Any]) -> str:
     text = rec.get("text")
     if text is None and rec.get("kind") == "retract":
         text = f"retracts {rec.get('retracts')}: {rec.get('reason')}"
-    return f"#{rec.get('seq')} {rec.get('kind', 'note')}{scope} {rec.get('ts', '')} by {who}{flags}: {_preview(text)}"
+    if text_shown and text_shown[0]:
+        text = text_shown[0] + (f"\n[{text_shown[1]}]" if text_shown[1] else "")
+    else:
+        text = _preview(text)
+    return f"#{rec.get('seq')} {rec.get('kind', 'note')}{scope} {rec.get('ts', '')} by {who}{flags}: {text}"
 
 
 def render_proof(proof: dict[str, Any]) -> str:
@@ -149,7 +155,10 @@ def render_proof(proof: dict[str, Any]) -> str:
 
 def render_records(result: dict[str, Any]) -> str:
     """A few lines a person can read for memory_get's result."""
-    lines = [_render_record(r) for r in result["records"]]
+    records = result["records"]
+    texts = shown([r.get("record") or {} for r in records], None, None,
+                  rest="the structured result holds the whole record")
+    lines = [_render_record(r, t) for r, t in zip(records, texts, strict=True)]
     tail = f"{result['returned']} record(s) returned"
     if "more_before" in result:
         tail += f"; {result['more_before']} older and {result['more_after']} newer not shown"
@@ -158,14 +167,20 @@ def render_records(result: dict[str, Any]) -> str:
     return "\n".join([*lines, tail])
 
 
-def render_search(result: dict[str, Any]) -> str:
-    """A few lines a person can read for memory_search's result."""
-    lines = [_render_record(r) for r in result.get("results", ())]
+def render_search(result: dict[str, Any], query: str | None = None, max_tokens: int | None = None) -> str:
+    """memory_search's result as text: each record's whole text within the budget, cuts centred on the query."""
+    entries = [(e, indent) for r in result.get("results", ())
+               for e, indent in [(r, ""), *((c, "  | ") for c in r.get("context", ()))]]
+    texts = shown([e.get("record") or {} for e, _ in entries], query, max_tokens)
+    lines = [indent + _render_record(e, t) for (e, indent), t in zip(entries, texts, strict=True)]
     left = result.get("left_out") or {}
     why = ", ".join(f"{n} {reason}" for reason, n in left.items() if isinstance(n, int) and n)
     tail = f"{result.get('returned', len(lines))} of {result.get('total_matches', '?')} match(es) returned"
     if why:
         tail += f"; left out: {why}"
+    context = result.get("context")
+    if context:
+        tail += f"; context: {context['included']} record(s) (| lines), {context['over_budget']} left out over budget"
     for notice in result.get("notices") or ():
         tail += f"\nnote: {notice}"
     return "\n".join([*lines, tail])
@@ -520,6 +535,10 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
             bool,
             Field(description="also return records that later records superseded (retracted ones stay hidden)"),
         ] = False,
+        context: Annotated[
+            int, Field(ge=0, le=CONTEXT_MAX, description="also return up to this many records of each result's "
+                                                          "scope around it (a conversation's turns), within max_tokens")
+        ] = 0,
     ) -> Annotated[CallToolResult, Found]:
         """Find memories by their words (and by meaning, when embeddings are configured), best first.
 
@@ -541,8 +560,9 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
             scope=scope,
             max_tokens=max_tokens,
             include_superseded=include_superseded,
+            context=context,
         )
-        return result(found, render_search(found))
+        return result(found, render_search(found, query, max_tokens))
 
     def memory_verify() -> Annotated[CallToolResult, Report]:
         """Check the store's integrity and return the report.

@@ -148,7 +148,27 @@ class Store:
             client_op_id=client_op_id,
             fields=fields,
         )
-        return self._append(content, client)
+        proof = self._append(content, client)
+        if not proof.get("duplicate"):
+            proof.update(self._related(proof["seq"], text, scope))
+        return proof
+
+    def _related(self, seq: int, text: str, scope: str | None) -> dict[str, Any]:
+        """``related`` (earlier records on the same subject, see ``Index.related``) and a notice naming them.
+
+        Runs after the acknowledgement; an index that cannot answer costs the
+        reply only this hint, never the write.
+        """
+        try:
+            found = self.index.related(seq, text, scope=scope)
+        except (sqlite3.Error, OSError, RetainedError):
+            return {}
+        if not found:
+            return {}
+        seqs = ", ".join(str(r["seq"]) for r in found)
+        return {"related": found, "notices": [
+            f"earlier record(s) {seqs} look like the same subject; if this corrects them, "
+            f"write it with supersedes=[{seqs}] (they then leave search)"]}
 
     def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Append many records with one lock and one fsync; proofs in order.
@@ -332,8 +352,9 @@ class Store:
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
+        context: int = 0,
     ) -> dict[str, Any]:
-        """Ranked records with the I2 accounting (see ``Index.search``)."""
+        """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
         if not self.log.exists():
             from .index import Index
 
@@ -342,7 +363,7 @@ class Store:
             return empty
         return self.hybrid.search(
             query, k=k, max_tokens=max_tokens, scope=scope,
-            include_superseded=include_superseded, include_retracted=include_retracted,
+            include_superseded=include_superseded, include_retracted=include_retracted, context=context,
         )
 
     @property

@@ -60,10 +60,9 @@ class Ranking:
 
     coverage_weight: float = COVERAGE_WEIGHT  # added per distinct query term a record contains
     rerank_n: int = RERANK_N  # bm25 candidates re-ranked
-    reply_credit: float = 0.5  # share of an asking turn's score its answer (the other speaker's next turn) gains
-    ask_factor: float = 0.8  # share of its score an asking turn keeps once its answer took credit
+    reply_credit: float = 0.7  # share of an asking turn's score its answer (the other speaker's next turn) gains
     prev_credit: float = 0.2  # share of a turn's score the other speaker's turn before it gains
-    name_factor: float = 0.5  # share of a term a speaker's name counts in a turn someone else says
+    name_factor: float = 0.25  # share of a term a speaker's name counts in a turn someone else says
     recency_band: float = 0.4  # a newer record on the same subject may score this share less and still go first
 
 
@@ -348,8 +347,7 @@ class Search:
         """Read each candidate turn with its neighbours in its scope (issue 18), in place.
 
         A turn that asks something passes ``reply_credit`` of its score to the
-        next turn, when the other speaker says it (the answer), and keeps
-        ``ask_factor`` of its own; a turn passes ``prev_credit`` of its score
+        next turn, when the other speaker says it (the answer); a turn passes ``prev_credit`` of its score
         to the turn before it, when the other speaker said it and it asked
         nothing (what the turn reacts to). A neighbour that gains joins the
         candidates, scored by the query terms it contains.
@@ -396,20 +394,16 @@ class Search:
             return got
 
         gains: dict[int, float] = {}
-        asked: list[_Candidate] = []
         for c in turns:
             seq = c.row[0]
             if c.asks and r.reply_credit:
                 answer = neighbour(seq, 1)
                 if answer is not None and replies(c.turn, answer.turn):
                     gains[answer.row[0]] = gains.get(answer.row[0], 0.0) + r.reply_credit * c.good
-                    asked.append(c)
             if r.prev_credit:
                 before = neighbour(seq, -1)
                 if before is not None and not before.asks and replies(before.turn, c.turn):
                     gains[before.row[0]] = gains.get(before.row[0], 0.0) + r.prev_credit * c.good
-        for c in asked:
-            c.good *= r.ask_factor
         for seq, gain in gains.items():
             got = cand.get(seq)
             if got is None:

@@ -44,7 +44,7 @@ def test_the_answer_after_a_matching_question_comes_right_after_it(tmp_path):
                          ("Mel", "We play board games on rainy days.")])
         question = "What instruments does Mel play?"
         assert ranked(store, question)[:2] == [ask, answer]
-        off = ranked(store, question, reply_credit=0.0, ask_factor=1.0, prev_credit=0.0)
+        off = ranked(store, question, reply_credit=0.0, prev_credit=0.0)
         assert off[0] == ask and off.index(answer) > 2, off
         assert ranked(store, question, reply_credit=2.0)[0] == answer
 
@@ -102,7 +102,7 @@ def test_a_name_said_to_someone_counts_less_than_the_named_speaker(tmp_path):
                                         ("Caroline", "The garden gives me tomatoes all summer long.")])
         converse(store, [("Mel", "Thanks Caroline, talk soon."), ("Caroline", "Bye Mel!")])
         question = "What grows in Caroline's garden?"
-        kw = {"reply_credit": 0.0, "prev_credit": 0.0, "ask_factor": 1.0, "recency_band": 0.0}
+        kw = {"reply_credit": 0.0, "prev_credit": 0.0, "recency_band": 0.0}
         assert ranked(store, question, name_factor=1.0, **kw).index(to_her) == 0
         assert ranked(store, question, **kw)[0] == hers
 

@@ -207,7 +207,9 @@ def _normalise(text: str) -> str:
     return "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Cs") else c for c in text).lower()
 
 
-def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True) -> list[str]:
+def terms(
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+) -> list[str]:
     """The query's search terms, each already a safe FTS5 string.
 
     Each term is a double-quoted string of letters and digits, a quoted
@@ -215,7 +217,8 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
     (prefix: matches the bigrams that start with it), or a parenthesised OR
     of a word's irregular forms (``("go" OR "went" OR "gone")``). Duplicates are
     removed, order kept, at most `TERMS_MAX` returned. Stop words are dropped
-    unless every word is one.
+    unless every word is one, and, with ``months``, a month name that is also a
+    stop word ("may") is kept beside a day or a year.
     """
     words: list[str] = []
     for raw in _words(_normalise(text)):
@@ -227,7 +230,8 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
             pos = m.end()
         if pos < len(raw):
             words.append(raw[pos:])
-    content = [w for i, w in enumerate(words) if w not in stop_words or (w in MONTHS and _dated(words, i))]
+    content = [w for i, w in enumerate(words)
+               if w not in stop_words or (months and w in MONTHS and _dated(words, i))]
     if not content:
         content = words
     out: list[str] = []
@@ -247,13 +251,15 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
     return out
 
 
-def build(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True) -> str | None:
+def build(
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+) -> str | None:
     """A safe FTS5 MATCH expression for `text`, or None if it has no words.
 
     None means nothing can match (empty input, only punctuation or emoji);
     callers answer with zero matches instead of running a query.
     """
-    found = terms(text, stop_words=stop_words, irregular=irregular)
+    found = terms(text, stop_words=stop_words, irregular=irregular, months=months)
     if not found:
         return None
     return " OR ".join(found)

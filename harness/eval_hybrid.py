@@ -50,7 +50,7 @@ from retained.index import Index  # noqa: E402
 from retained.store import Store  # noqa: E402
 
 WEIGHTS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5)
-KEEPS = (0, 1, 2, 3)  # lexical head kept in place (Hybrid.keep_lexical); 0 is plain RRF
+KEEPS = (0, 1, 2, 3, 4)  # lexical head kept in place (Hybrid.keep_lexical); 0 is plain RRF
 # (context gamma, neighbour beta) pairs tried for the dense scores; (0, 0) is plain cosine.
 CONTEXTS = ((0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.3, 0.3), (0.5, 0.3), (0.3, 0.5), (0.5, 0.5),
             (0.7, 0.5), (0.5, 0.7), (0.7, 0.7), (1.0, 0.5))

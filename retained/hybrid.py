@@ -24,11 +24,13 @@ Optional part, never a single point of failure (DESIGN "Embeddings"):
 
 Dense scores: the cosine of the query with each record's vector, read in
 context: the cosines are centred on their mean, then with ``context_weight``
-gamma > 0 a record gains gamma times the previous record's score in the same
+gamma > 0 a turn gains gamma times the previous turn's score in the same
 scope (a reply means little without what it answers), and with
-``neighbour_weight`` beta > 0 beta times the better score of its two neighbours
-in its scope. Both are computed at query time from the stored vectors
-(nothing is re-embedded).
+``neighbour_weight`` beta > 0 beta times the better score of its two
+neighbouring turns. Only turns of a conversation (records with a speaker
+field, ``documents.turn``) are read in context; notes are not, so the same
+defaults serve a store of notes and a conversation (issue 18). Both are
+computed at query time from the stored vectors (nothing is re-embedded).
 
 Fusion (``vectors.rrf``): ``score = 1 / (60 + lexical rank) + w / (60 + dense
 rank)`` over the lexical top ``LEXICAL_N`` and the dense top ``DENSE_N``, with
@@ -36,9 +38,9 @@ the dense weight ``w`` a setting (default ``DENSE_WEIGHT``), and the first
 ``keep_lexical`` lexical results kept at the head in their order (default
 ``KEEP_LEXICAL``). At k = 60 neighbouring ranks score within 1/3,700 of each
 other, so any dense list reorders the lexical head; on LoCoMo the lexical
-first result is right 40% of the time and the dense one 17-23%, and fusing
-the head cost 0.03-0.05 of recall@1. The defaults of w, m, gamma and beta were
-chosen on half of the LoCoMo conversations by harness/eval_hybrid.py and
+first result is right about twice as often as the dense one, and fusing the
+head cost recall@1 (docs/retrieval.md). The defaults of w, m, gamma and beta
+were chosen on half of the LoCoMo conversations by harness/eval_hybrid.py and
 reported on the other half.
 
 Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
@@ -63,10 +65,10 @@ from .index import K_MAX, Index, estimate_tokens
 from .index_search import check_search_args
 
 # Bounds and defaults, each with its reason.
-DENSE_WEIGHT = 1.0  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
-KEEP_LEXICAL = 2  # the lexical top m keeps its places in the fused ranking (chosen likewise)
-CONTEXT_WEIGHT = 0.7  # gamma: a record is read with the one before it in its scope (chosen likewise)
-NEIGHBOUR_WEIGHT = 0.7  # beta: a record gains from its best-scoring neighbour in its scope (likewise)
+DENSE_WEIGHT = 0.25  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
+KEEP_LEXICAL = 3  # the lexical top m keeps its places in the fused ranking (chosen likewise)
+CONTEXT_WEIGHT = 0.7  # gamma: a turn is read with the turn before it in its scope (chosen likewise)
+NEIGHBOUR_WEIGHT = 0.7  # beta: a turn gains from its best-scoring neighbouring turn in its scope (likewise)
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request

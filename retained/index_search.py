@@ -52,7 +52,7 @@ NEAR = 2  # seqs either side of a candidate read at once to find its neighbours 
 
 @dataclass(frozen=True)
 class Ranking:
-    """The re-ranking steps after bm25, each with its weight (0 or 1.0 turns a step off).
+    """The re-ranking steps after bm25, each with its weight (0, or 1.0 for a factor, turns a step off).
 
     The defaults were chosen on half of the LoCoMo conversations and
     reported on the other half (harness/eval_locomo.py, docs/retrieval.md).
@@ -347,10 +347,11 @@ class Search:
         """Read each candidate turn with its neighbours in its scope (issue 18), in place.
 
         A turn that asks something passes ``reply_credit`` of its score to the
-        next turn, when the other speaker says it (the answer); a turn passes ``prev_credit`` of its score
-        to the turn before it, when the other speaker said it and it asked
-        nothing (what the turn reacts to). A neighbour that gains joins the
-        candidates, scored by the query terms it contains.
+        next turn, when the other speaker says it (the answer); any turn
+        passes ``prev_credit`` of its score to the turn before it, when the
+        other speaker said it and it asked nothing (what the turn reacts to).
+        A neighbour that gains joins the candidates, scored by the query terms
+        it contains.
         """
         r = self.ranking
         db = self.connection()

@@ -120,26 +120,28 @@ class _Weigher:
         return self.weight * sum(self.factor if i in self.names and i not in own else 1.0 for i in got)
 
 
-def _newer_first(ranked: list[_Candidate], band: float) -> list[_Candidate]:
-    """Put each record above older records on its subject that score about as well.
+def _newer_first(ranked: list[_Candidate], band: float, limit: int) -> list[_Candidate]:
+    """The first ``limit`` of the ranking, each record put above older records on its subject that score about as well.
 
     Walking down the ranking, a record moves above the first record ahead of
-    it that is older (a lower seq), on the same subject (`query.same_subject`)
-    and scores less than ``band`` (a share of that record's score) better.
-    A correction written without ``supersedes`` then ranks above the
-    statement it corrects, while records on other subjects keep their order.
+    it that is older (a lower seq), said by the same speaker (or both notes),
+    on the same subject (`query.same_subject`) and scores less than ``band``
+    (a share of that record's score) better. A correction written without
+    ``supersedes`` then ranks above the statement it corrects, while records
+    on other subjects keep their order. A record can only enter the first
+    ``limit`` by moving above one of them, so only those are compared.
     """
     out: list[_Candidate] = []
     for c in ranked:
         at = len(out)
-        for i, o in enumerate(out):
+        for i, o in enumerate(out[:limit]):
             if (o.row[0] < c.row[0] and c.good >= o.good - band * abs(o.good)
                     and (o.turn and o.turn[0]) == (c.turn and c.turn[0])
                     and query.same_subject(o.words, c.words)):
                 at = i
                 break
         out.insert(at, c)
-    return out
+    return out[:limit]
 
 
 class Search:
@@ -300,8 +302,7 @@ class Search:
         cand = {row[0]: _Candidate(row, -row[1]) for row in rows}
         talk = bool(r.reply_credit or r.prev_credit or r.name_factor != 1.0)
         if talk or r.recency_band:
-            for c in cand.values():
-                self._read_into(c)
+            self._read_into(list(cand.values()))
             talk = talk and any(c.turn for c in cand.values())
         # With turns among the candidates, their neighbours may join: the
         # coverage of the seqs around each candidate is counted in the same pass.
@@ -313,9 +314,7 @@ class Search:
         if near:
             self._neighbours(cand, weigh, include_superseded, include_retracted)
         ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
-        if r.recency_band:
-            ranked = _newer_first(ranked, r.recency_band)
-        top = ranked[:limit]
+        top = _newer_first(ranked, r.recency_band, limit) if r.recency_band else ranked[:limit]
         db = self.connection()
         for c in top:
             if c.matched is None:  # a neighbour none of the rare terms matched: does any term?
@@ -391,20 +390,17 @@ class Search:
                 if red or (sup and not include_superseded) or (ret and not include_retracted):
                     return None
                 got = fresh[found] = _Candidate((found, 0.0, offset, length, h), 0.0, None)
-                self._read_into(got)
             return got
 
+        pairs = [(c, neighbour(c.row[0], 1) if c.asks and r.reply_credit else None,
+                  neighbour(c.row[0], -1) if r.prev_credit else None) for c in turns]
+        self._read_into(list(fresh.values()))
         gains: dict[int, float] = {}
-        for c in turns:
-            seq = c.row[0]
-            if c.asks and r.reply_credit:
-                answer = neighbour(seq, 1)
-                if answer is not None and replies(c.turn, answer.turn):
-                    gains[answer.row[0]] = gains.get(answer.row[0], 0.0) + r.reply_credit * c.good
-            if r.prev_credit:
-                before = neighbour(seq, -1)
-                if before is not None and not before.asks and replies(before.turn, c.turn):
-                    gains[before.row[0]] = gains.get(before.row[0], 0.0) + r.prev_credit * c.good
+        for c, answer, before in pairs:
+            if answer is not None and replies(c.turn, answer.turn):
+                gains[answer.row[0]] = gains.get(answer.row[0], 0.0) + r.reply_credit * c.good
+            if before is not None and not before.asks and replies(before.turn, c.turn):
+                gains[before.row[0]] = gains.get(before.row[0], 0.0) + r.prev_credit * c.good
         for seq, gain in gains.items():
             got = cand.get(seq)
             if got is None:
@@ -414,25 +410,22 @@ class Search:
                     got.matched = True
             got.good += gain
 
-    def _read_into(self, c: _Candidate) -> None:
-        """Read a candidate's record: its turn (speaker, session), whether it asks, its subject words.
+    def _read_into(self, found: list[_Candidate]) -> None:
+        """Read candidates' records: each one's turn (speaker, session), whether it asks, its text.
 
         Read for ranking only: a result is still read and checked against
         its hash before it is returned. An unreadable line ranks as a note.
         """
-        raw = self.log.read_at(c.row[2], c.row[3])
-        try:
-            rec = record.orjson.loads(raw)
-        except ValueError:
-            return
-        if type(rec) is not dict:
-            return
-        text = rec.get("text")
-        if type(text) is not str:
-            return
-        c.turn = turn(rec)
-        c.asks = "?" in text
-        c.text = text
+        for c, raw in zip(found, self.log.read_many([(c.row[2], c.row[3]) for c in found]), strict=True):
+            try:
+                rec = record.orjson.loads(raw)
+            except ValueError:
+                continue
+            text = rec.get("text") if type(rec) is dict else None
+            if type(text) is str:
+                c.turn = turn(rec)
+                c.asks = "?" in text
+                c.text = text
 
     def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
         """(matches, superseded only, retracted only, both) among unredacted records.

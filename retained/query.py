@@ -37,6 +37,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -269,6 +270,7 @@ SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of 
 _SUFFIXES = ("ing", "ed", "es", "s")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _stem(word: str) -> str:
     for suffix in _SUFFIXES:
         if len(word) > len(suffix) + 2 and word.endswith(suffix):

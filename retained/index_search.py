@@ -153,6 +153,7 @@ class Search:
         # Supplied by Index.
         _mutex: threading.RLock
         log: Log
+        busy_timeout_s: float
 
         def connection(self) -> sqlite3.Connection: ...
         def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]: ...
@@ -620,15 +621,24 @@ class Search:
 
         For a write's reply, after its acknowledgement: records it may
         correct, so the writer can decide to supersede them. The index
-        catches up (usually the new record alone), then one bounded ranking
-        (the rare terms of `_rank_terms`, at most ``RELATED_CANDIDATES``
-        rows) and `query.same_subject` on each. Each is ``{"seq", "ts",
-        "text"}``, the text cut to ``RELATED_CHARS`` characters.
+        catches up (usually the new record alone) without waiting for
+        another process that holds it and without rebuilding a replaced log
+        (either leaves it as it is: the answer then comes from what it
+        holds), then one bounded ranking (the rare terms of `_rank_terms`,
+        at most ``RELATED_CANDIDATES`` rows) and `query.same_subject` on
+        each. Each is ``{"seq", "ts", "text"}``, the text cut to
+        ``RELATED_CHARS`` characters.
         """
         expr = query.build(text)
         if expr is None or limit <= 0:
             return []
-        self.catch_up()
+        with self._mutex:
+            db = self.connection()
+            db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self.catch_up(on_replaced="report")
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
         mine = query.subject(text)
         out: list[dict[str, Any]] = []
         with self._mutex:

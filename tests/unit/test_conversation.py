@@ -183,3 +183,27 @@ def test_cli_write_prints_the_related_records_and_search_shows_context(store_dir
     assert reply["context"]["included"] == 1 and reply["results"][0]["context"][0]["seq"] == 3
     text = run_cli("search", "raised timeout", "--context", "1", env_dir=store_dir).stdout
     assert "    | #" in text and "context: 1 records" in text
+
+
+def test_a_write_does_not_wait_for_another_process_holding_the_index(store, store_dir):
+    """The hint after the acknowledgement never stalls a write: a held index is left as it is."""
+    import sqlite3
+    import time
+
+    from retained.index import INDEX_NAME
+
+    old = store.write("The API timeout is 30 seconds.")["seq"]
+    store.index.busy_timeout_s = 30.0
+    store.search("timeout")
+    holder = sqlite3.connect(store_dir / INDEX_NAME, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        t0 = time.monotonic()
+        proof = store.write("We raised the API timeout to 60 seconds.")
+        waited = time.monotonic() - t0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert waited < 10.0, f"the write waited {waited:.1f} s for the index"
+    assert [r["seq"] for r in proof["related"]] == [old]  # from the index as it was
+    assert store.search("timeout")["total_matches"] == 2

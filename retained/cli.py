@@ -121,6 +121,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             fields=_parse_fields(args.field),
             supersedes=args.supersedes,
             client_op_id=args.client_op_id,
+            related=True,
         )
     emit(args, proof, lambda: _proof_text(proof))
     return 0

@@ -457,6 +457,7 @@ def build_server(directory: Path | str | None = None, options: dict[str, Any] | 
             supersedes=supersedes,
             client_op_id=client_op_id,
             client=client,
+            related=True,
         )
         return proof_result(proof)
 

@@ -132,8 +132,15 @@ class Store:
         supersedes: list[int] | None = None,
         client_op_id: str | None = None,
         client: dict[str, Any] | None = None,
+        related: bool = False,
     ) -> dict[str, Any]:
-        """Append a note (or any caller kind) and return its proof once durable."""
+        """Append a note (or any caller kind) and return its proof once durable.
+
+        With ``related``, after the acknowledgement the proof also names up to
+        3 earlier records of the same scope that look like the same subject
+        (``related`` and a notice; see ``Index.related``): records this one
+        may correct. The MCP server and the CLI ask for it.
+        """
         if not isinstance(text, str):
             raise InvalidRecord(f"field text: must be a string, got {type(text).__name__}; nothing was written", path="text")
         if supersedes:
@@ -149,7 +156,7 @@ class Store:
             fields=fields,
         )
         proof = self._append(content, client)
-        if not proof.get("duplicate"):
+        if related and not proof.get("duplicate"):
             proof.update(self._related(proof["seq"], text, scope))
         return proof
 

@@ -150,14 +150,16 @@ def test_a_write_names_earlier_records_of_the_same_subject(tmp_path):
         old = store.write("The API timeout is 30 seconds.", scope="svc")["seq"]
         store.write("The API timeout is 30 seconds in the other service.", scope="other")
         store.write("Lunch is at noon on Fridays.", scope="svc")
-        proof = store.write("We raised the API timeout to 60 seconds.", scope="svc")
+        proof = store.write("We raised the API timeout to 60 seconds.", scope="svc", related=True)
         assert [r["seq"] for r in proof["related"]] == [old]
         assert proof["related"][0]["text"] == "The API timeout is 30 seconds."
         assert f"supersedes=[{old}]" in proof["notices"][0]
-        assert "related" not in store.write("Remember to water the plants.", scope="svc")
-        again = store.write("We raised the API timeout to 60 seconds.", scope="svc", client_op_id="x")
-        assert [r["seq"] for r in again["related"]][:1] == [proof["seq"]]
-        duplicate = store.write("We raised the API timeout to 60 seconds.", scope="svc", client_op_id="x")
+        assert "related" not in store.write("Remember to water the plants.", scope="svc", related=True)
+        assert "related" not in store.write("The API timeout is now 90 seconds.", scope="svc")  # not asked for
+        again = store.write("We raised the API timeout to 60 seconds.", scope="svc", client_op_id="x", related=True)
+        assert {proof["seq"], proof["seq"] + 2} <= {r["seq"] for r in again["related"]}
+        duplicate = store.write("We raised the API timeout to 60 seconds.", scope="svc", client_op_id="x",
+                                related=True)
         assert duplicate["duplicate"] and "related" not in duplicate
 
 
@@ -165,7 +167,7 @@ def test_a_write_names_at_most_three(tmp_path):
     with Store(tmp_path / "s") as store:
         for n in range(6):
             store.write(f"The build cache lives in bucket {n}.")
-        assert len(store.write("The build cache moved to bucket 9.")["related"]) == 3
+        assert len(store.write("The build cache moved to bucket 9.", related=True)["related"]) == 3
 
 
 def test_cli_write_prints_the_related_records_and_search_shows_context(store_dir):
@@ -199,7 +201,7 @@ def test_a_write_does_not_wait_for_another_process_holding_the_index(store, stor
     holder.execute("BEGIN IMMEDIATE")
     try:
         t0 = time.monotonic()
-        proof = store.write("We raised the API timeout to 60 seconds.")
+        proof = store.write("We raised the API timeout to 60 seconds.", related=True)
         waited = time.monotonic() - t0
     finally:
         holder.execute("ROLLBACK")

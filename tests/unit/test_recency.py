@@ -16,7 +16,6 @@ import random
 import pytest
 
 from retained import Store
-from retained.index_search import Ranking
 
 # (question, the earlier fact, the later statement that changes it)
 PAIRS = [
@@ -242,6 +241,3 @@ def test_a_clearly_better_match_still_wins_over_a_newer_one(tmp_path):
     assert ranked[0] == old
     assert new in ranked
 
-
-def test_ranking_rejects_nothing_it_does_not_know():
-    assert Ranking().recency_band >= 0

@@ -28,6 +28,8 @@ def test_the_text_content_holds_the_matched_fact_of_a_2000_character_record(raw_
     shown = _text(server.call("memory_search", {"query": "when does the billing deploy key rotate?"}))
     assert FACT in shown
     assert "cut:" not in shown
+    got = _text(server.call("memory_get", {"ids": [1]}))
+    assert FACT in got and text in got
 
 
 def test_a_record_over_the_budget_is_cut_around_the_match_and_says_how_to_get_the_rest(raw_server):

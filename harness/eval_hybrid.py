@@ -42,7 +42,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.embed_cache import CachedEmbedder
-from harness.eval_locomo import DEFAULT_DATA, KS, Scorer, load
+from harness.eval_locomo import DEFAULT_DATA, KS, Scorer, load, split
 from retained import vectors
 from retained.embed import Embedder
 from retained.hybrid import DENSE_N, LEXICAL_N, Hybrid
@@ -50,15 +50,10 @@ from retained.index import Index
 from retained.store import Store
 
 WEIGHTS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5)
-KEEPS = (0, 1, 2, 3)  # lexical head kept in place (Hybrid.keep_lexical); 0 is plain RRF
+KEEPS = (0, 1, 2, 3, 4)  # lexical head kept in place (Hybrid.keep_lexical); 0 is plain RRF
 # (context gamma, neighbour beta) pairs tried for the dense scores; (0, 0) is plain cosine.
 CONTEXTS = ((0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.3, 0.3), (0.5, 0.3), (0.3, 0.5), (0.5, 0.5),
             (0.7, 0.5), (0.5, 0.7), (0.7, 0.7), (1.0, 0.5))
-
-
-def split(convs: list[str]) -> tuple[list[str], list[str]]:
-    ids = sorted(convs, key=lambda c: (len(c), c))
-    return ids[0::2], ids[1::2]
 
 
 def collect(data: Path, embedder: Any, workdir: Path | None, log: Any, only: list[str] | None = None) -> dict[str, Any]:
@@ -112,7 +107,8 @@ def score(items: list[dict[str, Any]], ranking: Any) -> dict[str, Any]:
     for it in items:
         scorer.add(it["q"], ranking(it), 0.0)
     rep = scorer.report()
-    return {"questions": rep["questions"], "recall": rep["recall"], "by_category": rep["by_category"]}
+    return {"questions": rep["questions"], "recall": rep["recall"], "session_recall": rep["session_recall"],
+            "by_category": rep["by_category"]}
 
 
 def fused(weight: float, ctx: tuple[float, float] = (0.0, 0.0), keep: int = 0) -> Any:
@@ -246,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         for mode in ("lexical", "dense_plain", "dense", "hybrid", "hybrid_plain_rrf", "hybrid_plain_cosine",
                      "hybrid_equal_weights_plain"):
             r = out["results"][name][mode]["recall"]
-            print(f"{name:5s} {mode:27s} " + " ".join(f"r@{k} {r[f'r@{k}']:.3f}" for k in KS))
+            sr = out["results"][name][mode]["session_recall"]
+            print(f"{name:5s} {mode:27s} " + " ".join(f"r@{k} {r[f'r@{k}']:.3f}" for k in KS)
+                  + "   sessions " + " ".join(f"R@{k} {sr[f'R@{k}']:.3f}" for k in KS))
     print(f"product path check: {out['product_path_check']}")
     return 0
 

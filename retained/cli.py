@@ -116,6 +116,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             fields=_parse_fields(args.field),
             supersedes=args.supersedes,
             client_op_id=args.client_op_id,
+            related=True,
         )
     emit(args, proof, lambda: render.proof(proof))
     return 0
@@ -157,7 +158,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         reply = store.search(
             args.query, k=args.k, max_tokens=args.max_tokens, scope=args.scope,
-            include_superseded=args.include_superseded,
+            include_superseded=args.include_superseded, context=args.context,
         )
 
     emit(args, reply, lambda: render.search(reply))
@@ -504,6 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, help="token budget for the results (estimate: utf-8 bytes / 4)")
     p.add_argument("--scope", help="only records with this scope")
     p.add_argument("--include-superseded", action="store_true", help="also show records a later record superseded")
+    p.add_argument("--context", type=int, default=0, metavar="N",
+                   help="show up to N records of the same scope around each result (within --max-tokens)")
 
     command("rebuild", "drop the index and rebuild it from the log (progress on stderr)", "retained rebuild", cmd_rebuild)
 

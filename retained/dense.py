@@ -1,21 +1,27 @@
 """The dense side of hybrid search: what a record is embedded as, and the vectors held in memory.
 
 :func:`embed_text` decides the text sent to the embedder for a record;
-:class:`Matrix` holds one model's vectors in process, with each record's
-neighbours in its scope, and scores a query against all of them in context.
+:class:`Matrix` holds one model's vectors in process, with each turn's
+neighbouring turns in its scope, and scores a query against all of them in
+context; :func:`turns` reads which records are turns of a conversation.
 numpy comes from ``vectors.require_numpy`` (an optional extra), imported on
 first use.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import vectors
+from . import record, vectors
+from .documents import SPEAKER_FIELDS, turn
+
+if TYPE_CHECKING:
+    from .log import Log
 
 EMBED_CHARS_MAX = 8000  # characters of a record sent to the embedder; models truncate near 512 tokens
 LABEL_FIELDS = ("speaker", "author", "source")  # a record's "who/where", put before its text
 LABEL_CHARS_MAX = 100  # a longer value is content, not a label
+SCAN_ROWS_MIN = 256  # from this many records on, `turns` reads the log in one pass instead of line by line
 
 
 def embed_text(rec: dict[str, Any]) -> str:
@@ -42,13 +48,49 @@ def embed_text(rec: dict[str, Any]) -> str:
     return "\n".join(parts)[:EMBED_CHARS_MAX]
 
 
+def turns(log: Log, places: list[tuple[int, int, int]]) -> dict[int, tuple[str, Any]]:
+    """``{seq: (speaker, session)}`` for the records at ``places`` (seq, offset, length) that are turns.
+
+    Read for ranking only (no hash check). Many places are read in one pass
+    over their span of the log, keeping only the lines that name a speaker
+    field; a few are read one by one.
+    """
+    out: dict[int, tuple[str, Any]] = {}
+    if not places:
+        return out
+    if len(places) < SCAN_ROWS_MIN:
+        lines = ((offset, log.read_at(offset, length)) for _, offset, length in places)
+    else:
+        start = min(p[1] for p in places)
+        stop = max(p[1] + p[2] for p in places)
+        lines = (
+            line for field in SPEAKER_FIELDS
+            for line in log.segments(start, stop, containing=b'"' + field.encode() + b'":')
+        )
+    seq_at = {offset: seq for seq, offset, _ in places}
+    for offset, raw in lines:
+        seq = seq_at.get(offset)
+        if seq is None or seq in out:
+            continue
+        try:
+            rec = record.orjson.loads(raw)
+        except ValueError:
+            continue
+        found = turn(rec) if type(rec) is dict else None
+        if found is not None:
+            out[seq] = found
+    return out
+
+
 class Matrix:
-    """The in-process copy of one model's vectors, with each row's neighbours in its scope.
+    """The in-process copy of one model's vectors, with each turn's neighbouring turns in its scope.
 
     Rows are in insertion order (seq order, as catch-up embeds). ``prev[i]``
-    is the row of the previous record in the same scope (-1 if none; it never
-    changes, the log being append-only), ``next[i]`` the row whose ``prev`` is
-    ``i``, and ``dot_prev[i]`` the cosine of a row with its ``prev``.
+    is the row of the previous turn of a conversation in the same scope and
+    session (-1 if none, and always for a record that is not a turn: notes are
+    never read in the light of their neighbours; it never changes, the log
+    being append-only), ``next[i]`` the row whose ``prev`` is ``i``, and
+    ``dot_prev[i]`` the cosine of a row with its ``prev``.
     """
 
     def __init__(self, model: str, generation: int) -> None:
@@ -65,7 +107,7 @@ class Matrix:
         self.hashes: list[str] = []
         self.scopes: list[str | None] = []
         self.row_of: dict[int, int] = {}
-        self._last_in_scope: dict[str | None, tuple[int, int]] = {}  # scope -> (row, seq)
+        self._last_in_scope: dict[str | None, tuple[int, int, Any]] = {}  # scope -> (row, seq, session) of its last turn
 
     def _grow(self, need: int) -> None:
         np = vectors.require_numpy()
@@ -83,8 +125,13 @@ class Matrix:
             dot[: self.rows] = self.dot_prev[: self.rows]
         self.mat, self.seqs, self.prev, self.next, self.dot_prev = mat, seqs, prev, nxt, dot
 
-    def extend(self, fetched: list[tuple[Any, ...]]) -> None:
-        """Append rows ``(id, seq, hash, dim, blob, scope)`` fetched in id order."""
+    def extend(self, fetched: list[tuple[Any, ...]], turns: dict[int, tuple[str, Any]] | None = None) -> None:
+        """Append rows ``(id, seq, hash, dim, blob, scope)`` fetched in id order.
+
+        ``turns`` (see `turns`) says which of them are turns of a
+        conversation; only those are linked to their neighbours.
+        """
+        turns = turns or {}
         np = vectors.require_numpy()
         if not fetched:
             return
@@ -102,13 +149,16 @@ class Matrix:
             self.scopes.append(scope)
             self.row_of[seq] = row
             self.last_id = row_id
+            said = turns.get(seq)
+            if said is None:
+                continue
             last = self._last_in_scope.get(scope)
-            if last is not None and last[1] < seq:
+            if last is not None and last[1] < seq and (last[2] is None or said[1] is None or last[2] == said[1]):
                 self.prev[row] = last[0]
                 self.next[last[0]] = row
                 linked.append((row, last[0]))
             if last is None or last[1] < seq:
-                self._last_in_scope[scope] = (row, seq)
+                self._last_in_scope[scope] = (row, seq, said[1])
         if linked:
             rows = np.asarray([a for a, _ in linked], dtype=np.int64)
             prevs = np.asarray([b for _, b in linked], dtype=np.int64)
@@ -130,7 +180,7 @@ class Matrix:
         np = vectors.require_numpy()
         n = self.rows
         # einsum, not `@`: a matrix-vector product is memory-bound, and BLAS
-        # threads only add hand-off cost (measured 17 ms vs 24-34 ms at 100k x 384).
+        # threads only add hand-off cost (harness/bench_hybrid.py).
         s = np.einsum("ij,j->i", self.mat[:n], query)
         if not context and not neighbours:
             return s
@@ -149,4 +199,4 @@ class Matrix:
         return s
 
 
-__all__ = ["EMBED_CHARS_MAX", "LABEL_FIELDS", "Matrix", "embed_text"]
+__all__ = ["EMBED_CHARS_MAX", "LABEL_FIELDS", "Matrix", "embed_text", "turns"]

@@ -25,11 +25,13 @@ Optional part, never a single point of failure (DESIGN "Embeddings"):
 
 Dense scores: the cosine of the query with each record's vector, read in
 context: the cosines are centred on their mean, then with ``context_weight``
-gamma > 0 a record gains gamma times the previous record's score in the same
+gamma > 0 a turn gains gamma times the previous turn's score in the same
 scope (a reply means little without what it answers), and with
-``neighbour_weight`` beta > 0 beta times the better score of its two neighbours
-in its scope. Both are computed at query time from the stored vectors
-(nothing is re-embedded).
+``neighbour_weight`` beta > 0 beta times the better score of its two
+neighbouring turns. Only turns of a conversation (records with a speaker
+field, ``documents.turn``) are read in context; notes are not, so the same
+defaults serve a store of notes and a conversation (issue 18). Both are
+computed at query time from the stored vectors (nothing is re-embedded).
 
 Fusion (``vectors.rrf``): ``score = 1 / (60 + lexical rank) + w / (60 + dense
 rank)`` over the lexical top ``LEXICAL_N`` and the dense top ``DENSE_N``, with
@@ -37,9 +39,9 @@ the dense weight ``w`` a setting (default ``DENSE_WEIGHT``), and the first
 ``keep_lexical`` lexical results kept at the head in their order (default
 ``KEEP_LEXICAL``). At k = 60 neighbouring ranks score within 1/3,700 of each
 other, so any dense list reorders the lexical head; on LoCoMo the lexical
-first result is right 40% of the time and the dense one 17-23%, and fusing
-the head cost 0.03-0.05 of recall@1. The defaults of w, m, gamma and beta were
-chosen on half of the LoCoMo conversations by harness/eval_hybrid.py and
+first result is right about twice as often as the dense one, and fusing the
+head cost recall@1 (docs/retrieval.md). The defaults of w, m, gamma and beta
+were chosen on half of the LoCoMo conversations by harness/eval_hybrid.py and
 reported on the other half.
 
 Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
@@ -57,16 +59,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import index_schema, vectors
-from .dense import Matrix, embed_text
+from .dense import Matrix, embed_text, turns
 from .embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
 from .errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
 from .index import K_MAX, Index, estimate_tokens
+from .index_search import check_search_args
 
 # Bounds and defaults, each with its reason.
-DENSE_WEIGHT = 1.0  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
-KEEP_LEXICAL = 2  # the lexical top m keeps its places in the fused ranking (chosen likewise)
-CONTEXT_WEIGHT = 0.7  # gamma: a record is read with the one before it in its scope (chosen likewise)
-NEIGHBOUR_WEIGHT = 0.7  # beta: a record gains from its best-scoring neighbour in its scope (likewise)
+DENSE_WEIGHT = 0.25  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
+KEEP_LEXICAL = 3  # the lexical top m keeps its places in the fused ranking (chosen likewise)
+CONTEXT_WEIGHT = 0.7  # gamma: a turn is read with the turn before it in its scope (chosen likewise)
+NEIGHBOUR_WEIGHT = 0.7  # beta: a turn gains from its best-scoring neighbouring turn in its scope (likewise)
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
@@ -403,13 +406,15 @@ class Hybrid:
         if cache is None or cache.model != model or cache.generation != generation:
             cache = Matrix(model, generation)
         fetched = db.execute(
-            "SELECT v.id, v.seq, v.hash, v.dim, v.v, r.scope FROM vectors AS v LEFT JOIN records AS r ON r.seq = v.seq"
+            "SELECT v.id, v.seq, v.hash, v.dim, v.v, r.scope, r.offset, r.length"
+            " FROM vectors AS v LEFT JOIN records AS r ON r.seq = v.seq"
             # `+v.model` keeps SQLite on the rowid range (new rows only) instead of
             # walking every row of the model through the (model, seq) index.
             " WHERE v.id > ? AND +v.model = ? AND v.dim > 0 ORDER BY v.id",
             (cache.last_id, model),
         ).fetchall()
-        cache.extend(fetched)
+        said = turns(self.index.log, [(f[1], f[6], f[7]) for f in fetched if f[6] is not None])
+        cache.extend([f[:6] for f in fetched], said)
         self._cache = cache
         return cache
 
@@ -491,13 +496,14 @@ class Hybrid:
         include_superseded: bool = False,
         include_retracted: bool = False,
         mode: str = "auto",
+        context: int = 0,
     ) -> dict[str, Any]:
         """Search with vectors when they can be used, else lexically; the reply says which and why.
 
         ``mode`` is "auto" (hybrid when possible), "lexical", or "dense"
         (the cosine ranking alone, for evaluation; falls back like auto).
         The reply is `Index.search`'s plus ``mode``, ``mode_reason`` and
-        ``vectors`` (model, missing, breaker state).
+        ``vectors`` (model, missing, breaker state); ``context`` as there.
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
@@ -529,10 +535,11 @@ class Hybrid:
         if self.embedder is not None:
             info["breaker"] = self.embedder.status()["breaker"]["state"]
         if reason is not None or query_vec is None:
-            reply = self.index.search(text, k=k, max_tokens=max_tokens, **opts)
+            reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
             reply.update(mode="lexical", mode_reason=reason, vectors=info)
             return reply
-        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info, **opts)
+        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
+                           context=context, **opts)
 
     def _eligible(self) -> int:
         with self.index.lock:
@@ -550,16 +557,12 @@ class Hybrid:
         max_tokens: int | None,
         dense_only: bool,
         info: dict[str, Any],
+        context: int,
         scope: str | None,
         include_superseded: bool,
         include_retracted: bool,
     ) -> dict[str, Any]:
-        if not isinstance(text, str):
-            raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
-        if type(k) is not int or not 0 <= k <= K_MAX:
-            raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
-        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
-            raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+        check_search_args(text, k, max_tokens, context)
         opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
@@ -567,21 +570,25 @@ class Hybrid:
         hidden_sup = counts["left_out"]["superseded"]
         hidden_ret = counts["left_out"]["retracted"]
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
-        lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), **opts)
+        lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), with_matched=True, **opts)
         dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
         fused: list[tuple[Any, float]]
         if dense_only:
             fused = [(s, sc) for s, sc in dense]
         else:
-            fused = vectors.rrf([[s for s, _ in lex], [s for s, _ in dense]], [1.0, self.dense_weight],
+            fused = vectors.rrf([[s for s, *_ in lex], [s for s, _ in dense]], [1.0, self.dense_weight],
                                 keep_first=self.keep_lexical)
         top = fused[:k]
-        # Matches: every lexical match, plus the chosen records no lexical term matched.
-        in_lex = {s for s, _ in lex}
-        dense_only_seqs = self._not_lexical([s for s, _ in top if s not in in_lex], text)
-        total = counts["total_matches"] + len(dense_only_seqs)
-        visible = lexical_visible + len(dense_only_seqs)
-        lex_rank = {s: i for i, (s, _) in enumerate(lex, start=1)}
+        # Matches: every lexical match, plus the chosen records no lexical
+        # term matched (from the dense list, or a reply ranked through the
+        # turn it answers).
+        in_lex = {s: matched for s, _, matched in lex}
+        chosen = {s for s, _ in top}
+        unmatched = self._not_lexical([s for s in chosen if s not in in_lex], text)
+        unmatched += [s for s, matched in in_lex.items() if not matched and s in chosen]
+        total = counts["total_matches"] + len(unmatched)
+        visible = lexical_visible + len(unmatched)
+        lex_rank = {s: i for i, (s, *_) in enumerate(lex, start=1)}
         dense_rank = {s: i for i, (s, _) in enumerate(dense, start=1)}
         results: list[dict[str, Any]] = []
         used = over_budget = unreadable = 0
@@ -636,6 +643,11 @@ class Hybrid:
         }
         if reply["returned"] + sum(left_out.values()) != reply["total_matches"]:
             raise InvariantBroken(f"hybrid search: returned + left out != total_matches in {left_out} (I2)")
+        if context:
+            reply["context"] = self.index.attach_context(results, context, max_tokens, used,
+                                                         include_superseded=include_superseded,
+                                                         include_retracted=include_retracted)
+            reply["tokens"] += reply["context"]["tokens"]
         return reply
 
     def _not_lexical(self, seqs: list[int], text: str) -> list[int]:

@@ -2,8 +2,13 @@
 
 Search: bm25 over the text, the body and the string values of other caller
 fields, with porter stemming over unicode61 (diacritics folded) and CJK runs
-segmented into bigrams by ``query.segment``. Every reply accounts for what it
-matched (invariant I2): ``returned + sum(left_out.values()) == total_matches``.
+segmented into bigrams by ``query.segment``, then a bounded re-rank of the
+best 50 (`Ranking`: coverage of the query's terms; turns of a conversation
+read with their neighbours; newer first on the same subject; see
+docs/retrieval.md). Every reply accounts for what it matched (invariant I2):
+``returned + sum(left_out.values()) == total_matches``. Also here: the
+records around each result (`attach_context`) and the earlier records a new
+one may correct (`related`).
 
 `Search` is mixed into ``index.Index``, which supplies the connection, its
 lock, catch-up and the checked read of a record from the log.
@@ -11,22 +16,30 @@ lock, catch-up and the checked read of a record from the log.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
-from . import query
-from .documents import estimate_tokens
+from . import limits, query, record
+from .documents import estimate_tokens, replies, turn
 from .errors import InvalidRecord, InvariantBroken
 
 if TYPE_CHECKING:
     import sqlite3
     import threading
 
+    from .log import Log
+
 # Column weights for bm25 (text, body, fields). Measured on LoCoMo with
 # harness/eval_locomo.py: weights between 0.3 and 3 move recall@5 by under
 # 0.01, so the columns count alike.
 WEIGHTS = (1.0, 1.0, 1.0)
 K_MAX = 1000  # results one search may return; more is a listing, not a search
-# bm25 costs ~8 us per matching row in FTS5, so ranking every row that shares
+CONTEXT_MAX = limits.CONTEXT_MAX
+RELATED_MAX = 3  # earlier records a write's reply names as ones it may correct
+RELATED_CANDIDATES = 10  # best-ranked earlier records compared with a new one for that
+RELATED_CHARS = 160  # of each one's text in the reply
+# bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
 # add up to this; a commoner term still counts in total_matches but does not
@@ -39,14 +52,113 @@ RANK_ROWS_MAX = 2000
 # (harness/eval_locomo.py --ablation).
 RERANK_N = 50
 COVERAGE_WEIGHT = 2.0
+NEAR = 2  # seqs either side of a candidate read at once to find its neighbours in its scope
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The re-ranking steps after bm25, each with its weight (0, or 1.0 for a factor, turns a step off).
+
+    The defaults were chosen on half of the LoCoMo conversations and
+    reported on the other half (harness/eval_locomo.py, docs/retrieval.md).
+    """
+
+    coverage_weight: float = COVERAGE_WEIGHT  # added per distinct query term a record contains
+    rerank_n: int = RERANK_N  # bm25 candidates re-ranked
+    reply_credit: float = 0.7  # share of an asking turn's score its answer (the other speaker's next turn) gains
+    prev_credit: float = 0.2  # share of a turn's score the other speaker's turn before it gains
+    name_factor: float = 0.25  # share of a term a speaker's name counts in a turn someone else says
+    recency_band: float = 0.4  # a newer record on the same subject may score this share less and still go first
+
+
+RANKING = Ranking()
+
+
+class _Candidate:
+    """One record being re-ranked: its row, its score (higher is better), whether it matched, its turn."""
+
+    __slots__ = ("_words", "asks", "good", "matched", "row", "text", "turn")
+
+    def __init__(self, row: tuple[Any, ...], good: float, matched: bool | None = True) -> None:
+        self.row = row
+        self.good = good
+        self.matched = matched
+        self.turn: tuple[str, Any] | None = None
+        self.asks = False
+        self.text = ""
+        self._words: frozenset[str] | None = None
+
+    @property
+    def words(self) -> frozenset[str]:
+        """The record's subject words (`query.subject`), computed when first compared."""
+        if self._words is None:
+            self._words = query.subject(self.text)
+        return self._words
+
+
+class _Weigher:
+    """The coverage score of a record: ``coverage_weight`` per distinct query term it contains.
+
+    A speaker's name counts ``name_factor`` of a term in a turn someone
+    else says (a greeting, "Thanks, Caroline!"): the name is then who is
+    spoken to, not who the turn is about.
+    """
+
+    def __init__(self, terms: list[str], cover: dict[int, set[int]], ranking: Ranking, speakers: list[str]) -> None:
+        self.cover = cover
+        self.weight = ranking.coverage_weight
+        self.factor = ranking.name_factor
+        self.spoken: dict[str, frozenset[int]] = {}  # speaker -> indexes of the query terms naming them
+        for name in speakers:
+            if name not in self.spoken:
+                words = set(query.terms(name, stop_words=frozenset()))
+                self.spoken[name] = frozenset(i for i, term in enumerate(terms) if term in words)
+        self.names = frozenset().union(*self.spoken.values()) if self.spoken else frozenset()
+
+    def __call__(self, seq: int, turn: tuple[str, Any] | None) -> float:
+        got = self.cover.get(seq)
+        if not got:
+            return 0.0
+        if not self.names or self.factor == 1.0:
+            return self.weight * len(got)
+        own = self.spoken.get(turn[0], frozenset()) if turn else frozenset()
+        return self.weight * sum(self.factor if i in self.names and i not in own else 1.0 for i in got)
+
+
+def _newer_first(ranked: list[_Candidate], band: float, limit: int) -> list[_Candidate]:
+    """The first ``limit`` of the ranking, each record put above older records on its subject that score about as well.
+
+    Walking down the ranking, a record moves above the first record ahead of
+    it that is older (a lower seq), said by the same speaker (or both notes),
+    on the same subject (`query.same_subject`) and scores less than ``band``
+    (a share of that record's score) better. A correction written without
+    ``supersedes`` then ranks above the statement it corrects, while records
+    on other subjects keep their order. A record can only enter the first
+    ``limit`` by moving above one of them, so only those are compared.
+    """
+    out: list[_Candidate] = []
+    for c in ranked:
+        at = len(out)
+        for i, o in enumerate(out[:limit]):
+            if (o.row[0] < c.row[0] and c.good >= o.good - band * abs(o.good)
+                    and (o.turn and o.turn[0]) == (c.turn and c.turn[0])
+                    and query.same_subject(o.words, c.words)):
+                at = i
+                break
+        out.insert(at, c)
+    return out[:limit]
 
 
 class Search:
     """The search methods of ``Index``: `ranked`, `search`, `empty_reply` and their helpers."""
 
+    ranking: Ranking = RANKING
+
     if TYPE_CHECKING:
         # Supplied by Index.
         _mutex: threading.RLock
+        log: Log
+        busy_timeout_s: float
 
         def connection(self) -> sqlite3.Connection: ...
         def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]: ...
@@ -98,8 +210,8 @@ class Search:
             return out
         cond, args = self._filters(scope, include_superseded, include_retracted)
         # The subquery with CROSS JOIN keeps SQLite from driving the join from
-        # `records` and scanning the whole FTS5 table per row (DESIGN: a plain
-        # JOIN took ~400 ms at 100k rows, this form ~0.2 ms).
+        # `records` and scanning the whole FTS5 table per row (DESIGN, "the
+        # fast path").
         sql = (
             f"SELECT f.rowid, f.score, m.offset, m.length, m.hash FROM"
             f" (SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ?) AS f"
@@ -115,17 +227,22 @@ class Search:
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
-    ) -> list[tuple[int, float]]:
+        with_matched: bool = False,
+    ) -> list[tuple[Any, ...]]:
         """The lexical ranking: ``[(seq, score)]``, best first (higher score is better).
 
         The hook for hybrid search, to fuse with a vector ranking. Does not
-        catch up; call `catch_up` first.
+        catch up; call `catch_up` first. ``with_matched`` adds a third item,
+        False for a reply no query word matched (it ranks through the turn it
+        answers; the caller's accounting must count it).
         """
         expr = query.build(text)
         if expr is None or limit <= 0:
             return []
         with self._mutex:
             rows = self._top(text, expr, limit, scope, include_superseded, include_retracted)
+        if with_matched:
+            return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
 
     def _rank_terms(self, text: str) -> tuple[list[str], list[str]]:
@@ -167,50 +284,164 @@ class Search:
 
     def _top(
         self, text: str, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
-    ) -> list[tuple[int, float, int, int, str]]:
-        """The best `limit` visible rows: bm25 over the rows with a rare term, then re-ordered by coverage.
+    ) -> list[tuple[int, float, int, int, str, bool]]:
+        """The best `limit` visible rows, best first: ``(seq, score, offset, length, hash, matched)``.
 
-        Scores are lower-is-better, like bm25: ``bm25 - COVERAGE_WEIGHT *
-        distinct terms matched``.
+        bm25 over the rows with a rare term, then re-ordered (`Ranking`):
+        coverage, then the conversation, then recency. Scores are
+        lower-is-better, like bm25. ``matched`` is False for a reply that
+        reached the list only through the turn it answers.
         """
+        r = self.ranking
         terms, matching = self._rank_terms(text)
         if len(terms) < len(matching):
             # Common terms were left out of the candidate set: rank the rows
             # that have a rare term, by bm25 over every term (the rare ones
-            # count twice). At 100k records (harness/bench_search.py data)
-            # this lifted recall@10 from 0.42 to 0.52 for ~1 ms at p50.
+            # count twice), which keeps recall where ranking the rare terms
+            # alone loses it (harness/bench_search.py).
             rank_expr = "(" + " OR ".join(terms) + ") AND (" + " OR ".join(matching) + ")"
         else:
             rank_expr = " OR ".join(terms) if terms else expr
-        rows = self._ranked_rows(rank_expr, max(limit, RERANK_N), scope, include_superseded, include_retracted)
-        if len(terms) < 2 or len(rows) < 2:
-            return rows[:limit]
+        rows = self._ranked_rows(rank_expr, max(limit, r.rerank_n), scope, include_superseded, include_retracted)
+        if not rows:
+            return []
+        cand = {row[0]: _Candidate(row, -row[1]) for row in rows}
+        talk = bool(r.reply_credit or r.prev_credit or r.name_factor != 1.0)
+        if talk or r.recency_band:
+            self._read_into(list(cand.values()))
+            talk = talk and any(c.turn for c in cand.values())
+        # With turns among the candidates, their neighbours may join: the
+        # coverage of the seqs around each candidate is counted in the same pass.
+        near = NEAR if talk and (r.reply_credit or r.prev_credit) else 0
+        cover = self._cover(terms, {s + d for s in cand for d in range(-near, near + 1)})
+        weigh = _Weigher(terms, cover, r, [c.turn[0] for c in cand.values() if c.turn])
+        for seq, c in cand.items():
+            c.good += weigh(seq, c.turn)
+        if near:
+            self._neighbours(cand, weigh, include_superseded, include_retracted)
+        ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
+        top = _newer_first(ranked, r.recency_band, limit) if r.recency_band else ranked[:limit]
         db = self.connection()
-        ids = {r[0] for r in rows}
+        for c in top:
+            if c.matched is None:  # a neighbour none of the rare terms matched: does any term?
+                c.matched = db.execute("SELECT 1 FROM fts WHERE fts MATCH ? AND rowid = ?",
+                                       (expr, c.row[0])).fetchone() is not None
+        return [(c.row[0], -c.good, *c.row[2:5], bool(c.matched)) for c in top]
+
+    def _cover(self, terms: list[str], ids: set[int]) -> dict[int, set[int]]:
+        """For each of ``ids`` that contains a term, the indexes into ``terms`` of the terms it contains."""
+        cover: dict[int, set[int]] = {}
+        if not ids or not terms:
+            return cover
+        db = self.connection()
         lo, hi = min(ids), max(ids)
-        cover: dict[int, int] = {}
-        for term in terms:
+        for i, term in enumerate(terms):
             # A rowid range, not `rowid IN (...)`: FTS5 re-runs the whole
-            # MATCH for each IN value (measured 6x slower). The terms here
-            # were kept because they match few rows, so the range is cheap.
+            # MATCH for each IN value. The terms here were kept because they
+            # match few rows, so the range is cheap.
             for (rowid,) in db.execute(
                 "SELECT rowid FROM fts WHERE fts MATCH ? AND rowid BETWEEN ? AND ?", (term, lo, hi)
             ):
                 if rowid in ids:
-                    cover[rowid] = cover.get(rowid, 0) + 1
-        scored = [(r[0], r[1] - COVERAGE_WEIGHT * cover.get(r[0], 0), *r[2:]) for r in rows]
-        scored.sort(key=lambda r: (r[1], -r[0]))
-        return scored[:limit]
+                    cover.setdefault(rowid, set()).add(i)
+        return cover
+
+    def _neighbours(
+        self, cand: dict[int, _Candidate], weigh: _Weigher, include_superseded: bool, include_retracted: bool
+    ) -> None:
+        """Read each candidate turn with its neighbours in its scope (issue 18), in place.
+
+        A turn that asks something passes ``reply_credit`` of its score to the
+        next turn, when the other speaker says it (the answer); any turn
+        passes ``prev_credit`` of its score to the turn before it, when the
+        other speaker said it and it asked nothing (what the turn reacts to).
+        A neighbour that gains joins the candidates, scored by the query terms
+        it contains.
+        """
+        r = self.ranking
+        db = self.connection()
+        turns = [c for c in cand.values() if c.turn is not None and c.good > 0]
+        if not turns:
+            return
+        # One read of every record within NEAR seqs of a turn: a conversation
+        # is usually written in order, so a turn's neighbours in its scope
+        # are among them; a scope interleaved with others falls back to a
+        # query per turn.
+        near = {c.row[0] + d for c in turns for d in range(-NEAR, NEAR + 1)}
+        places = {row[0]: row[1:] for row in db.execute(
+            "SELECT seq, scope, offset, length, hash, superseded, retracted, redacted FROM records"
+            f" WHERE seq IN ({','.join(str(x) for x in sorted(near))})"
+        )}
+        fresh: dict[int, _Candidate] = {}
+
+        def neighbour(seq: int, step: int) -> _Candidate | None:
+            scope = places[seq][0]
+            found = next((x for x in range(seq + step, seq + step * (NEAR + 1), step)
+                          if x in places and places[x][0] == scope), None)
+            if found is None and (seq + step * NEAR) in places:
+                row = db.execute(
+                    "SELECT seq, scope, offset, length, hash, superseded, retracted, redacted FROM records"
+                    + (" WHERE scope IS ? AND seq > ? ORDER BY seq LIMIT 1" if step > 0
+                       else " WHERE scope IS ? AND seq < ? ORDER BY seq DESC LIMIT 1"),
+                    (scope, seq),
+                ).fetchone()
+                if row is not None:
+                    found = row[0]
+                    places[found] = row[1:]
+            if found is None:
+                return None
+            got = cand.get(found) or fresh.get(found)
+            if got is None:
+                _scope, offset, length, h, sup, ret, red = places[found]
+                if red or (sup and not include_superseded) or (ret and not include_retracted):
+                    return None
+                got = fresh[found] = _Candidate((found, 0.0, offset, length, h), 0.0, None)
+            return got
+
+        pairs = [(c, neighbour(c.row[0], 1) if c.asks and r.reply_credit else None,
+                  neighbour(c.row[0], -1) if r.prev_credit else None) for c in turns]
+        self._read_into(list(fresh.values()))
+        gains: dict[int, float] = {}
+        for c, answer, before in pairs:
+            if answer is not None and replies(c.turn, answer.turn):
+                gains[answer.row[0]] = gains.get(answer.row[0], 0.0) + r.reply_credit * c.good
+            if before is not None and not before.asks and replies(before.turn, c.turn):
+                gains[before.row[0]] = gains.get(before.row[0], 0.0) + r.prev_credit * c.good
+        for seq, gain in gains.items():
+            got = cand.get(seq)
+            if got is None:
+                got = cand[seq] = fresh[seq]
+                got.good = weigh(seq, got.turn)
+                if weigh.cover.get(seq):
+                    got.matched = True
+            got.good += gain
+
+    def _read_into(self, found: list[_Candidate]) -> None:
+        """Read candidates' records: each one's turn (speaker, session), whether it asks, its text.
+
+        Read for ranking only: a result is still read and checked against
+        its hash before it is returned. An unreadable line ranks as a note.
+        """
+        for c, raw in zip(found, self.log.read_many([(c.row[2], c.row[3]) for c in found]), strict=True):
+            try:
+                rec = record.orjson.loads(raw)
+            except ValueError:
+                continue
+            text = rec.get("text") if type(rec) is dict else None
+            if type(text) is str:
+                c.turn = turn(rec)
+                c.asks = "?" in text
+                c.text = text
 
     def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
         """(matches, superseded only, retracted only, both) among unredacted records.
 
         Redacted records are not matches: their words are gone from the log.
-        Counting joins only the flags, never ranks: 6-50x cheaper than bm25.
+        Counting joins only the flags, never ranks: far cheaper than bm25.
         """
         db = self.connection()
         if scope is None:
-            # Count in FTS5 alone (~0.3 us a row) and look only at the few
+            # Count in FTS5 alone (no join per row) and look only at the few
             # flagged records, instead of joining every match to `records`.
             total = db.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (expr,)).fetchone()[0]
             red, sup, ret, both = db.execute(
@@ -242,6 +473,7 @@ class Search:
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
+        context: int = 0,
     ) -> dict[str, Any]:
         """Ranked records for ``text`` with the I2 accounting.
 
@@ -256,15 +488,22 @@ class Search:
         holds the indexed line; verify explains, rebuild clears). Each result
         is ``{"seq", "offset", "length", "record", "score", "tokens"}``, the
         record read from the log and checked against the indexed hash.
+        ``total_matches`` counts the records the query matched plus any reply
+        that reached the top k only through the turn it answers (see
+        `Ranking`), so the sum holds in both cases.
+
+        With ``context`` N > 0 each result also carries ``context``: up to N
+        records of its scope next to it (see `attach_context`), and the reply
+        a ``context`` count of what was included and what the budget left out.
 
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
         """
-        _check_search_args(text, k, max_tokens)
+        check_search_args(text, k, max_tokens, context)
         caught = self.catch_up()
         expr = query.build(text)
         total = sup_only = ret_only = both = 0
-        top: list[tuple[int, float, int, int, str]] = []
+        top: list[tuple[int, float, int, int, str, bool]] = []
         if expr is not None:
             with self._mutex:
                 db = self.connection()
@@ -275,15 +514,16 @@ class Search:
                     hidden_ret = 0 if include_retracted else ret_only + both
                     visible = total - hidden_sup - hidden_ret
                     if visible > 0 and k > 0:
-                        top = self._top(text, expr, min(k, visible), scope, include_superseded, include_retracted)
+                        top = self._top(text, expr, k, scope, include_superseded, include_retracted)
                 finally:
                     db.execute("COMMIT")
+        total += sum(1 for row in top if not row[5])  # replies that no query word matched
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both
         visible = total - hidden_sup - hidden_ret
         results: list[dict[str, Any]] = []
         used = over_budget = unreadable = 0
-        for seq, score, offset, length, h in top:
+        for seq, score, offset, length, h, _matched in top:
             if over_budget:
                 over_budget += 1
                 continue
@@ -309,7 +549,7 @@ class Search:
         }
         if len(results) + sum(left_out.values()) != total:
             raise InvariantBroken(f"search: {len(results)} returned + {left_out} left out != {total} matched (I2)")
-        return {
+        reply: dict[str, Any] = {
             "query": expr or "",
             "results": results,
             "total_matches": total,
@@ -318,11 +558,119 @@ class Search:
             "tokens": used,
             "index": caught,
         }
+        if context:
+            reply["context"] = self.attach_context(results, context, max_tokens, used,
+                                                   include_superseded=include_superseded,
+                                                   include_retracted=include_retracted)
+            reply["tokens"] += reply["context"]["tokens"]
+        return reply
+
+    def attach_context(
+        self,
+        results: list[dict[str, Any]],
+        n: int,
+        max_tokens: int | None,
+        used: int,
+        *,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+    ) -> dict[str, Any]:
+        """Give each result ``context``: up to ``n`` records of its scope around it, nearest first, in place.
+
+        The records just before and just after a result alternate (before
+        first: in a conversation it is what the result answers); each list is
+        in seq order. Hidden records (retracted, superseded unless asked for,
+        redacted) are passed over, and so is a record already in the reply (a
+        result, or an earlier result's context): the next one takes its place. Context is charged
+        to ``max_tokens`` after every result (``used`` tokens), in rank order;
+        what does not fit is left out and counted.
+
+        Returns ``{"asked", "included", "tokens", "over_budget"}``.
+        """
+        hidden = ["redacted = 0"]
+        if not include_superseded:
+            hidden.append("superseded = 0")
+        if not include_retracted:
+            hidden.append("retracted = 0")
+        cond = " AND ".join(hidden)
+        seen = {r["seq"] for r in results}
+        included = tokens = over_budget = 0
+        for entry in results:
+            scope = entry["record"].get("scope") if isinstance(entry.get("record"), dict) else None
+            scope = scope if type(scope) is str else None
+            with self._mutex:
+                db = self.connection()
+                sides = [db.execute(
+                    f"SELECT seq, offset, length, hash FROM records WHERE scope IS ? AND seq {op} ? AND {cond}"
+                    f" ORDER BY seq {order} LIMIT ?", (scope, entry["seq"], n + len(results)),
+                ).fetchall() for op, order in (("<", "DESC"), (">", "ASC"))]
+            nearest = [row for pair in zip_longest(*sides) for row in pair if row is not None and row[0] not in seen]
+            got: list[dict[str, Any]] = []
+            for seq, offset, length, h in nearest[:n]:
+                near = self._read_checked(seq, offset, length, h)
+                if near is None:
+                    continue
+                cost = estimate_tokens(near["record"])
+                if max_tokens is not None and used + tokens + cost > max_tokens:
+                    over_budget += 1
+                    continue
+                seen.add(seq)
+                near["tokens"] = cost
+                tokens += cost
+                got.append(near)
+            entry["context"] = sorted(got, key=lambda e: e["seq"])
+            included += len(got)
+        return {"asked": n, "included": included, "tokens": tokens, "over_budget": over_budget}
+
+    def related(self, seq: int, text: str, *, scope: str | None = None, limit: int = RELATED_MAX) -> list[dict[str, Any]]:
+        """Up to ``limit`` earlier visible records of ``scope`` that look like the subject of ``text`` (record ``seq``).
+
+        For a write's reply, after its acknowledgement: records it may
+        correct, so the writer can decide to supersede them. The index
+        catches up (usually the new record alone) without waiting for
+        another process that holds it and without rebuilding a replaced log
+        (either leaves it as it is: the answer then comes from what it
+        holds), then one bounded ranking (the rare terms of `_rank_terms`,
+        at most ``RELATED_CANDIDATES`` rows) and `query.same_subject` on
+        each. Each is ``{"seq", "ts", "text"}``, the text cut to
+        ``RELATED_CHARS`` characters.
+        """
+        expr = query.build(text)
+        if expr is None or limit <= 0:
+            return []
+        with self._mutex:
+            db = self.connection()
+            db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self.catch_up(on_replaced="report")
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        mine = query.subject(text)
+        out: list[dict[str, Any]] = []
+        with self._mutex:
+            terms, _ = self._rank_terms(text)
+            if not terms:
+                return []
+            rows = self._ranked_rows(" OR ".join(terms), RELATED_CANDIDATES + 1, scope, False, False)
+        for row in rows:
+            if row[0] >= seq:
+                continue
+            entry = self._read_checked(row[0], row[2], row[3], row[4])
+            rec = entry["record"] if entry else None
+            if not rec or rec.get("scope") != scope or rec.get("kind") in ("retract", "redaction"):
+                continue
+            said = rec.get("text")
+            if type(said) is str and query.same_subject(mine, query.subject(said)):
+                short = said if len(said) <= RELATED_CHARS else said[: RELATED_CHARS - 1] + "…"
+                out.append({"seq": row[0], "ts": rec.get("ts"), "text": short})
+                if len(out) == limit:
+                    break
+        return out
 
     @staticmethod
     def empty_reply(text: str, *, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
         """The reply for a store with no log yet: nothing matched, nothing left out."""
-        _check_search_args(text, k, max_tokens)
+        check_search_args(text, k, max_tokens)
         return {
             "query": query.build(text) or "",
             "results": [],
@@ -334,10 +682,14 @@ class Search:
         }
 
 
-def _check_search_args(text: Any, k: Any, max_tokens: Any) -> None:
+def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:
+    """Refuse a query that is not a string, or k, max_tokens or context out of range (InvalidRecord)."""
     if not isinstance(text, str):
         raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
     if type(k) is not int or not 0 <= k <= K_MAX:
         raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
         raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+    if type(context) is not int or not 0 <= context <= CONTEXT_MAX:
+        raise InvalidRecord(f"field context: must be a whole number from 0 to {CONTEXT_MAX}, got {context!r}",
+                            path="context")

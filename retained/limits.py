@@ -41,6 +41,9 @@ WRITE_BYTES_MAX = 1024 * 1024 * 1024
 TIMELINE_WINDOW_DEFAULT = 5
 TIMELINE_WINDOW_MAX = 100
 
+# Neighbouring records one search result may carry as context; more is a timeline (get --around).
+CONTEXT_MAX = 50
+
 # How the bounds relate, checked at import (explicit raises: `python -O` strips asserts).
 if SCAN_CHUNK_BYTES < TAIL_CHUNK_BYTES:
     raise ImportError("limits: SCAN_CHUNK_BYTES must be at least TAIL_CHUNK_BYTES")

@@ -280,6 +280,18 @@ class Log:
             f.seek(offset)
             return f.read(length)
 
+    def read_many(self, places: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes at each ``(offset, length)``, read through one open file (b"" for each if there is no log)."""
+        f = self._open_read()
+        if f is None:
+            return [b""] * len(places)
+        with f:
+            out = []
+            for offset, length in places:
+                f.seek(offset)
+                out.append(f.read(length))
+            return out
+
     def line_at(self, offset: int, length: int) -> Line:
         return make_line(offset, self.read_at(offset, length))
 

@@ -270,6 +270,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             supersedes=supersedes,
             client_op_id=client_op_id,
             client=client,
+            related=True,
         )
         return proof_result(proof)
 
@@ -336,7 +337,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             got = {"records": entries, "returned": len(entries), "more": 0}
         else:
             got = call("memory_get", "list", limit=limit, kind=kind, scope=scope)
-        return result(got, render.records(got, preview_chars=render.PREVIEW_CHARS))
+        return result(got, render.records(got, whole=True))
 
     def memory_search(
         query: Annotated[str, Field(min_length=1, max_length=2000, description="words to look for, in plain language")],
@@ -349,6 +350,10 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             bool,
             Field(description="also return records that later records superseded (retracted ones stay hidden)"),
         ] = False,
+        context: Annotated[
+            int, Field(ge=0, le=limits.CONTEXT_MAX, description="also return up to this many records of each result's "
+                                                          "scope around it (a conversation's turns), within max_tokens")
+        ] = 0,
     ) -> Annotated[CallToolResult, Found]:
         """Find memories by their words (and by meaning, when embeddings are configured), best first.
 
@@ -370,8 +375,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             scope=scope,
             max_tokens=max_tokens,
             include_superseded=include_superseded,
+            context=context,
         )
-        return result(found, render.search(found, preview_chars=render.PREVIEW_CHARS))
+        return result(found, render.search(found, query=query, max_tokens=max_tokens, whole=True))
 
     def memory_verify() -> Annotated[CallToolResult, Report]:
         """Check the store's integrity and return the report.

@@ -10,6 +10,10 @@ parser as syntax. ``AND``, ``NOT``, ``NEAR(``, ``*``, ``:``, ``-``,
 parentheses and quotes typed by a user are searched as words or dropped as
 punctuation, never interpreted.
 
+Dates: "may" is a stop word ("you may"), except next to a day or a year
+("in May 2022", "7 May", "May 7th"), where it is the month. The other
+month names are not stop words.
+
 Recall: a word joined by punctuation ("e-mail", "v1.2", "don't", "C++") is
 split the way the index tokenizer splits it (unicode61 treats punctuation as a
 separator), so the pieces find the same tokens the indexed text produced.
@@ -25,23 +29,26 @@ else, so "what is it" still gets an answer.
 False
 >>> build("  ") is None
 True
+>>> build("what happened in May 2022")
+'"happened" OR "may" OR "2022"'
 >>> build("東京都庁")
 '"東京 京都 都庁"'
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
-__all__ = ["STOP_WORDS", "TERMS_MAX", "build", "segment", "terms"]
+__all__ = ["MONTHS", "STOP_WORDS", "SUBJECT_WORDS_MAX", "TERMS_MAX", "build", "excerpt", "same_subject", "segment",
+           "subject", "terms"]
 
 TERMS_MAX = 32  # bounds the work one query can cause; questions rarely have more content words
 
 # English stop words: function words, question words and auxiliaries. A
 # question's content words are what find the record; these match almost
-# every record and make bm25 slow (measured: ~200 ms for a stop-word query at
-# 100k records against ~1 ms for content words).
+# every record and make bm25 slow (bm25 scores every row a term matches).
 STOP_WORDS = frozenset(
     """
 a about above after again against all am an and any are aren as at be because been before
@@ -55,6 +62,20 @@ when where which while who whom why will with won would wouldn y you your yours 
 yourselves also ever every get got may much must shall us whose yet
 """.split()
 )
+
+# Month names, and the short forms people write. "may" is also a stop word;
+# it is kept as a search term when a day or a year stands next to it.
+MONTHS = frozenset(
+    "january february march april may june july august september october november december"
+    " jan feb mar apr jun jul aug sep sept oct nov dec".split()
+)
+_DAY_OR_YEAR = re.compile(r"(?:[0-9]{1,2}(?:st|nd|rd|th)?|[0-9]{4})")
+
+
+def _dated(words: list[str], i: int) -> bool:
+    """True when the month name at ``words[i]`` has a day or a year beside it."""
+    return any(0 <= j < len(words) and _DAY_OR_YEAR.fullmatch(words[j]) for j in (i - 1, i + 1))
+
 
 # Irregular English forms porter cannot join ("went" is not stemmed to
 # "go"). A question asks "when did she go", the record says "she went": a
@@ -112,6 +133,9 @@ _CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 
 
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")  # what the loop below keeps, for text without other characters
+
+
 def _words(text: str) -> list[str]:
     """Runs of letters, digits, marks, private-use and unassigned characters.
 
@@ -121,6 +145,8 @@ def _words(text: str) -> list[str]:
     letters because SQLite's tables may know them as such. A quoted word is tokenized again by FTS5 itself, so any small
     disagreement with the tokenizer only turns a word into a phrase.
     """
+    if text.isascii():
+        return _ASCII_WORD.findall(text)
     out: list[str] = []
     cur: list[str] = []
     for ch in text:
@@ -166,6 +192,10 @@ def segment(text: str) -> str:
 
 
 def _normalise(text: str) -> str:
+    if text.isascii():
+        # NFKC changes no ASCII character, and the control characters are
+        # not word characters, so they already separate words.
+        return text.lower()
     # NFKC folds full-width letters and digits, ligatures and superscripts to
     # what the tokenizer sees in ordinary text; control and format characters
     # become spaces so they separate words instead of gluing them.
@@ -175,7 +205,9 @@ def _normalise(text: str) -> str:
     return "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Cs") else c for c in text).lower()
 
 
-def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True) -> list[str]:
+def terms(
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+) -> list[str]:
     """The query's search terms, each already a safe FTS5 string.
 
     Each term is a double-quoted string of letters and digits, a quoted
@@ -183,7 +215,8 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
     (prefix: matches the bigrams that start with it), or a parenthesised OR
     of a word's irregular forms (``("go" OR "went" OR "gone")``). Duplicates are
     removed, order kept, at most `TERMS_MAX` returned. Stop words are dropped
-    unless every word is one.
+    unless every word is one, and, with ``months``, a month name that is also a
+    stop word ("may") is kept beside a day or a year.
     """
     words: list[str] = []
     for raw in _words(_normalise(text)):
@@ -195,7 +228,8 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
             pos = m.end()
         if pos < len(raw):
             words.append(raw[pos:])
-    content = [w for w in words if w not in stop_words]
+    content = [w for i, w in enumerate(words)
+               if w not in stop_words or (months and w in MONTHS and _dated(words, i))]
     if not content:
         content = words
     out: list[str] = []
@@ -215,13 +249,120 @@ def terms(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool
     return out
 
 
-def build(text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True) -> str | None:
+def build(
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+) -> str | None:
     """A safe FTS5 MATCH expression for `text`, or None if it has no words.
 
     None means nothing can match (empty input, only punctuation or emoji);
     callers answer with zero matches instead of running a query.
     """
-    found = terms(text, stop_words=stop_words, irregular=irregular)
+    found = terms(text, stop_words=stop_words, irregular=irregular, months=months)
     if not found:
         return None
     return " OR ".join(found)
+
+
+SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of one comparison
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    for suffix in _SUFFIXES:
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def subject(text: str) -> frozenset[str]:
+    """The content words of ``text``, roughly stemmed: what `same_subject` compares.
+
+    Stop words go; a plural or past ending is cut ("reviewed" and "reviews"
+    both give "review"), a cruder stand-in for the index's porter stemmer
+    that needs no SQLite.
+
+    >>> sorted(subject("We raised the API timeout to 60 seconds."))
+    ['60', 'api', 'rais', 'second', 'timeout']
+    """
+    out: set[str] = set()
+    for w in _words(_normalise(text)):
+        if w in STOP_WORDS:
+            continue
+        out.add(_stem(w))
+        if len(out) >= SUBJECT_WORDS_MAX:
+            break
+    return frozenset(out)
+
+
+def same_subject(a: frozenset[str], b: frozenset[str], *, shared_min: int = 2, overlap_min: float = 0.5) -> bool:
+    """True when two records' `subject` words say they are about the same thing.
+
+    At least ``shared_min`` words in common, and at least ``overlap_min`` of
+    the shorter record's words: "The API timeout is 30 seconds." and "We
+    raised the API timeout to 60 seconds." share 3 of 4.
+
+    >>> same_subject(subject("The API timeout is 30 seconds."), subject("We raised the API timeout to 60 seconds."))
+    True
+    >>> same_subject(subject("Thanks, Caroline!"), subject("Thanks, Mel!"))
+    False
+    """
+    shared = len(a & b)
+    return shared >= shared_min and shared >= overlap_min * min(len(a), len(b))
+
+
+_WORD_SPAN = re.compile(r"[^\W_]+")  # letters and digits, as `_words` keeps them
+_CUT_SNAP_CHARS = 24  # a cut moves this far at most to fall between two words
+
+
+def excerpt(text: str, around: str, chars_max: int) -> tuple[int, int]:
+    """``(start, end)``: the part of ``text`` to show in ``chars_max`` characters, centred on the words of ``around``.
+
+    The whole text when it fits. Otherwise the window holding the most
+    distinct words of ``around`` (a query; stop words aside, endings cut as
+    in `subject`, a longer word starting with a query word counts), centred
+    on the span of those words, its ends moved to fall between words; the
+    start of the text when none of them occurs.
+
+    >>> text = "filler " * 100 + "the deploy key rotates monthly " + "filler " * 100
+    >>> start, end = excerpt(text, "when does the deploy key rotate?", 60)
+    >>> "deploy key rotates" in text[start:end], end - start <= 60
+    (True, True)
+    """
+    if chars_max <= 0:
+        return 0, 0
+    if len(text) <= chars_max:
+        return 0, len(text)
+    wanted = [_stem(w) for w in dict.fromkeys(_words(_normalise(around))) if w not in STOP_WORDS]
+    spans: list[tuple[int, int, int]] = []  # (start, end, index into wanted)
+    if wanted:
+        for m in _WORD_SPAN.finditer(text):
+            word = _stem(_normalise(m.group()))
+            for i, w in enumerate(wanted):
+                if word == w or (len(w) >= 4 and word.startswith(w)) or (_is_cjk(w[0]) and w in word):
+                    spans.append((m.start(), m.end(), i))
+                    break
+    if not spans:
+        start, end = 0, chars_max
+    else:
+        best = (0, 0, 0, 0)  # (distinct words, occurrences, first span, last span)
+        j = 0
+        for i in range(len(spans)):
+            j = max(j, i)
+            while j + 1 < len(spans) and spans[j + 1][1] - spans[i][0] <= chars_max:
+                j += 1
+            found = spans[i : j + 1]
+            score = (len({s[2] for s in found}), len(found))
+            if score > best[:2]:
+                best = (*score, i, j)
+        first, last = spans[best[2]][0], spans[best[3]][1]
+        start = max(0, (first + last - chars_max) // 2)
+        end = min(len(text), start + chars_max)
+        start = max(0, end - chars_max)
+    if start > 0:
+        gap = text.find(" ", start, min(start + _CUT_SNAP_CHARS, end))
+        start = gap + 1 if gap != -1 else start
+    if end < len(text):
+        gap = text.rfind(" ", max(end - _CUT_SNAP_CHARS, start), end)
+        end = gap if gap > start else end
+    return start, end

@@ -127,13 +127,15 @@ def block(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(entry: dict[str, Any], *, preview_chars: int | None = None) -> str:
+def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_shown: tuple[str, str | None] | None = None) -> str:
     """A stored record (``{"seq", "record", "superseded_by"?, ...}`` as the Store returns it) as text.
 
     Every field its writer set is shown: the chain's own fields (hash, prev)
     are left to the structured form. With ``preview_chars`` the text is one
     line cut to that width and the body is left out (a short listing);
-    without, text and body are shown whole.
+    without, text and body are shown whole. ``text_shown`` is the text a
+    reply's budget left for it (``documents.shown``: text and body, whole or
+    cut around the query's words) and the note that says where the rest is.
     """
     # The index's reading of link fields. Imported here, not at the top: the
     # brief and the MCP server's start-up import this module without needing it.
@@ -161,7 +163,11 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None) -> str:
     shown_entry["score"] = entry.get("score")
     text = clean(rec["text"]) if isinstance(rec.get("text"), str) else ""
     body = body_text(rec.get("body"))
-    if preview_chars is not None:
+    if text_shown is not None:
+        text, body = clean(text_shown[0]), ""
+        if text_shown[1]:
+            text += f"\n[{text_shown[1]}]"
+    elif preview_chars is not None:
         text, body = short(" ".join(text.split()), preview_chars), ""
     shown_entry["text"], shown_entry["body"] = text, body
     return block(shown_entry)
@@ -193,9 +199,25 @@ def proof(proof: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def records(result: dict[str, Any], *, preview_chars: int | None = None) -> str:
-    """Records read by seq, newest first (``Store.list``) or around a seq (``Store.timeline``), and what was not shown."""
-    lines = [record(r, preview_chars=preview_chars) for r in result["records"]]
+def _within(entries: list[dict[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
+    """Each entry's text as a reply's budget leaves it (``documents.shown``), for the text form an agent reads."""
+    from .documents import REST_HINT, shown
+
+    return shown([e.get("record") or {} for e in entries], query, max_tokens, rest=rest or REST_HINT)
+
+
+def records(result: dict[str, Any], *, preview_chars: int | None = None, whole: bool = False) -> str:
+    """Records read by seq, newest first (``Store.list``) or around a seq (``Store.timeline``), and what was not shown.
+
+    ``whole``: every record's text whole within the default budget (cuts say
+    where the rest is), as the MCP text form carries them.
+    """
+    entries = result["records"]
+    if whole:
+        texts = _within(entries, None, None, "the structured result holds the whole record")
+        lines = [record(r, text_shown=t) for r, t in zip(entries, texts, strict=True)]
+    else:
+        lines = [record(r, preview_chars=preview_chars) for r in entries]
     tail = f"{result['returned']} record(s) returned"
     if "more_before" in result:
         tail += f"; {result['more_before']} older and {result['more_after']} newer not shown"
@@ -204,14 +226,28 @@ def records(result: dict[str, Any], *, preview_chars: int | None = None) -> str:
     return "\n".join([*lines, tail])
 
 
-def search(reply: dict[str, Any], *, preview_chars: int | None = None) -> str:
-    """A search reply: the ranked records, then how many matched and what was left out, and why (I2)."""
-    lines = [record(r, preview_chars=preview_chars) for r in reply.get("results", ())]
+def search(reply: dict[str, Any], *, query: str | None = None, max_tokens: int | None = None, whole: bool = False) -> str:
+    """A search reply: the ranked records (each result's context records after it, marked ``|``), then how many
+    matched and what was left out, and why (I2).
+
+    ``whole``: every record's text whole within ``max_tokens`` (cuts centred
+    on the words of ``query``, saying how to get the rest), as the MCP text
+    form carries them; otherwise text and body as stored.
+    """
+    entries = [(e, indent) for r in reply.get("results", ())
+               for e, indent in [(r, ""), *((c, "    | ") for c in r.get("context", ()))]]
+    texts = _within([e for e, _ in entries], query, max_tokens, None) if whole else [None] * len(entries)
+    lines = [indent + record(e, text_shown=t).replace("\n", "\n" + indent) for (e, indent), t in zip(entries, texts, strict=True)]
     left = reply.get("left_out") or {}
     why = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in left.items() if isinstance(n, int) and n)
     tail = f"{reply.get('returned', len(lines))} of {reply.get('total_matches', '?')} match(es) returned"
     if why:
         tail += f"; left out: {why}"
+    context = reply.get("context")
+    if context:
+        tail += f"; context: {context['included']} record(s) (| lines), {context['tokens']} tokens"
+        if context.get("over_budget"):
+            tail += f", {context['over_budget']} left out over budget"
     lines.append(tail)
     if reply.get("mode"):
         lines.append(f"mode: {reply['mode']}" + (f" ({reply['mode_reason']})" if reply.get("mode_reason") else ""))

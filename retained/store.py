@@ -233,8 +233,15 @@ class Store:
         supersedes: list[int] | None = None,
         client_op_id: str | None = None,
         client: dict[str, Any] | None = None,
+        related: bool = False,
     ) -> dict[str, Any]:
-        """Append a note (or any caller kind) and return its proof once durable."""
+        """Append a note (or any caller kind) and return its proof once durable.
+
+        With ``related``, after the acknowledgement the proof also names up to
+        3 earlier records of the same scope that look like the same subject
+        (``related`` and a notice; see ``Index.related``): records this one
+        may correct. The MCP server and the CLI ask for it.
+        """
         if not isinstance(text, str):
             raise InvalidRecord(f"field text: must be a string, got {type(text).__name__}; nothing was written", path="text")
         if supersedes:
@@ -249,7 +256,27 @@ class Store:
             client_op_id=client_op_id,
             fields=fields,
         )
-        return self.append([self.prepare(content)], client=client)[0]
+        proof = self.append([self.prepare(content)], client=client)[0]
+        if related and not proof.get("duplicate"):
+            proof.update(self._related(proof["seq"], text, scope))
+        return proof
+
+    def _related(self, seq: int, text: str, scope: str | None) -> dict[str, Any]:
+        """``related`` (earlier records on the same subject, see ``Index.related``) and a notice naming them.
+
+        Runs after the acknowledgement; an index that cannot answer costs the
+        reply only this hint, never the write.
+        """
+        try:
+            found = self.index.related(seq, text, scope=scope)
+        except (sqlite3.Error, OSError, RetainedError):
+            return {}
+        if not found:
+            return {}
+        seqs = ", ".join(str(r["seq"]) for r in found)
+        return {"related": found, "notices": [
+            f"earlier record(s) {seqs} look like the same subject; if this corrects them, "
+            f"write it with supersedes=[{seqs}] (they then leave search)"]}
 
     def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Append many records with one lock and one fsync; proofs in order.
@@ -598,15 +625,16 @@ class Store:
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
+        context: int = 0,
     ) -> dict[str, Any]:
-        """Ranked records with the I2 accounting (see ``Index.search``)."""
+        """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
         if not self.log.exists():
             from .index import Index
 
             empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
             empty.update(mode="lexical", mode_reason="the store has no log yet")
             return empty
-        options = {"k": k, "max_tokens": max_tokens, "scope": scope,
+        options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
         try:
             return self.hybrid.search(query, **options)

@@ -32,7 +32,7 @@ TOOL_ARGUMENTS = {
     ),
     "memory_checkpoint": ({"label", "summary", "scope"}, {"label"}),
     "memory_get": ({"ids", "limit", "kind", "scope", "around", "window"}, set()),
-    "memory_search": ({"query", "k", "scope", "max_tokens", "include_superseded"}, {"query"}),
+    "memory_search": ({"query", "k", "scope", "max_tokens", "include_superseded", "context"}, {"query"}),
     "memory_verify": (set(), set()),
     "memory_forget": ({"ids", "reason"}, {"ids", "reason"}),
 }

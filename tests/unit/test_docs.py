@@ -26,10 +26,6 @@ PAGES = [README, REPO / "BENCHMARKS.md", REPO / "CHANGELOG.md", *sorted(DOCS.glo
 VENV_BIN = Path(sys.executable).parent
 WAIT_S = 120
 DEMO = "/tmp/retained-demo"
-# Written on another branch; a link to it is checked once it exists.
-PENDING_TARGETS = {DOCS / "retrieval.md"}
-# Their comments are cleaned of timings on another branch.
-TIMING_COMMENTS_PENDING = {"query.py", "index_search.py", "dense.py", "hybrid.py", "vectors.py", "documents.py"}
 
 
 def _text(path: Path) -> str:
@@ -76,8 +72,6 @@ def test_every_relative_link_resolves_to_a_file_and_anchor(page: Path) -> None:
         target, _, anchor = link.partition("#")
         path = (page.parent / target).resolve() if target else page
         if not path.exists():
-            if path in PENDING_TARGETS:
-                continue
             problems.append(f"{link}: no {path.relative_to(REPO) if REPO in path.parents else path}")
             continue
         if anchor and anchor not in slugs(_text(path) if path.is_file() else ""):
@@ -239,7 +233,5 @@ def test_no_measured_timing_in_code_comments() -> None:
     """A comment says why; BENCHMARKS.md says how fast."""
     hits = []
     for path in sorted((REPO / "retained").rglob("*.py")):
-        if path.name in TIMING_COMMENTS_PENDING:
-            continue
         hits += [f"{path.relative_to(REPO)}:{n}: {line.strip()}" for n, line in _comments(path) if _TIMING.search(line)]
     assert not hits, "\n".join(hits)

@@ -325,7 +325,8 @@ def test_context_and_neighbour_scores_match_their_definition() -> None:
     raw = rng.standard_normal((5, 8))
     scopes = ["a", "b", "a", "a", "b"]
     m = Matrix("m", 0)
-    m.extend([(i + 1, i + 1, f"h{i}", 8, vectors.pack(raw[i]), scopes[i]) for i in range(5)])
+    m.extend([(i + 1, i + 1, f"h{i}", 8, vectors.pack(raw[i]), scopes[i]) for i in range(5)],
+             {i + 1: (f"speaker {i % 2}", None) for i in range(5)})
     unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
     q = unit[2] + unit[4]
     q = q / np.linalg.norm(q)

@@ -182,7 +182,7 @@ class Log:
         # thread's append is under way queue here, and the next leader writes
         # and fsyncs all of their records at once (see _commit_grouped).
         self.group_commit = group_commit
-        self._group = threading.Condition(threading.Lock())
+        self._group = threading.Lock()
         self._queue: list[_Request] = []
         self._leading = False
 
@@ -547,25 +547,39 @@ class Log:
         return req.result()
 
     def _commit_grouped(self, req: _Request) -> None:
-        """Queue ``req``; the first caller to find no leader writes everything queued so far."""
-        group = self._group
-        with group:
+        """Queue ``req``; the first caller to find no leader writes everything queued so far.
+
+        A waiting caller sleeps on its own event: the leader wakes exactly
+        the callers it wrote for, then hands the lead to the first caller
+        that queued meanwhile (which writes everything queued by then), so no
+        thread wakes only to find it must wait again.
+        """
+        with self._group:
+            woken = threading.Event() if self._leading else None
+            req.woken = woken
             self._queue.append(req)
-            while self._leading and not req.done:
-                group.wait()
+            self._leading = True
+        if woken is not None:
+            woken.wait()
             if req.done:
                 return  # a leader wrote it (or failed it) while this thread waited
-            self._leading = True
+            # Otherwise the lead was handed to this caller: it writes what is queued.
+        with self._group:
             batch, self._queue = self._queue, []
         try:
             with self._mutex:
                 self._commit(batch)
         finally:
-            with group:
-                self._leading = False
+            with self._group:
                 for r in batch:
                     r.done = True
-                group.notify_all()
+                heir = self._queue[0] if self._queue else None
+                self._leading = heir is not None
+            for r in batch:
+                if r.woken is not None:
+                    r.woken.set()
+            if heir is not None and heir.woken is not None:
+                heir.woken.set()
 
     def _commit(self, batch: list[_Request]) -> None:
         """Append the records of ``batch`` (this thread holds ``_mutex``); each request gets its proofs or an error."""
@@ -847,7 +861,7 @@ class Log:
 class _Request:
     """One caller's records on their way into the file, and what came of them."""
 
-    __slots__ = ("client", "contents", "done", "error", "proofs", "ts", "wrote")
+    __slots__ = ("client", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
 
     def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
         self.contents = contents
@@ -857,6 +871,7 @@ class _Request:
         self.error: BaseException | None = None
         self.wrote = False  # some of its records are among the lines written
         self.done = False
+        self.woken: threading.Event | None = None
 
     def result(self) -> list[dict[str, Any]]:
         if self.error is not None:

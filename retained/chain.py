@@ -482,7 +482,7 @@ def verify_file(
     range is linked.
     """
     linker = _Linker(log.path.name, watch)
-    f = log._open_read()
+    f = log.open_read()
     if f is None:
         if check is not None:
             check(iter(()))

@@ -197,7 +197,8 @@ class Log:
     def exists(self) -> bool:
         return self.path.exists()
 
-    def _open_read(self) -> BinaryIO | None:
+    def open_read(self) -> BinaryIO | None:
+        """The log opened for reading (never through a link), or None when there is none yet."""
         try:
             return open_read(self.path)
         except FileNotFoundError:
@@ -225,7 +226,7 @@ class Log:
         yielded (a torn tail always is): a search in the chunk is far cheaper
         than parsing and hashing every line.
         """
-        f = self._open_read()
+        f = self.open_read()
         if f is None:
             return
         with f:
@@ -262,7 +263,7 @@ class Log:
         the session-start brief, whose whole run costs less than importing
         orjson.
         """
-        f = self._open_read()
+        f = self.open_read()
         if f is None:
             return
         with f:
@@ -273,7 +274,7 @@ class Log:
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
-        f = self._open_read()
+        f = self.open_read()
         if f is None:
             return b""
         with f:
@@ -282,7 +283,7 @@ class Log:
 
     def read_many(self, places: list[tuple[int, int]]) -> list[bytes]:
         """The bytes at each ``(offset, length)``, read through one open file (b"" for each if there is no log)."""
-        f = self._open_read()
+        f = self.open_read()
         if f is None:
             return [b""] * len(places)
         with f:

@@ -23,11 +23,13 @@ from __future__ import annotations
 import bisect
 import os
 from array import array
-from collections import deque
+from collections import deque, namedtuple
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, cast
+
+import blake3
 
 from . import record
 from .errors import InvariantBroken
@@ -40,6 +42,22 @@ _PROBLEM_KINDS = {
     "hash does not recompute": "hash_mismatch",
     "chain fields missing or malformed": "chain_fields_malformed",
 }
+
+
+class Run(namedtuple("Run", "offset seq lengths hashes")):
+    """Consecutive records the walk verified, each linking to the one before, as ``verify_file``'s ``check`` sees them.
+
+    The first starts at byte ``offset`` and holds ``seq``; ``lengths`` are
+    their line lengths (an ``array("Q")``), ``hashes`` their hashes
+    concatenated (64 characters each). A run costs the check one item, not
+    one per line.
+    """
+
+    __slots__ = ()
+
+    @property
+    def end(self) -> int:
+        return self.offset + sum(self.lengths)
 
 
 def _short(h: str | None) -> str:
@@ -297,6 +315,7 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
         f.seek(start)
         data = f.read(stop - start)
     classify = record.classify
+    hasher = blake3.blake3()  # lent to classify for every line of the range
     RECORD, REDACTED = record.RECORD, record.REDACTED
     items: list[tuple[Any, ...]] = []
     run_offset = run_seq = run_count = 0
@@ -309,41 +328,39 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
     def close_run(end: int) -> None:
         items.append((_RUN, run_offset, run_seq, run_prev, run_count, lengths.tobytes(), "".join(hashes), redactions, end))
 
-    i, size = 0, len(data)
-    while i < size:
-        nl = data.find(b"\n", i)
-        if nl == -1:
-            if run_count:
-                close_run(start + i)
-                run_count = 0
-            items.append((_LINE, start + i, size - i, record.TORN, None, None, None, "unterminated last line", None, b""))
-            break
-        status, obj, seq, h, problem = classify(data[i:nl])
-        length = nl + 1 - i
+    # One split in C instead of a search and a slice per line; the last part
+    # is what follows the last newline: nothing, or a torn tail.
+    parts = data.split(b"\n")
+    tail = parts.pop()
+    offset = start
+    for raw in parts:
+        status, obj, seq, h, problem = classify(raw, hasher)
+        length = len(raw) + 1
         if status == RECORD:
             # A record always carries its seq and hash (classify's contract).
-            seq, h = cast(int, seq), cast(str, h)
             prev = obj["prev"]
             if not (run_count and seq == last_seq + 1 and prev == last_hash):
                 if run_count:
-                    close_run(start + i)
-                run_offset, run_seq, run_prev, run_count = start + i, seq, prev, 0
+                    close_run(offset)
+                run_offset, run_seq, run_prev, run_count = offset, seq, prev, 0  # type: ignore[assignment]
                 lengths, hashes, redactions = array("Q"), [], []
             run_count += 1
             lengths.append(length)
-            hashes.append(h)
+            hashes.append(h)  # type: ignore[arg-type]
             if obj.get("kind") == "redaction" and type(obj.get("redacts")) is int:
-                redactions.append((obj["redacts"], seq))
-            last_seq, last_hash = seq, h
+                redactions.append((obj["redacts"], seq))  # type: ignore[arg-type]
+            last_seq, last_hash = seq, h  # type: ignore[assignment]
         else:
             if run_count:
-                close_run(start + i)
+                close_run(offset)
                 run_count = 0
             prev = obj["prev"] if status == REDACTED else None
-            items.append((_LINE, start + i, length, status, seq, h, prev, problem, None, data[i : nl + 1]))
-        i = nl + 1
+            items.append((_LINE, offset, length, status, seq, h, prev, problem, None, raw + b"\n"))
+        offset += length
     if run_count:
-        close_run(start + i)
+        close_run(offset)
+    if tail:
+        items.append((_LINE, offset, len(tail), record.TORN, None, None, None, "unterminated last line", None, b""))
     return items
 
 
@@ -376,19 +393,68 @@ def _range_bounds(f: Any, size: int, range_bytes: int) -> list[int]:
     return bounds
 
 
-def _classified(
-    path: str, bounds: list[int], workers: int, parallel: bool, mp_context: Any
-) -> Iterator[list[tuple[Any, ...]]]:
-    """Each range's items, in file order.
+def plan_ranges(f: Any, size: int, workers: int | None, range_bytes: int, parallel_min_bytes: int) -> tuple[list[int], int, bool]:
+    """How ``map_ranges`` cuts the first ``size`` bytes of the open file ``f``: ``(bounds, workers, parallel)``.
 
-    Ranges in flight are bounded by ``IN_FLIGHT_BYTES`` of log (and at least
-    one per worker), so memory stays flat in the log's size.
+    Ranges of at most ``range_bytes``, at line starts (fewer, larger ones
+    never exceed it; at least one per worker). ``workers`` None is one per
+    CPU. A file under ``parallel_min_bytes``, or one worker, is worked
+    through in this process, where starting processes would cost more than
+    they save.
+    """
+    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+    parallel = workers > 1 and size >= parallel_min_bytes
+    per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
+    return _range_bounds(f, size, max(1, per_range)), workers, parallel
+
+
+def _exit_with_parent() -> None:
+    """A worker's first step: end it when the process that started it ends.
+
+    A worker blocks reading its next task from a pipe it holds both ends of
+    (a forked child inherits the writing end), so a parent killed outright
+    (SIGKILL, the OOM killer) would leave it waiting forever. A thread waits
+    on the parent's sentinel, which is ready once the parent is gone.
+    """
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="retained-exit-with-parent", daemon=True).start()
+
+
+def map_ranges(
+    task: Callable[[str, int, int], Any],
+    path: str,
+    bounds: list[int],
+    workers: int,
+    parallel: bool,
+    mp_context: Any,
+    in_flight_bytes: int = IN_FLIGHT_BYTES,
+) -> Iterator[Any]:
+    """``task(path, start, stop)`` for each range of ``bounds``, the results in file order.
+
+    In ``workers`` processes when ``parallel`` (``mp_context`` as for
+    ``verify_file``), else here. ``task`` must be a module-level function
+    (a worker imports it by name) that depends on nothing but the file, so
+    that running it here gives what a worker gives: a range a worker could
+    not finish (it died, or no process can start) is worked through here.
+    Ranges in flight are bounded by ``in_flight_bytes`` of file (and at
+    least one per worker), so memory stays flat in the file's size.
     """
     ranges = list(pairwise(bounds))
     done = 0
     if not (parallel and len(ranges) > 1):
         for start, stop in ranges:
-            yield _classify_range(path, start, stop)
+            yield task(path, start, stop)
         return
     # Imported here: multiprocessing costs the read-only paths (the brief)
     # more than they can spend.
@@ -404,44 +470,45 @@ def _classified(
             # thread held at that moment stays held in the child forever; a
             # server calling verify from a thread spawns.
             mp_context = multiprocessing.get_context("spawn")
-    pending: deque[tuple[Future[list[tuple[Any, ...]]], int]] = deque()
+    pending: deque[tuple[Future[Any], int]] = deque()
     pool = None
     submitted = in_flight = 0
 
     def top_up() -> None:
         nonlocal submitted, in_flight
-        while submitted < len(ranges) and (len(pending) < workers or in_flight < IN_FLIGHT_BYTES):
+        while submitted < len(ranges) and (len(pending) < workers or in_flight < in_flight_bytes):
             start, stop = ranges[submitted]
             if pool is None:
-                raise InvariantBroken("chain walk: ranges were submitted without a worker pool")
-            pending.append((pool.submit(_classify_range, path, start, stop), stop - start))
+                raise InvariantBroken("ranges were submitted without a worker pool")
+            pending.append((pool.submit(task, path, start, stop), stop - start))
             submitted += 1
             in_flight += stop - start
 
     try:
         try:
-            pool = ProcessPoolExecutor(max_workers=min(workers, len(ranges)), mp_context=mp_context)
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(ranges)), mp_context=mp_context,
+                                       initializer=_exit_with_parent)
             top_up()
         except (BrokenProcessPool, OSError, NotImplementedError):
-            pending.clear()  # no worker processes here: classified below, in this process
+            pending.clear()  # no worker processes here: worked through below, in this process
         try:
             while pending:
                 future, nbytes = pending.popleft()
-                items = future.result()
+                result = future.result()
                 in_flight -= nbytes
                 top_up()
-                yield items
+                yield result
                 done += 1
         except (BrokenProcessPool, OSError, NotImplementedError):
             # A worker died, or a sandbox forbids what the pool needs: the
-            # ranges not yet linked are classified in this process, which
-            # gives the same items (an error reading the log recurs there).
+            # ranges not yet yielded are worked through in this process,
+            # which gives the same results (an error reading the file recurs there).
             pass
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     for start, stop in ranges[done:]:
-        yield _classify_range(path, start, stop)
+        yield task(path, start, stop)
 
 
 def verify_file(
@@ -473,10 +540,10 @@ def verify_file(
     ``check(places)``, if given, is called once with an iterator over every
     complete line in file order, so that a second check reads the log once
     with the walk, in this process while the workers classify the ranges
-    ahead (``Store.verify`` checks the index so):
-    ``(offset, length, seq, hash)`` for a record the walk verified,
-    ``(offset, raw)`` (the line's bytes) for any other line. It may stop
-    early; the walk links the rest after it returns.
+    ahead (``Store.verify`` checks the index so): a `Run` for consecutive
+    records the walk verified (one item for many lines), ``(offset, raw)``
+    (the line's bytes) for any other line. It may stop early; the walk links
+    the rest after it returns.
 
     ``progress(done_bytes, total_bytes)``, if given, is called after each
     range is linked.
@@ -491,11 +558,8 @@ def verify_file(
         size = os.fstat(f.fileno()).st_size
         if stop is not None:
             size = min(size, stop)
-        workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
-        parallel = workers > 1 and size >= parallel_min_bytes
-        per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
-        bounds = _range_bounds(f, size, max(1, per_range))
-    ranges = _classified(str(log.path), bounds, workers, parallel, mp_context)
+        bounds, workers, parallel = plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
+    ranges = map_ranges(_classify_range, str(log.path), bounds, workers, parallel, mp_context)
     if progress is not None:
         ranges = _reporting(ranges, bounds, progress)
     if check is None:
@@ -528,14 +592,11 @@ def _link(linker: _Linker, items: list[tuple[Any, ...]]) -> None:
 
 
 def _places(linker: _Linker, ranges: Iterable[list[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
-    """Link each range's items in order, yielding each complete line's place (see ``verify_file``)."""
+    """Link each range's items in order, yielding its runs and other complete lines (see ``verify_file``)."""
     for items in ranges:
         _link(linker, items)
         for item in items:
             if item[0] == _RUN:
-                offset, seq, hashes = item[1], item[2], item[6]
-                for k, length in enumerate(array("Q", item[5])):
-                    yield offset, length, seq + k, hashes[64 * k : 64 * k + 64]
-                    offset += length
+                yield Run(item[1], item[2], array("Q", item[5]), item[6])
             elif item[3] != record.TORN:
                 yield item[1], item[9]

@@ -40,9 +40,12 @@ SCHEMA_VERSION = "3"
 READABLE_VERSIONS = frozenset({"1", "2", "3"})
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 BATCH_ROWS = 2000  # rows per executemany in catch-up and rebuild, and lines per batch in verify
+# SQLite's page cache per connection that reads the whole index (search, verify):
+# big enough for the whole index at 100k records (~30 MB); allocated only as used.
+CACHE_KIB = 64 * 1024
 IN_ROWS_MAX = 500  # values per `IN (...)` list: well under SQLite's default limit of bound parameters
 
-SCHEMA = f"""
+TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY,
@@ -58,10 +61,6 @@ CREATE TABLE IF NOT EXISTS records (
     retracted INTEGER NOT NULL DEFAULT 0,
     redacted INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
-CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
-CREATE INDEX IF NOT EXISTS records_client ON records (client, seq);
-CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
 CREATE TABLE IF NOT EXISTS links (
     target INTEGER NOT NULL,
     source INTEGER NOT NULL,
@@ -71,6 +70,27 @@ CREATE TABLE IF NOT EXISTS links (
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     text, body, fields, content='', tokenize='{TOKENIZER}'
 );
+"""
+
+# The indexes of ``records``; a rebuild makes them after filling the table
+# (one sort each, not one b-tree insert per row each).
+RECORDS_INDEXES = """
+CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
+CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
+CREATE INDEX IF NOT EXISTS records_client ON records (client, seq);
+CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
+"""
+SCHEMA = TABLES + RECORDS_INDEXES
+
+# The columns of ``records`` a line fills (its flags are set by the lines that name it).
+ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted"
+# A rebuild's rows for one range of the log, made in a worker process in a
+# database of their own (in memory) and copied from there into the tables
+# above: ``lines`` holds a chained line's ``records`` row and its words
+# (``n``: its order in the range), ``links`` the links it makes.
+BULK_TABLES = f"""
+CREATE TABLE lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
+CREATE TABLE links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
 """
 
 DROP = """

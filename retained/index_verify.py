@@ -17,12 +17,14 @@ import bisect
 import itertools
 import sqlite3
 import threading
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from . import index_schema as schema
+from .chain import Run
 from .errors import RetainedError
 from .index_schema import BATCH_ROWS
 
@@ -91,9 +93,8 @@ def _verify_locked(
             f"{mark.seq}, hash {mark.hash[:12]}...) but the log {log.path.name} "
             f"is {size} bytes and no longer holds that line there; run `retained rebuild`",
         ))
-    seen = bytearray((mark.seq >> 3) + 1)
+    matched = _Matched(mark.seq)
     batch: list[tuple[Any, ...]] = []
-    ranges: list[tuple[int, int]] = []
     stop = min(mark.offset, size)
     source = iter(_raw_lines(log, stop) if lines is None else _lines_before(lines, stop))
     # FTS5's integrity check reads the whole full-text index (a large share
@@ -106,29 +107,30 @@ def _verify_locked(
     integrity.start()
     try:
         for item in itertools.chain(() if first is None else (first,), source):
+            if type(item) is Run:
+                # Lines are compared in file order: a seq claimed twice is
+                # judged on the line that claims it first.
+                findings.extend(_verify_claims(log, db, _claims(batch), matched))
+                batch.clear()
+                findings.extend(_verify_run(log, db, item, matched))
+                continue
             batch.append(item)
             if len(batch) >= BATCH_ROWS:
-                findings.extend(_verify_batch(log, db, batch, seen, ranges))
+                findings.extend(_verify_claims(log, db, _claims(batch), matched))
                 batch.clear()
-        findings.extend(_verify_batch(log, db, batch, seen, ranges))
+        findings.extend(_verify_claims(log, db, _claims(batch), matched))
     except BaseException:
         integrity.join()
         raise
-    # Every seq marked in `seen` is an index row a log line matched;
-    # when they are all of the rows there is no ghost to look for. Rows
-    # past the snapshot were indexed from lines appended after it.
+    # Every seq in `matched` is an index row a log line matched; when
+    # they are all of the rows there is no ghost to look for. Rows past
+    # the snapshot were indexed from lines appended after it.
     indexed = schema.row_count(db)
     if snapshot is not None:
         indexed -= schema.rows_beyond(db, snapshot[1], size)
-    matched = int.from_bytes(seen, "little").bit_count() + sum(b - a + 1 for a, b in ranges)
-    ghosts = () if matched == indexed else schema.places_within(db, None if snapshot is None else size)
-    ranges.sort()
-    starts = [a for a, _ in ranges]
+    ghosts = () if matched.count() == indexed else schema.places_within(db, None if snapshot is None else size)
     for seq, offset, h in ghosts:
-        if seq >> 3 < len(seen) and seen[seq >> 3] & (1 << (seq & 7)):
-            continue
-        i = bisect.bisect_right(starts, seq) - 1
-        if i >= 0 and ranges[i][0] <= seq <= ranges[i][1]:
+        if matched.has(seq):
             continue
         findings.append(_finding(
             "index_ghost", seq, offset, "absent", h,
@@ -136,6 +138,40 @@ def _verify_locked(
             f"the log may have been replaced by an older copy; run `retained rebuild`",
         ))
     return findings
+
+
+class _Matched:
+    """The seqs of the index rows a log line was found for.
+
+    Whole runs the index holds exactly are kept as ``(lo, hi)`` ranges
+    (sorted, disjoint), single seqs as bits: one bit per seq up to the
+    highest single one.
+    """
+
+    def __init__(self, top: int) -> None:
+        self.bits = bytearray((top >> 3) + 1)
+        self.ranges: list[tuple[int, int]] = []
+        self.starts: list[int] = []
+
+    def has(self, seq: int) -> bool:
+        if seq >> 3 < len(self.bits) and self.bits[seq >> 3] & (1 << (seq & 7)):
+            return True
+        i = bisect.bisect_right(self.starts, seq) - 1
+        return i >= 0 and self.ranges[i][1] >= seq
+
+    def add(self, seq: int) -> None:
+        if seq >> 3 >= len(self.bits):
+            self.bits.extend(bytes((seq >> 3) + 1 - len(self.bits)))
+        self.bits[seq >> 3] |= 1 << (seq & 7)
+
+    def add_range(self, lo: int, hi: int) -> None:
+        """Seqs ``lo`` to ``hi``, none of them matched before (each row is matched by one line at most)."""
+        i = bisect.bisect_right(self.starts, lo)
+        self.starts.insert(i, lo)
+        self.ranges.insert(i, (lo, hi))
+
+    def count(self) -> int:
+        return int.from_bytes(self.bits, "little").bit_count() + sum(hi - lo + 1 for lo, hi in self.ranges)
 
 
 class _IntegrityCheck(threading.Thread):
@@ -159,6 +195,9 @@ class _IntegrityCheck(threading.Thread):
             self.error = str(exc)
             return
         try:
+            # FTS5's check reads every page of the full-text index, some more
+            # than once: a cache that holds them all reads each from the OS once.
+            db.execute(f"PRAGMA cache_size=-{schema.CACHE_KIB}")
             self.words = list(_verify_words(db))
             db.execute("INSERT INTO fts (fts, rank) VALUES ('integrity-check', 0)")
         except sqlite3.DatabaseError as exc:
@@ -177,17 +216,10 @@ def _raw_lines(log: Log, stop: int) -> Iterator[tuple[int, bytes]]:
     return ((offset, raw) for offset, raw in log.segments(stop=stop) if raw.endswith(b"\n"))
 
 
-def _verify_batch(
-    log: Log, db: sqlite3.Connection, batch: list[tuple[Any, ...]], seen: bytearray, ranges: list[tuple[int, int]]
-) -> list[dict[str, Any]]:
-    """Findings for one batch of lines; matched seqs go to `ranges` (whole runs) or `seen` (bits)."""
+def _claims(batch: list[tuple[int, bytes]]) -> list[tuple[int, str, int, int]]:
+    """``(seq, hash, offset, length)`` claimed by each ``(offset, raw)`` line that claims a seq."""
     claims = []
-    for item in batch:
-        if len(item) == 4:
-            # (offset, length, seq, hash) of a record the chain walk verified.
-            claims.append((item[2], item[3], item[0], item[1]))
-            continue
-        offset, raw = item
+    for offset, raw in batch:
         # In canonical JSON a key is never escaped and a string's quotes
         # are, so `"seq":` and `"hash":"` occur once per line unless a
         # nested object has such keys; only then is the line parsed. A
@@ -208,6 +240,56 @@ def _verify_batch(
             continue  # damaged: the chain walk reports it
         if isinstance(obj, dict) and type(obj.get("seq")) is int and isinstance(obj.get("hash"), str):
             claims.append((obj["seq"], obj["hash"], offset, len(raw)))
+    return claims
+
+
+# One aggregate row per chunk of a run: the rows the index holds for its
+# seqs, in seq order, as text. ``seq`` is in it so that the comparison does
+# not rest on the order SQLite concatenates in: a chunk matches only if the
+# i-th row concatenated is seq lo + i.
+_RUN_ROWS_SQL = (
+    "SELECT count(*), group_concat(seq), group_concat(offset), group_concat(length), group_concat(hash, '') "
+    "FROM (SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq)"
+)
+
+
+def _verify_run(log: Log, db: sqlite3.Connection, run: Run, matched: _Matched) -> list[dict[str, Any]]:
+    """Findings for a run of records the chain walk verified, compared a chunk at a time.
+
+    A chunk the index holds exactly (seq, place and hash of every line) is
+    settled by one aggregate query and a few string comparisons; any other
+    goes line by line (``_verify_claims``).
+    """
+    out: list[dict[str, Any]] = []
+    lengths, hashes = run.lengths, run.hashes
+    offset = run.offset
+    for k in range(0, len(lengths), BATCH_ROWS):
+        part = lengths[k : k + BATCH_ROWS]
+        lo = run.seq + k
+        hi = lo + len(part) - 1
+        offsets = list(itertools.accumulate(part[:-1], initial=offset))
+        got = db.execute(_RUN_ROWS_SQL, (lo, hi)).fetchone()
+        if (
+            got[0] == len(part)
+            and got[4] == hashes[64 * k : 64 * (k + len(part))]
+            and got[3] == ",".join(map(str, part))
+            and got[2] == ",".join(map(str, offsets))
+            and got[1] == ",".join(map(str, range(lo, hi + 1)))
+        ):
+            matched.add_range(lo, hi)
+        else:
+            claims = [
+                (lo + j, hashes[64 * (k + j) : 64 * (k + j + 1)], offsets[j], part[j]) for j in range(len(part))
+            ]
+            out.extend(_verify_claims(log, db, claims, matched))
+        offset += sum(part)
+    return out
+
+
+def _verify_claims(
+    log: Log, db: sqlite3.Connection, claims: list[tuple[int, str, int, int]], matched: _Matched
+) -> list[dict[str, Any]]:
+    """Findings for ``(seq, hash, offset, length)`` claims in file order; the seqs they match go to ``matched``."""
     if not claims:
         return []
     # The common case: the batch is a run of consecutive seqs that the
@@ -217,31 +299,27 @@ def _verify_batch(
     if hi - lo + 1 == len(claims):
         expected = [(c[0], c[2], c[3], c[1]) for c in claims]
         if schema.places_between(db, lo, hi) == expected:
-            ranges.append((lo, hi))
+            matched.add_range(lo, hi)
             return []
     rows = schema.places(db, [c[0] for c in claims])
     out = []
     for seq, h, offset, length in claims:
         row = rows.get(seq)
         if row is not None and row == (offset, length, h):
-            if seq >> 3 >= len(seen):
-                seen.extend(bytes((seq >> 3) + 1 - len(seen)))
-            seen[seq >> 3] |= 1 << (seq & 7)
+            matched.add(seq)
             continue
         line = log.line_at(offset, length)
         if not line.chained:
             continue  # foreign or damaged: the chain walk reports it
-        if seq >> 3 >= len(seen):
-            seen.extend(bytes((seq >> 3) + 1 - len(seen)))
         if row is None:
             out.append(_finding(
                 "index_missing", seq, offset, "indexed", "absent",
                 f"seq {seq} (log byte {offset}) is in the log but not in the index; run `retained rebuild`",
             ))
             continue
-        if seen[seq >> 3] & (1 << (seq & 7)):
+        if matched.has(seq):
             continue  # a second line claiming this seq: the chain walk reports it
-        seen[seq >> 3] |= 1 << (seq & 7)
+        matched.add(seq)
         if row[2] != h:
             out.append(_finding(
                 "index_hash_mismatch", seq, offset, h, row[2],
@@ -268,9 +346,20 @@ def _verify_words(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
 
 
 def _lines_before(lines: Iterable[tuple[Any, ...]], stop: int) -> Iterator[tuple[Any, ...]]:
-    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(log, stop)`` reads them."""
+    """The lines given to ``Index.verify`` that end by ``stop``, as ``_raw_lines(log, stop)`` reads them.
+
+    A run that crosses ``stop`` is cut to the lines that end by it.
+    """
     for item in lines:
-        if item[0] + (item[1] if len(item) == 4 else len(item[1])) > stop:
+        if type(item) is Run:
+            end = item.end
+            if end > stop:
+                ends = list(itertools.accumulate(item.lengths, initial=item.offset))[1:]
+                n = bisect.bisect_right(ends, stop)
+                if n:
+                    yield Run(item.offset, item.seq, array("Q", item.lengths[:n]), item.hashes[: 64 * n])
+                return
+        elif item[0] + len(item[1]) > stop:
             return
         yield item
 

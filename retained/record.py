@@ -63,6 +63,7 @@ CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
 REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX64_MATCH = _HEX64.fullmatch
 
 
 def canonical(obj: Any) -> bytes:
@@ -92,14 +93,14 @@ def is_hash(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and _HEX64.fullmatch(value) is not None
 
 
-def _link_hash(cd: str, prev: str, seq: int) -> str:
-    """``chain_hash`` for a ``cd`` and ``prev`` already known to be lowercase hex.
+def _link_bytes(cd: str, prev: str, seq: int) -> bytes:
+    """``canonical({"cd": cd, "prev": prev, "seq": seq})`` for a ``cd`` and ``prev`` already known to be lowercase hex.
 
-    Hex needs no JSON escaping, so the canonical bytes of
-    ``{"cd", "prev", "seq"}`` can be written out directly: the same bytes
-    ``canonical`` gives (pinned by test_record), without building a dict for the encoder.
+    Hex needs no JSON escaping, so the bytes can be written out directly: the
+    same bytes ``canonical`` gives (pinned by test_chain_parallel), without
+    building a dict for the encoder.
     """
-    return blake3.blake3(f'{{"cd":"{cd}","prev":"{prev}","seq":{seq}}}'.encode()).hexdigest()
+    return f'{{"cd":"{cd}","prev":"{prev}","seq":{seq}}}'.encode()
 
 
 def utc_now() -> str:
@@ -326,7 +327,7 @@ DAMAGED = "damaged"
 TORN = "torn"
 
 
-def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | None]:
+def classify(content: bytes, hasher: Any = None) -> tuple[str, Any, int | None, str | None, str | None]:
     """Classify one line's bytes (without its newline).
 
     Returns ``(status, parsed, seq, hash, problem)``. ``seq`` and ``hash`` are
@@ -338,6 +339,11 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
     recomputes, the bytes are canonical; the first failure is the problem.
     ``hash`` is matched against the hex pattern only when it does not
     recompute: a value equal to a fresh hex digest is one.
+
+    ``hasher``: a ``blake3.blake3()`` the caller lends for both digests (a
+    loop over many lines makes one, not two per line); it is reset before
+    each use, so whatever state it was left in does not matter. Never share
+    one between threads.
     """
     try:
         obj = orjson.loads(content)
@@ -346,8 +352,10 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
     if type(obj) is not dict or not ("seq" in obj or "prev" in obj or "hash" in obj):
         return FOREIGN, obj, None, None, None
     seq, prev, h = obj.get("seq"), obj.get("prev"), obj.get("hash")
-    if type(seq) is not int or seq < 1 or not is_hash(prev) or type(h) is not str:
+    if type(seq) is not int or seq < 1 or type(prev) is not str or _HEX64_MATCH(prev) is None or type(h) is not str:
         return _malformed(obj, seq, h)
+    if hasher is None:
+        hasher = blake3.blake3()
     if obj.get("redacted") is True:
         if not is_hash(h):
             return _malformed(obj, seq, h)
@@ -356,10 +364,17 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
         cd = obj["cd"]
         status = REDACTED
     else:
-        cd = content_digest(obj)
+        # content_digest, inline: the three keys are known to be there.
+        body = obj.copy()
+        del body["seq"], body["prev"], body["hash"]
+        hasher.reset()
+        hasher.update(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
+        cd = hasher.digest().hex()
         status = RECORD
     # cd and prev are lowercase hex here (a fresh digest, or checked above).
-    if _link_hash(cd, prev, seq) != h:
+    hasher.reset()
+    hasher.update(_link_bytes(cd, prev, seq))
+    if hasher.digest().hex() != h:
         if not is_hash(h):
             return _malformed(obj, seq, h)
         return DAMAGED, obj, seq, h, "hash does not recompute"

@@ -52,6 +52,18 @@ def _flip(line: bytes) -> bytes:
     return line[:i] + bytes([line[i] ^ 0x01]) + line[i + 1 :]
 
 
+def _by_line(places):
+    """The places a check is given, one per line: each ``chain.Run`` as ``(offset, length, seq, hash)`` of its records."""
+    for place in places:
+        if type(place) is chain.Run:
+            offset = place.offset
+            for k, length in enumerate(place.lengths):
+                yield offset, length, place.seq + k, place.hashes[64 * k : 64 * k + 64]
+                offset += length
+        else:
+            yield place
+
+
 def _walk_report(directory: Path) -> dict:
     return chain.walk(Log(directory).scan()).to_dict()
 
@@ -150,7 +162,7 @@ def test_check_runs_once_whichever_way_the_log_is_classified(tmp_path, workers, 
     report = chain.verify_file(
         Log(directory), workers=workers, range_bytes=500, parallel_min_bytes=parallel_min_bytes,
         mp_context=multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"),
-        check=lambda places: calls.append(("log", len(list(places)))),
+        check=lambda places: calls.append(("log", len(list(_by_line(places))))),
     )
     assert calls == [("absent", []), ("log", 30)]
     assert report.to_dict() == _walk_report(directory)
@@ -198,7 +210,9 @@ def test_check_sees_every_complete_line_once_and_the_report_is_unchanged(tmp_pat
 
     for size in RANGE_SIZES:
         seen: list[tuple] = []
-        report = chain.verify_file(Log(directory), workers=1, range_bytes=size, check=lambda places, seen=seen: take(seen, places))
+        report = chain.verify_file(
+            Log(directory), workers=1, range_bytes=size, check=lambda places, seen=seen: take(seen, _by_line(places))
+        )
         assert seen == (want if stop_after is None else want[:stop_after])
         assert report.to_dict() == _walk_report(directory)
 
@@ -221,11 +235,12 @@ def test_range_bounds_fall_on_line_starts_and_cover_the_file(tmp_path):
         assert all(b == 0 or data[b - 1 : b] == b"\n" for b in bounds[:-1])
 
 
-def test_link_hash_writes_the_canonical_bytes_chain_hash_hashes():
+def test_link_bytes_are_the_canonical_bytes_chain_hash_hashes():
     """The formatted link bytes are canonical({"cd", "prev", "seq"}) for hex inputs."""
     for seq in (1, 9, 10, 12345, 2**63, 2**64 - 1):
         cd, prev = "ab" * 32, "0f" * 32
-        assert record._link_hash(cd, prev, seq) == record.chain_hash(cd, prev, seq)
+        assert record._link_bytes(cd, prev, seq) == record.canonical({"cd": cd, "prev": prev, "seq": seq})
+        assert record.digest(record._link_bytes(cd, prev, seq)) == record.chain_hash(cd, prev, seq)
 
 
 @pytest.mark.parametrize(
@@ -342,9 +357,60 @@ def test_verify_file_reports_progress_after_each_range_up_to_the_size_it_judged(
     seen: list[tuple[int, int]] = []
     places: list[int] = []
     report = chain.verify_file(Log(d), range_bytes=1000, parallel_min_bytes=parallel_min_bytes, workers=2,
-                               check=lambda lines: places.extend(p[0] for p in lines),
+                               check=lambda lines: places.extend(p[0] for p in _by_line(lines)),
                                progress=lambda done, total: seen.append((done, total)))
     assert report.ok and len(places) == 60
     assert len(seen) > 3 and {total for _, total in seen} == {size}
     done = [d for d, _ in seen]
     assert done == sorted(done) and len(set(done)) == len(done) and done[-1] == size
+
+
+def test_a_repeated_line_after_many_matched_records_hides_no_ghost_and_adds_no_finding(tmp_path):
+    """A line repeating a seq the index matched (in a whole run) is the walk's to report; a ghost row is still found."""
+    from retained import Store
+
+    with Store(tmp_path) as store:
+        store.write_batch([{"text": f"note {i}"} for i in range(2100)])
+        store.rebuild()
+        db = store.index.connection()
+        db.execute("INSERT INTO records (seq, offset, length, hash, redacted) VALUES (9999, 1, 2, ?, 1)", ("d" * 64,))
+    path = tmp_path / "log.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines, lines[4]]))
+    with Store(tmp_path) as store:
+        reading = store.index.verify()
+        fed: list = []
+        chain.verify_file(store.log, workers=1, check=lambda ls: fed.extend(store.index.verify(ls)))
+        report = store.verify()
+    assert [(f["kind"], f["seq"]) for f in reading] == [("index_ghost", 9999)]
+    assert fed == reading
+    assert [f["kind"] for f in report["findings"]] == ["prev_mismatch", "index_ghost"]
+
+
+def test_the_index_check_fed_by_runs_stops_where_the_index_stops(tmp_path):
+    """With the index behind (it cannot grow), lines past its mark are not compared, cut inside a run."""
+    from retained import Store
+
+    with Store(tmp_path) as store:
+        store.write_batch([{"text": f"note {i}"} for i in range(50)])
+        store.rebuild()
+        db = store.index.connection()
+        db.execute(f"PRAGMA max_page_count={db.execute('PRAGMA page_count').fetchone()[0]}")
+        store.write_batch([{"text": f"later {i} " + "more words " * 400} for i in range(30)])
+        reading = store.index.verify()
+        assert store.index.last_catch_up["state"] == "stale"
+        fed: list = []
+        walked = chain.verify_file(store.log, workers=1, check=lambda ls: fed.extend(store.index.verify(ls)))
+    assert walked.ok and walked.records == 80
+    assert reading == [] and fed == []
+
+
+def test_classify_with_a_lent_hasher_answers_as_without_one_whatever_state_it_is_in():
+    """L1: a hasher reused across lines (as the range workers lend one) carries nothing from one line to the next."""
+    import blake3
+
+    lines = [line.rstrip(b"\n") for case in sorted(DAMAGE) for line in DAMAGE[case](_lines(12, {6: 3}))]
+    hasher = blake3.blake3(b"left over from somewhere else")
+    for line in lines:
+        assert record.classify(line, hasher) == record.classify(line)
+        hasher.update(line[:7])  # whatever a caller did with it in between

@@ -34,7 +34,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.bench_group import one_run
-from harness.figures import pct, spread
+from harness.figures import pct, spread, stop
 
 START_WAIT_S = 60.0
 URL = re.compile(rb"serving MCP on (http://\S+)")
@@ -72,13 +72,7 @@ class _Server:
         raise SystemExit(f"bench http: the server did not start: {seen.decode(errors='replace')[-500:]}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        stop(self.proc)
 
 
 async def _clients(url: str, clients: int, writes: int) -> tuple[float, list[float]]:

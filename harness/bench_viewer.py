@@ -46,6 +46,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from harness.bench_search import DEFAULT_DATA, build_log  # noqa: E402
+from harness.figures import stop  # noqa: E402
 
 TARGET_MS = 150.0
 WAIT_S = 120.0
@@ -119,12 +120,7 @@ class ViewerProcess:
 
     def stop(self) -> None:
         self.conn.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+        stop(self.proc)
         if self.proc.stdout:
             self.proc.stdout.close()
 

@@ -604,7 +604,7 @@ class Index(Search):
         workers: int | None, range_bytes: int, parallel_min_bytes: int, mp_context: Any,
     ) -> int:
         """Index the log's first ``size`` bytes into the empty tables, range by range (see ``rebuild``)."""
-        f = self.log.open_read()
+        f = self.log._open_read()
         if f is None:
             schema.write_mark(db, 0, None)
             return 0

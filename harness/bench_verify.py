@@ -15,15 +15,7 @@ Each measurement runs in a fresh child process so its peak RSS is its own:
   one-process walk, then the same index check;
 - baselines in the same run: ``parse`` reads the log and ``orjson.loads``
   every line (the floor for anything that looks at each record), and
-  ``import`` is a child that only imports retained (the RSS floor);
-- against their floors, at the large size, alternately (A B A B) for
-  ``--rounds`` rounds: ``parse_hash`` (``orjson.loads`` and blake3 of every
-  line) against ``verify``, and ``fts_bare`` (the same documents, prepared
-  before the clock, into a contentless FTS5 table in one transaction)
-  against ``rebuild``. Wall-time ratios are the targets; CPU-time ratios
-  (worker processes included) are reported beside them, since on a shared
-  machine the wall time of the operations that use several processes
-  depends on how many cores the others leave free.
+  ``import`` is a child that only imports retained (the RSS floor).
 
 Imports happen before the clock starts, as in a long-running process.
 
@@ -181,9 +173,7 @@ def measure(op: str, directory: Path) -> dict[str, Any]:
 
 def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dict[str, Any]:
     runs = []
-    ratios: dict[str, list[float]] = {
-        "verify_over_parse_hash": [], "rebuild_over_fts_bare": [], "verify_over_parse_hash_cpu": [], "rebuild_over_fts_bare_cpu": [],
-    }
+    ratios: dict[str, list[float]] = {"verify_over_parse_hash": [], "rebuild_over_fts_bare": []}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         floor = _child("import", Path(tmp), False)
         for n in sizes:
@@ -207,18 +197,12 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
             if n == sizes[-1]:
                 # Each against its bare floor, alternately (A B A B), several rounds.
                 timed: dict[str, list[float]] = {"parse_hash": [], "verify": [], "fts_bare": [], "rebuild": []}
-                cpu: dict[str, list[float]] = {op: [] for op in timed}
                 for _ in range(rounds):
                     for op in ("parse_hash", "verify", "fts_bare", "rebuild"):
-                        out = _child(op, d, False)
-                        timed[op].append(out["seconds"])
-                        cpu[op].append(out["cpu_seconds"])
+                        timed[op].append(_child(op, d, False)["seconds"])
                     ratios["verify_over_parse_hash"].append(timed["verify"][-1] / timed["parse_hash"][-1])
                     ratios["rebuild_over_fts_bare"].append(timed["rebuild"][-1] / timed["fts_bare"][-1])
-                    ratios["verify_over_parse_hash_cpu"].append(cpu["verify"][-1] / cpu["parse_hash"][-1])
-                    ratios["rebuild_over_fts_bare_cpu"].append(cpu["rebuild"][-1] / cpu["fts_bare"][-1])
                 row["against_the_floor_s"] = {op: spread(v) for op, v in timed.items()}
-                row["against_the_floor_cpu_s"] = {op: spread(v) for op, v in cpu.items()}
             runs.append(row)
     big = runs[-1]
     verdict = {
@@ -230,8 +214,6 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
         "verify_over_parse_hash_target": TARGET_RATIO["verify"],
         "rebuild_over_fts_bare": spread(ratios["rebuild_over_fts_bare"]),
         "rebuild_over_fts_bare_target": TARGET_RATIO["rebuild"],
-        "verify_over_parse_hash_cpu": spread(ratios["verify_over_parse_hash_cpu"]),
-        "rebuild_over_fts_bare_cpu": spread(ratios["rebuild_over_fts_bare_cpu"]),
     }
     if len(runs) > 1:
         small = runs[0]
@@ -283,10 +265,8 @@ def main(argv: list[str] | None = None) -> int:
               f"previous path {s['verify_walk_s']} s, cpu {s['verify_walk_cpu_s']} s), "
               f"rebuild {s['rebuild_s']} s (<= {s['rebuild_target_s']}); load average {r['loadavg']}")
         v, b = s["verify_over_parse_hash"], s["rebuild_over_fts_bare"]
-        vc, bc = s["verify_over_parse_hash_cpu"], s["rebuild_over_fts_bare_cpu"]
         print(f"against the floor: verify / bare parse+blake3 {v['min']}-{v['median']}-{v['max']} (<= {TARGET_RATIO['verify']}), "
-              f"rebuild / bare FTS5 build {b['min']}-{b['median']}-{b['max']} (<= {TARGET_RATIO['rebuild']}); "
-              f"in CPU time {vc['min']}-{vc['median']}-{vc['max']} and {bc['min']}-{bc['median']}-{bc['max']}")
+              f"rebuild / bare FTS5 build {b['min']}-{b['median']}-{b['max']} (<= {TARGET_RATIO['rebuild']})")
     return 0
 
 

@@ -165,7 +165,7 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
         status, rec, seq, h, _ = classify(raw, hasher)
         if status in chained:
             row, words, named = _entry(offset, length, status, rec, seq, h)  # type: ignore[arg-type]
-            rows.append(row + (words or no_words))
+            rows.append((*row, *(words or no_words)))
             for target, source, rel in named:
                 links.append((offset, target, source, rel))
             if not first_seq:
@@ -315,9 +315,8 @@ class Index(Search):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             # bm25 reads each matching row's size from FTS5's docsize table:
-            # a page cache big enough for the whole index at 100k records
-            # (~30 MB) keeps those reads off the OS. Allocated only as used.
-            db.execute("PRAGMA cache_size=-65536")
+            # a page cache that holds the index keeps those reads off the OS.
+            db.execute(f"PRAGMA cache_size=-{schema.CACHE_KIB}")
             if schema.schema_version(db) != SCHEMA_VERSION:
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -339,9 +338,12 @@ class Index(Search):
                 self._db = None
 
     @staticmethod
-    def _reset(db: sqlite3.Connection) -> None:
-        """Drop the index's tables and make them empty, in the caller's write transaction."""
-        for stmt in schema.statements(schema.DROP + schema.SCHEMA):
+    def _reset(db: sqlite3.Connection, *, records_indexes: bool = True) -> None:
+        """Drop the index's tables and make them empty, in the caller's write transaction.
+
+        Without ``records_indexes`` the caller makes them (`schema.RECORDS_INDEXES`) once the table is full.
+        """
+        for stmt in schema.statements(schema.DROP + (schema.SCHEMA if records_indexes else schema.TABLES)):
             db.execute(stmt)
         db.executemany(schema.INSERT_META, schema.EMPTY_META)
 
@@ -569,14 +571,16 @@ class Index(Search):
                     else:
                         if self._mark_state(mark, self.log.size()) == "replaced":
                             self._witness(mark)
-                self._reset(db)
+                self._reset(db, records_indexes=not bulk)
                 size = self.log.size()
-                db.execute("INSERT INTO fts (fts, rank) VALUES ('hashsize', ?)", (BULK_FTS_HASH_BYTES,))
                 if bulk:
+                    db.execute("INSERT INTO fts (fts, rank) VALUES ('hashsize', ?)", (BULK_FTS_HASH_BYTES,))
                     n = self._ingest_bulk(db, size, progress, workers, range_bytes, parallel_min_bytes, mp_context)
+                    db.execute("INSERT INTO fts (fts, rank) VALUES ('hashsize', ?)", (FTS_HASH_BYTES,))
+                    for stmt in schema.statements(schema.RECORDS_INDEXES):
+                        db.execute(stmt)
                 else:
                     n = self._ingest(db, 0, size, progress)
-                db.execute("INSERT INTO fts (fts, rank) VALUES ('hashsize', ?)", (FTS_HASH_BYTES,))
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 if db.in_transaction:
@@ -711,9 +715,9 @@ class Index(Search):
 
         ``lines``, if given, are the log's complete lines in file order as the
         chain walk passes them (``chain.verify_file``'s ``check``), so the log
-        is read once for both checks: a ``chain.Run`` for consecutive records
-        the walk verified, ``(offset, raw)`` for any other line. None reads
-        the log here. ``snapshot``: ``(size, head seq)`` of the log
+        is read once for both checks: ``(offset, length, seq, hash)`` for a
+        record the walk verified, ``(offset, raw)`` for any other line. None
+        reads the log here. ``snapshot``: ``(size, head seq)`` of the log
         verify judges; the index is compared with that prefix only, so rows
         for lines appended since are not ghosts.
 

@@ -40,9 +40,12 @@ SCHEMA_VERSION = "3"
 READABLE_VERSIONS = frozenset({"1", "2", "3"})
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 BATCH_ROWS = 2000  # rows per executemany in catch-up and rebuild, and lines per batch in verify
+# SQLite's page cache per connection that reads the whole index (search, verify):
+# big enough for the whole index at 100k records (~30 MB); allocated only as used.
+CACHE_KIB = 64 * 1024
 IN_ROWS_MAX = 500  # values per `IN (...)` list: well under SQLite's default limit of bound parameters
 
-SCHEMA = f"""
+TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY,
@@ -58,10 +61,6 @@ CREATE TABLE IF NOT EXISTS records (
     retracted INTEGER NOT NULL DEFAULT 0,
     redacted INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
-CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
-CREATE INDEX IF NOT EXISTS records_client ON records (client, seq);
-CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
 CREATE TABLE IF NOT EXISTS links (
     target INTEGER NOT NULL,
     source INTEGER NOT NULL,
@@ -72,6 +71,16 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     text, body, fields, content='', tokenize='{TOKENIZER}'
 );
 """
+
+# The indexes of ``records``; a rebuild makes them after filling the table
+# (one sort each, not one b-tree insert per row each).
+RECORDS_INDEXES = """
+CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
+CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
+CREATE INDEX IF NOT EXISTS records_client ON records (client, seq);
+CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
+"""
+SCHEMA = TABLES + RECORDS_INDEXES
 
 # The columns of ``records`` a line fills (its flags are set by the lines that name it).
 ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted"
@@ -321,22 +330,6 @@ def places_between(db: sqlite3.Connection, lo: int, hi: int) -> list[tuple[int, 
     return db.execute(
         "SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi)
     ).fetchall()
-
-
-def places_as_text(db: sqlite3.Connection, lo: int, hi: int) -> tuple[int, str, str, str, str]:
-    """The records with a seq from ``lo`` to ``hi``, in seq order, as text: ``(count, seqs, offsets, lengths, hashes)``.
-
-    Seqs, offsets and lengths comma-separated, hashes concatenated: a whole
-    run of rows compared with the log in a few string comparisons, without
-    a Python object per row. The seqs are there so that a comparison does
-    not rest on the order SQLite concatenates in.
-    """
-    row = db.execute(
-        "SELECT count(*), group_concat(seq), group_concat(offset), group_concat(length), group_concat(hash, '') "
-        "FROM (SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq)",
-        (lo, hi),
-    ).fetchone()
-    return row[0], row[1] or "", row[2] or "", row[3] or "", row[4] or ""
 
 
 def row_count(db: sqlite3.Connection) -> int:

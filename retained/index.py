@@ -28,15 +28,12 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import blake3
-
-from . import chain, record
 from . import index_schema as schema
+from . import record
 from .documents import FIELDS_CHARS_MAX, documents, estimate_tokens
 from .errors import InvalidRecord, RetainedError
-from .files import open_read
 from .index_schema import (
     BATCH_ROWS,
     FLAG_COLUMNS,
@@ -61,136 +58,6 @@ __all__ = [
     "BATCH_ROWS", "COVERAGE_WEIGHT", "FIELDS_CHARS_MAX", "INDEX_NAME", "K_MAX", "RANK_ROWS_MAX", "RERANK_N",
     "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
 ]
-
-_INSERT_ROW = f"INSERT OR IGNORE INTO records ({schema.ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})"
-
-
-def _entry(
-    offset: int, length: int, status: str, rec: dict[str, Any], seq: int, h: str
-) -> tuple[tuple[Any, ...], tuple[str, str, str] | None, list[tuple[int, int, str]]]:
-    """What the index stores for one chained line: its ``records`` row, its words, its links.
-
-    A redacted line has no words and no links (None and ``[]``); a link
-    names an earlier seq only.
-    """
-    kind, scope, ts, op = rec.get("kind"), rec.get("scope"), rec.get("ts"), rec.get("client_op_id")
-    redacted = 1 if status == record.REDACTED else 0
-    row = (
-        seq, offset, length, h,
-        kind if type(kind) is str else None,
-        scope if type(scope) is str else None,
-        ts if type(ts) is str else None,
-        op if type(op) is str else None,
-        schema.client_name(rec.get("client")),
-        redacted,
-    )
-    if redacted:
-        return row, None, []
-    links = []
-    if "supersedes" in rec or "retracts" in rec or "redacts" in rec:
-        for rel in LINK_FIELDS:
-            for target in link_targets(rec.get(rel)):
-                if target < seq:
-                    links.append((target, seq, rel))
-    return row, documents(rec), links
-
-
-# -- bulk indexing (rebuild) ------------------------------------------------------
-#
-# A rebuild indexes the whole log: byte ranges of it are turned into rows in
-# worker processes (the per-line work: classify, which re-checks every hash,
-# and the words), each range into a small in-memory SQLite database, which
-# this process attaches and copies into the index with INSERT ... SELECT, so
-# that the only per-row work left here is SQLite's own (FTS5 tokenising).
-
-_BULK = "bulk_rows"  # the schema name the range databases are attached as
-# Ranges of at most this many bytes, and of log in flight at once: a range's
-# database is most of its size again, so this bounds memory whatever the log's size.
-BULK_RANGE_BYTES = 4 * 1024 * 1024
-BULK_IN_FLIGHT_BYTES = 16 * 1024 * 1024
-# FTS5 keeps new words in memory up to its hash size (FTS5's default, 1 MiB,
-# restored for catch-ups), then writes them out as a segment that later
-# merges redo. During a rebuild a larger one means fewer segments and less merging.
-FTS_HASH_BYTES = 1024 * 1024
-BULK_FTS_HASH_BYTES = 16 * 1024 * 1024
-
-
-class _Place(NamedTuple):
-    """A chained line's place, as `schema.write_mark` reads the last one indexed."""
-
-    offset: int
-    length: int
-    seq: int
-    hash: str
-
-
-class _Range(NamedTuple):
-    """What `_index_range` found in a range: its rows (``rows``, a serialized database) and what the copy needs."""
-
-    rows: bytes  # empty when no line is chained
-    lines: int  # chained lines
-    first_seq: int  # 0 when none
-    max_seq: int
-    ascending: bool  # every chained line's seq above the one before
-    end: int  # where its complete lines end (a torn tail after)
-    last: _Place | None  # its last chained line
-    links: bool
-
-
-def _index_range(path: str, start: int, stop: int) -> _Range:
-    """The index's rows for the lines in ``[start, stop)`` of the log at ``path`` (a worker's task).
-
-    ``start`` is a line boundary; so is ``stop`` unless it is the end of the
-    log, where bytes after the last newline are a torn tail (an append in
-    progress): not indexed, and the range's ``end`` stops before them.
-    Foreign and damaged lines are not indexed (verify reports them).
-    """
-    with open_read(path) as f:
-        f.seek(start)
-        data = f.read(stop - start)
-    parts = data.split(b"\n")
-    parts.pop()  # what follows the last newline: nothing, or a torn tail
-    classify = record.classify
-    hasher = blake3.blake3()  # lent to classify for every line of the range
-    chained = (record.RECORD, record.REDACTED)
-    rows: list[tuple[Any, ...]] = []
-    links: list[tuple[int, int, int, str]] = []
-    no_words = (None, None, None)
-    first_seq = last_seq = 0
-    ascending = True
-    last = None
-    offset = start
-    for raw in parts:
-        length = len(raw) + 1
-        status, rec, seq, h, _ = classify(raw, hasher)
-        if status in chained:
-            row, words, named = _entry(offset, length, status, rec, seq, h)  # type: ignore[arg-type]
-            rows.append((*row, *(words or no_words)))
-            for target, source, rel in named:
-                links.append((offset, target, source, rel))
-            if not first_seq:
-                first_seq = seq  # type: ignore[assignment]
-            elif seq <= last_seq:  # type: ignore[operator]
-                ascending = False
-            last_seq = seq  # type: ignore[assignment]
-            last = _Place(offset, length, seq, h)  # type: ignore[arg-type]
-        offset += length
-    if not rows:
-        return _Range(b"", 0, 0, 0, True, offset, None, False)
-    db = sqlite3.connect(":memory:", isolation_level=None)
-    try:
-        for stmt in schema.statements(schema.BULK_TABLES):
-            db.execute(stmt)
-        db.execute("BEGIN")
-        db.executemany(f"INSERT INTO lines ({schema.ROW_COLUMNS}, text, body, fields) VALUES ({', '.join('?' * 13)})", rows)
-        db.executemany("INSERT INTO links (offset, target, source, rel) VALUES (?, ?, ?, ?)", links)
-        db.execute("COMMIT")
-        blob = db.serialize()
-    finally:
-        db.close()
-    max_seq = last_seq if ascending else max(row[0] for row in rows)
-    return _Range(blob, len(rows), first_seq, max_seq, ascending, offset, last, bool(links))
-
 
 class IndexError_(RetainedError):
     """The index file cannot be used (not SQLite, locked past the timeout).
@@ -315,8 +182,9 @@ class Index(Search):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             # bm25 reads each matching row's size from FTS5's docsize table:
-            # a page cache that holds the index keeps those reads off the OS.
-            db.execute(f"PRAGMA cache_size=-{schema.CACHE_KIB}")
+            # a page cache big enough for the whole index at 100k records
+            # (~30 MB) keeps those reads off the OS. Allocated only as used.
+            db.execute("PRAGMA cache_size=-65536")
             if schema.schema_version(db) != SCHEMA_VERSION:
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -338,12 +206,9 @@ class Index(Search):
                 self._db = None
 
     @staticmethod
-    def _reset(db: sqlite3.Connection, *, records_indexes: bool = True) -> None:
-        """Drop the index's tables and make them empty, in the caller's write transaction.
-
-        Without ``records_indexes`` the caller makes them (`schema.RECORDS_INDEXES`) once the table is full.
-        """
-        for stmt in schema.statements(schema.DROP + (schema.SCHEMA if records_indexes else schema.TABLES)):
+    def _reset(db: sqlite3.Connection) -> None:
+        """Drop the index's tables and make them empty, in the caller's write transaction."""
+        for stmt in schema.statements(schema.DROP + schema.SCHEMA):
             db.execute(stmt)
         db.executemany(schema.INSERT_META, schema.EMPTY_META)
 
@@ -456,6 +321,8 @@ class Index(Search):
             if not line.chained:
                 continue  # foreign and damaged lines are verify's to report
             last = line
+            rec = line.record
+            redacted = 1 if line.status == record.REDACTED else 0
             seq = line.seq
             fresh = seq > top
             if fresh:
@@ -464,14 +331,23 @@ class Index(Search):
                     seen.extend(bytes((i >> 3) + 1024 - len(seen)))
                 fresh = not seen[i >> 3] & (1 << (i & 7))
                 seen[i >> 3] |= 1 << (i & 7)
-            row, words, named = _entry(line.offset, line.length, line.status, line.record, seq, line.hash)
-            if not fresh:
-                dupes.append((row, words, named))
-            else:
-                rows.append(row)
-                if words is not None:
-                    docs.append((seq, *words))
-                    links.extend(named)
+            kind, scope, ts, op = (rec.get(k) for k in ("kind", "scope", "ts", "client_op_id"))
+            (rows if fresh else dupes).append((
+                seq, line.offset, line.length, line.hash,
+                kind if type(kind) is str else None,
+                scope if type(scope) is str else None,
+                ts if type(ts) is str else None,
+                op if type(op) is str else None,
+                schema.client_name(rec.get("client")),
+                redacted,
+            ))
+            if not redacted:
+                docs.append((seq, line.offset, fresh, *documents(rec)))
+                if "supersedes" in rec or "retracts" in rec or "redacts" in rec:
+                    for rel in LINK_FIELDS:
+                        for target in link_targets(rec.get(rel)):
+                            if target < seq:
+                                links.append((target, seq, rel))
             count += 1
             if len(rows) + len(dupes) >= BATCH_ROWS:
                 self._flush(db, rows, docs, links, dupes)
@@ -485,18 +361,24 @@ class Index(Search):
 
     def _flush(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], docs: list[tuple[Any, ...]],
                links: list[tuple[int, int, str]], dupes: list[tuple[Any, ...]]) -> None:
-        """Insert a batch: ``rows`` (seqs new to the index) with their ``docs`` and ``links``, then ``dupes``.
-
-        ``dupes`` are ``(row, words, links)`` of lines whose seq the index
-        may already hold: the first line that claimed a seq is kept, with
-        its words and links; verify reports the rest.
-        """
-        db.executemany(_INSERT_ROW, rows)
-        for row, words, named in dupes:
-            if db.execute(_INSERT_ROW, row).rowcount == 1 and words is not None:
-                docs.append((row[0], *words))
-                links.extend(named)
-        db.executemany("INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)", docs)
+        insert = (
+            "INSERT OR IGNORE INTO records (seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        db.executemany(insert, rows)
+        kept = set()
+        for row in dupes:
+            # A seq the index may already hold: keep the first line that
+            # claimed it and index its words once; verify reports the rest.
+            if db.execute(insert, row).rowcount == 1:
+                kept.add((row[0], row[1]))
+        if dupes:
+            seqs = {r[0] for r in dupes} - {s for s, _ in kept}
+            links[:] = [x for x in links if x[1] not in seqs]
+        db.executemany(
+            "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)",
+            [(d[0], *d[3:]) for d in docs if d[2] or (d[0], d[1]) in kept],
+        )
         if links:
             db.executemany("INSERT OR IGNORE INTO links (target, source, rel) VALUES (?, ?, ?)", links)
             for rel, column in FLAG_COLUMNS.items():
@@ -529,26 +411,11 @@ class Index(Search):
 
     # -- rebuild --------------------------------------------------------------
 
-    def rebuild(
-        self,
-        progress: Callable[[int, int], None] | None = None,
-        *,
-        workers: int | None = None,
-        range_bytes: int = BULK_RANGE_BYTES,
-        parallel_min_bytes: int = chain.PARALLEL_MIN_BYTES,
-        mp_context: Any = None,
-    ) -> dict[str, Any]:
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Drop every table and index the whole log again, in one transaction.
 
-        Every line is classified as it is indexed (its hash recomputed, its
-        bytes checked canonical), so a damaged line is never indexed as a
-        record. That per-line work runs in ``workers`` processes over ranges
-        of at most ``range_bytes`` (``workers``, ``parallel_min_bytes`` and
-        ``mp_context`` as for ``chain.verify_file``); the rows are written
-        here. A crash before the commit leaves the index as it was.
-
-        ``progress(done_bytes, total_bytes)`` is called after each range.
-        Returns ``{"records", "bytes"}``.
+        ``progress(done_bytes, total_bytes)`` is called every `BATCH_ROWS`
+        records. Returns ``{"records", "bytes"}``.
 
         Raises:
             IndexFull: the disk is full; the index is left as it was.
@@ -556,12 +423,7 @@ class Index(Search):
         """
         with self._mutex:
             db = self.connection()
-            # Python's sqlite3 has deserialize where SQLite was built with it
-            # (the default since 3.36); elsewhere the lines go in one by one.
-            bulk = hasattr(db, "deserialize")
             try:
-                if bulk and _BULK not in {row[1] for row in db.execute("PRAGMA database_list")}:
-                    db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")  # not allowed inside a transaction
                 db.execute("BEGIN IMMEDIATE")
                 if self.witness is not None:
                     try:
@@ -571,16 +433,9 @@ class Index(Search):
                     else:
                         if self._mark_state(mark, self.log.size()) == "replaced":
                             self._witness(mark)
-                self._reset(db, records_indexes=not bulk)
+                self._reset(db)
                 size = self.log.size()
-                if bulk:
-                    db.execute("INSERT INTO fts (fts, rank) VALUES ('hashsize', ?)", (BULK_FTS_HASH_BYTES,))
-                    n = self._ingest_bulk(db, size, progress, workers, range_bytes, parallel_min_bytes, mp_context)
-                    db.execute("INSERT INTO fts (fts, rank) VALUES ('hashsize', ?)", (FTS_HASH_BYTES,))
-                    for stmt in schema.statements(schema.RECORDS_INDEXES):
-                        db.execute(stmt)
-                else:
-                    n = self._ingest(db, 0, size, progress)
+                n = self._ingest(db, 0, size, progress)
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 if db.in_transaction:
@@ -590,74 +445,7 @@ class Index(Search):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-            finally:
-                if bulk:
-                    self._detach_bulk(db)
             return {"records": n, "bytes": size}
-
-    @staticmethod
-    def _detach_bulk(db: sqlite3.Connection) -> None:
-        """Let go of the last range's rows (the attached database holds them until detached)."""
-        try:
-            db.execute(f"DETACH DATABASE {_BULK}")
-        except sqlite3.OperationalError:
-            pass  # not attached (the attach failed), or busy: the next rebuild reuses it
-
-    def _ingest_bulk(
-        self, db: sqlite3.Connection, size: int, progress: Callable[[int, int], None] | None,
-        workers: int | None, range_bytes: int, parallel_min_bytes: int, mp_context: Any,
-    ) -> int:
-        """Index the log's first ``size`` bytes into the empty tables, range by range (see ``rebuild``)."""
-        f = self.log._open_read()
-        if f is None:
-            schema.write_mark(db, 0, None)
-            return 0
-        with f:
-            bounds, workers, parallel = chain.plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
-        parts = chain.map_ranges(_index_range, str(self.log.path), bounds, workers, parallel, mp_context,
-                                 BULK_IN_FLIGHT_BYTES)
-        top = count = end = 0
-        last = None
-        for part in parts:
-            if part.lines:
-                db.deserialize(part.rows, name=_BULK)
-                # Clean: every seq is above those indexed so far and comes once.
-                self._copy_bulk(db, clean=part.ascending and part.first_seq > top, links=part.links)
-                top = max(top, part.max_seq)
-                last = part.last
-                count += part.lines
-            end = part.end
-            if progress is not None:
-                progress(end, size)
-        schema.write_mark(db, end, last)
-        return count
-
-    def _copy_bulk(self, db: sqlite3.Connection, *, clean: bool, links: bool) -> None:
-        """Copy the attached range's rows, words and links into the index; the caller holds the write transaction.
-
-        Where a seq is claimed twice (a tampered log) the first line that
-        claims it is kept, with its words and links, as `_flush` keeps it;
-        verify reports the rest.
-        """
-        lines = f"{_BULK}.lines"
-        if clean:
-            db.execute(f"INSERT INTO records ({schema.ROW_COLUMNS}) SELECT {schema.ROW_COLUMNS} FROM {lines} ORDER BY n")
-            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT seq, text, body, fields FROM {lines} "
-                       "WHERE redacted = 0 ORDER BY n")
-        else:
-            db.execute(f"INSERT OR IGNORE INTO records ({schema.ROW_COLUMNS}) SELECT {schema.ROW_COLUMNS} FROM {lines} "
-                       "ORDER BY n")
-            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT l.seq, l.text, l.body, l.fields "
-                       f"FROM {lines} AS l JOIN records AS r ON r.seq = l.seq AND r.offset = l.offset "
-                       "WHERE l.redacted = 0 ORDER BY l.n")
-        if not links:
-            return
-        kept = f"FROM {_BULK}.links AS l JOIN records AS r ON r.seq = l.source AND r.offset = l.offset"
-        db.execute(f"INSERT OR IGNORE INTO links (target, source, rel) SELECT l.target, l.source, l.rel {kept}")
-        for rel, column in FLAG_COLUMNS.items():
-            db.execute(f"UPDATE records SET {column} = 1 WHERE seq IN (SELECT l.target {kept} WHERE l.rel = ?)", (rel,))
-        self._drop_redacted_words(db, [t for (t,) in db.execute(f"SELECT l.target {kept} WHERE l.rel = ? ORDER BY l.rowid",
-                                                                ("redacts",))])
 
     # -- lookups --------------------------------------------------------------
 

@@ -550,21 +550,29 @@ class Log:
     def _commit_grouped(self, req: _Request) -> None:
         """Queue ``req``; the first caller to find no leader writes everything queued so far.
 
-        A waiting caller sleeps on its own event: the leader wakes exactly
+        A waiting caller sleeps on its own latch (a lock it holds, released
+        once by another thread: cheaper than an Event, which builds a
+        condition and a waiter lock on every wait): the leader wakes exactly
         the callers it wrote for, then hands the lead to the first caller
         that queued meanwhile (which writes everything queued by then), so no
         thread wakes only to find it must wait again.
         """
         with self._group:
-            woken = threading.Event() if self._leading else None
+            if self._leading:
+                woken = threading.Lock()
+                woken.acquire()  # released once: by the leader that wrote it, or to hand it the lead
+            else:
+                woken = None
             req.woken = woken
             self._queue.append(req)
             self._leading = True
         if woken is not None:
-            woken.wait()
+            woken.acquire()
             if req.done:
                 return  # a leader wrote it (or failed it) while this thread waited
-            # Otherwise the lead was handed to this caller: it writes what is queued.
+            # Otherwise the lead was handed to this caller: it writes what is
+            # queued, itself included, and nobody waits on its latch any more.
+            req.woken = None
         with self._group:
             batch, self._queue = self._queue, []
         try:
@@ -578,9 +586,9 @@ class Log:
                 self._leading = heir is not None
             for r in batch:
                 if r.woken is not None:
-                    r.woken.set()
+                    r.woken.release()
             if heir is not None and heir.woken is not None:
-                heir.woken.set()
+                heir.woken.release()
 
     def _commit(self, batch: list[_Request]) -> None:
         """Append the records of ``batch`` (this thread holds ``_mutex``); each request gets its proofs or an error."""
@@ -872,7 +880,7 @@ class _Request:
         self.error: BaseException | None = None
         self.wrote = False  # some of its records are among the lines written
         self.done = False
-        self.woken: threading.Event | None = None
+        self.woken: threading.Lock | None = None
 
     def result(self) -> list[dict[str, Any]]:
         if self.error is not None:

@@ -10,10 +10,9 @@ recall@5/@10 of the question's evidence turns in its own replica (the other
 replicas are near-identical distractors). Also times ``Index.rebuild`` and
 ``Index.verify`` at that size.
 
-    python harness/bench_search.py [--sizes 10000,100000] [--queries 500] [--json]
-    python harness/bench_search.py --sizes 100000 --compare   # the ranking before issue 18 in the same run
+    python harness/bench_search.py [--sizes 10000,100000] [--queries 500] [--no-compare] [--json]
 
-``--compare`` asks every question twice on the same index, once with the
+``--compare`` (the default; ``--no-compare`` skips it) asks every question twice on the same index, once with the
 ranking before issue 18 (bm25 and coverage: `PREVIOUS`) and once with the
 defaults, alternating which goes first, and reports both and their ratio.
 
@@ -184,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="10000,100000", help="comma-separated record counts")
     p.add_argument("--queries", type=int, default=500, help="questions asked per size")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    p.add_argument("--compare", action="store_true", help="also the ranking before issue 18, interleaved, same index")
+    p.add_argument("--compare", action=argparse.BooleanOptionalAction, default=True,
+                   help="also the ranking before issue 18, interleaved, same index: the baseline (default on)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     out = [bench(int(s), args.queries, args.data, compare=args.compare) for s in args.sizes.split(",")]

@@ -209,28 +209,76 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
     return status
 
 
-# The one figure (and its baseline) each benchmark's JSON says most plainly:
-# (benchmark, what, path to the figure, path to the baseline or None, unit).
+# The figures each benchmark's JSON says most plainly, one table row each:
+# (benchmark, what, path to the figure, path to its baseline in the same run
+# or None, how the two compare, the target). A path is dotted; an integer
+# part indexes a list (-1: the largest size run). "ratio": figure / baseline,
+# or, with "ratio:PATH", the median of the per-round ratios the benchmark
+# gives at PATH (the figure the target is judged on); "over": figure -
+# baseline (whole-process times over an empty interpreter).
 TABLE_ROWS = (
-    ("write", "acknowledged write p50, ms", "store_write_ms.p50", "bare_write_fsync_pread_ms.p50", ""),
-    ("write", "CPU per write p50 on a tmpfs, us", "cpu.store_us_p50", "cpu.bare_us_p50", ""),
+    ("brief", "`retained brief` (the hook's command) at 100k records, ms", "wall_ms.script_indexed.median",
+     "wall_ms.python_c_pass.median", "over", "<= +60 ms"),
+    ("brief", "`python -m retained --brief` at 100k, ms", "wall_ms.module_indexed.median",
+     "wall_ms.python_c_pass.median", "over", "<= +60 ms"),
+    ("brief", "`hooks/session-start.sh` at 100k, ms", "wall_ms.hook_indexed.median",
+     "wall_ms.python_c_pass.median", "over", "<= +60 ms"),
+    ("write", "acknowledged write p50, ms (baseline: bare flock+write+fsync+pread)", "store_write_ms.p50",
+     "bare_write_fsync_pread_ms.p50", "ratio", "<= 1.5x"),
+    ("write", "CPU per write p50 on a tmpfs, us (baseline: the bare loop)", "cpu.store_us_p50", "cpu.bare_us_p50",
+     "ratio", "<= 40 us"),
     ("group", "writes/s, 16 threads on one Store, group commit on (baseline: off)",
-     "on.writes_per_s.median", "off.writes_per_s.median", ""),
+     "on.writes_per_s.median", "off.writes_per_s.median", "ratio:ratio_writes_per_s.median", ">= 4x"),
+    ("http", "writes/s, 20 MCP clients over HTTP, group commit on (baseline: off)",
+     "group_commit_on.http.writes_per_s.median", "group_commit_off.http.writes_per_s.median",
+     "ratio:ratio_writes_per_s_on_off.median", ">= 1x"),
+    ("http", "p50 ms of those writes, on (baseline: off)", "group_commit_on.http.p50_ms.median",
+     "group_commit_off.http.p50_ms.median", "ratio", "<= 1x"),
+    ("http", "p99 ms of those writes, on (baseline: off)", "group_commit_on.http.p99_ms.median",
+     "group_commit_off.http.p99_ms.median", "ratio", "<= 1x"),
+    ("verify", "`retained verify` at 100k, s (baseline: bare parse + blake3 of every line)", "summary.verify_s",
+     None, "ratio:summary.verify_over_parse_hash.median", "<= 2x"),
+    ("verify", "`retained rebuild` at 100k, s (baseline: bare FTS5 insert of the documents, prepared before the clock)",
+     "summary.rebuild_s", None, "ratio:summary.rebuild_over_fts_bare.median", "<= 1.5x"),
+    ("verify", "`retained rebuild` at 100k, s (baseline: bare FTS5 build from the log: read, parse, insert)",
+     "summary.rebuild_s", None, "ratio:summary.rebuild_over_fts_from_log.median", "<= 1.5x"),
+    ("search", "lexical search p50 at the largest size, ms (baseline: the ranking before issue 18)",
+     "bench_search.-1.search_ms.p50", "bench_search.-1.previous_ranking.search_ms.p50", "ratio", "<= 10 ms"),
+    ("hybrid", "hybrid search p50 at 100k, ms (baseline: lexical alone)", "bench_hybrid.hybrid_ms.p50",
+     "bench_hybrid.lexical_ms.p50", "ratio", "<= 50 ms"),
     ("spawn", "MCP spawn -> initialize, ms (baseline: a bare one-tool server)",
-     "initialize.retained.median_ms", "initialize.bare_one_tool_mcpserver.median_ms", ""),
+     "initialize.retained.median_ms", "initialize.bare_one_tool_mcpserver.median_ms", "ratio", ""),
     ("import", "import of JSONL, records/s (baseline: bare batched write+fsync)",
-     "import_jsonl.records_per_s", "baseline_bare_batches.records_per_s", ""),
+     "import_jsonl.records_per_s", "baseline_bare_batches.records_per_s", "ratio", ">= 20,000/s"),
     ("viewer", "viewer search page at 100k, server ms p50 (baseline: Store.search in process)",
-     "search_page.server_ms.median", "store_search.ms.median", ""),
+     "search_page.server_ms.median", "store_search.ms.median", "ratio", ""),
 )
 
 
 def _dig(data: Any, path: str) -> Any:
     for part in path.split("."):
-        if not isinstance(data, dict) or part not in data:
+        if isinstance(data, list):
+            try:
+                data = data[int(part)]
+            except (ValueError, IndexError):
+                return None
+        elif isinstance(data, dict) and part in data:
+            data = data[part]
+        else:
             return None
-        data = data[part]
     return data
+
+
+def _compare(result: Any, value: Any, base: Any, how: str) -> str:
+    """The table's "vs baseline" cell: a ratio (x) or a difference (+ms)."""
+    if how.startswith("ratio:"):
+        ratio = _dig(result, how.removeprefix("ratio:"))
+        return f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else ""
+    if not (isinstance(value, (int, float)) and isinstance(base, (int, float))):
+        return ""
+    if how == "over":
+        return f"+{value - base:.1f}"
+    return f"{value / base:.2f}x" if base else ""
 
 
 def bench_table(argv: list[str]) -> int:
@@ -242,18 +290,18 @@ def bench_table(argv: list[str]) -> int:
     benches = document.get("benchmarks", {})
     print(f"Measured {document.get('date')} on {document.get('machine', {}).get('cpus')} CPUs "
           f"({document.get('machine', {}).get('platform')}); command: `python -m harness bench --json`\n")
-    print("| benchmark | figure | value | baseline, same run | ratio |")
-    print("|---|---|---|---|---|")
-    for name, what, path, base_path, unit in TABLE_ROWS:
-        value = _dig(benches.get(name), path)
-        base = _dig(benches.get(name), base_path) if base_path else None
+    print("| figure | value | baseline, same run | vs baseline | target |")
+    print("|---|---:|---:|---:|---|")
+    for name, what, path, base_path, how, target in TABLE_ROWS:
+        result = benches.get(name)
+        value = _dig(result, path)
         if value is None:
             continue
-        ratio = f"{value / base:.2f}" if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base else ""
-        print(f"| {name} | {what} | {value}{unit} | {'' if base is None else base} | {ratio} |")
+        base = _dig(result, base_path) if base_path else None
+        print(f"| {what} | {value} | {'' if base is None else base} | {_compare(result, value, base, how)} | {target} |")
     for name, result in benches.items():
         if "error" in result:
-            print(f"| {name} | (failed) | {result['error']} | | |")
+            print(f"| {name}: failed | {result['error']} | | | |")
     return 0
 
 

@@ -60,3 +60,40 @@ def test_a_failing_probe_exits_1_with_json_evidence() -> None:
     (probe,) = report["probes"]
     assert probe["name"] == "tamper_detect" and probe["status"] == "FAIL"
     assert "verify did not name it" in probe["evidence"]
+
+
+def test_bench_table_is_made_from_a_real_bench_json_run(tmp_path, capsys) -> None:
+    """The README's performance table comes from ``bench --json``: a real (small) group-commit run, then ``--table``."""
+    from harness import bench_group
+
+    status = cli._bench_all_json({"group": bench_group}, ["--json", "--threads", "2", "--per-thread", "5", "--runs", "1"])
+    document = capsys.readouterr().out
+    assert status == 0
+    results = tmp_path / "results.json"
+    results.write_text(document, encoding="utf-8")
+    group = json.loads(document)["benchmarks"]["group"]
+    assert cli.bench_table([str(results)]) == 0
+    table = capsys.readouterr().out
+    row = next(line for line in table.splitlines() if "16 threads on one Store" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == str(group["on"]["writes_per_s"]["median"])
+    assert cells[2] == str(group["off"]["writes_per_s"]["median"])
+    assert cells[3] == f"{group['ratio_writes_per_s']['median']:.2f}x"
+    assert cells[4] == ">= 4x"
+    # Rows of benchmarks that did not run are left out, not filled with blanks.
+    assert "verify" not in table and "brief" not in table
+
+
+def test_bench_table_differences_and_list_paths(tmp_path, capsys) -> None:
+    """``over`` rows print a difference; a path may index a list (the largest size of bench search)."""
+    document = {"date": "2026-12-01", "machine": {"cpus": 2, "platform": "Linux"}, "benchmarks": {
+        "brief": {"wall_ms": {"script_indexed": {"median": 30.5}, "python_c_pass": {"median": 10.0}}},
+        "search": {"bench_search": [{"search_ms": {"p50": 9.0}, "previous_ranking": {"search_ms": {"p50": 3.0}}},
+                                    {"search_ms": {"p50": 4.0}, "previous_ranking": {"search_ms": {"p50": 2.0}}}]},
+    }}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(document), encoding="utf-8")
+    assert cli.bench_table([str(results)]) == 0
+    table = capsys.readouterr().out
+    assert "| 30.5 | 10.0 | +20.5 | <= +60 ms |" in table
+    assert "| 4.0 | 2.0 | 2.00x | <= 10 ms |" in table

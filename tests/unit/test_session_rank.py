@@ -96,3 +96,16 @@ def test_shares_follow_rarity_and_add_up_to_the_terms():
     assert got is not None and got[0] > got[1] > got[2]
     assert abs(sum(got) - 3) < 1e-9
     assert shares([5], 1000, 1.0) is None and shares([1, 10], 1000, 0.0) is None
+
+
+def test_what_kind_of_searches_for_the_kind_not_the_word_kind(tmp_path):
+    """'What kind of art ...': the frame words before 'of' are not searched, so 'thanks for your kind
+    words' no longer outranks the turn about the art."""
+    with Store(tmp_path / "s") as store:
+        converse(store, CHAT)
+        kind = converse(store, [("Caroline", "Thanks, your kind words mean a lot, I will make time for us.")])[0]
+        converse(store, CHAT)
+        art = converse(store, [("Caroline", "Abstract art is what I love, big canvases full of colour.")])[0]
+        assert ranked(store, "What kind of art does Caroline make?")[0] == art
+        assert ranked(store, "What type of art does Caroline like?")[0] == art
+        assert ranked(store, "Was Caroline kind to her friends?")[0] == kind

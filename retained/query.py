@@ -212,7 +212,8 @@ def _normalise(text: str) -> str:
 
 
 def terms(
-    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True,
+    frame: bool = True,
 ) -> list[str]:
     """The query's search terms, each already a safe FTS5 string.
 
@@ -222,8 +223,9 @@ def terms(
     of a word's irregular forms (``("go" OR "went" OR "gone")``). Duplicates are
     removed, order kept, at most `TERMS_MAX` returned. Stop words are dropped
     unless every word is one, and, with ``months``, a month name that is also a
-    stop word ("may") is kept beside a day or a year. With the stop words go
-    the `FRAME_WORDS` before "of" ("what kind of art" searches for "art").
+    stop word ("may") is kept beside a day or a year. With ``frame``, the
+    `FRAME_WORDS` before "of" go with the stop words ("what kind of art"
+    searches for "art").
     """
     words: list[str] = []
     for raw in _words(_normalise(text)):
@@ -237,7 +239,7 @@ def terms(
             words.append(raw[pos:])
     content = [w for i, w in enumerate(words)
                if (w not in stop_words or (months and w in MONTHS and _dated(words, i)))
-               and not (stop_words and w in FRAME_WORDS and words[i + 1 : i + 2] == ["of"])]
+               and not (frame and stop_words and w in FRAME_WORDS and words[i + 1 : i + 2] == ["of"])]
     if not content:
         content = words
     out: list[str] = []
@@ -258,14 +260,15 @@ def terms(
 
 
 def build(
-    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True,
+    frame: bool = True,
 ) -> str | None:
     """A safe FTS5 MATCH expression for `text`, or None if it has no words.
 
     None means nothing can match (empty input, only punctuation or emoji);
     callers answer with zero matches instead of running a query.
     """
-    found = terms(text, stop_words=stop_words, irregular=irregular, months=months)
+    found = terms(text, stop_words=stop_words, irregular=irregular, months=months, frame=frame)
     if not found:
         return None
     return " OR ".join(found)

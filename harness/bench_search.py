@@ -46,7 +46,8 @@ from retained.log import Log
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
 CLIENT = {"name": "bench", "version": "0"}
 # The ranking as it was before issue 18: bm25 and coverage, none of the conversation or recency steps.
-PREVIOUS = dataclasses.replace(RANKING, reply_credit=0.0, prev_credit=0.0, name_factor=1.0, recency_band=0.0)
+PREVIOUS = dataclasses.replace(RANKING, reply_credit=0.0, prev_credit=0.0, name_factor=1.0, recency_band=0.0, rarity=0.0,
+                               session_credit=0.0)
 
 
 def build_log(directory: Path, n: int, data: Path) -> list[tuple[str, set[int]]]:

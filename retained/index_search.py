@@ -3,8 +3,9 @@
 Search: bm25 over the text, the body and the string values of other caller
 fields, with porter stemming over unicode61 (diacritics folded) and CJK runs
 segmented into bigrams by ``query.segment``, then a bounded re-rank of the
-best 50 (`Ranking`: coverage of the query's terms; turns of a conversation
-read with their neighbours; newer first on the same subject; see
+best 50 (`Ranking`: coverage of the query's terms, the rarer counting for
+more; turns of a conversation read with their neighbours and with the
+other matching turns near them; newer first on the same subject; see
 docs/retrieval.md). Every reply accounts for what it matched (invariant I2):
 ``returned + sum(left_out.values()) == total_matches``. Also here: the
 records around each result (`attach_context`) and the earlier records a new
@@ -16,6 +17,8 @@ lock, catch-up and the checked read of a record from the log.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
@@ -69,6 +72,20 @@ class Ranking:
     prev_credit: float = 0.2  # share of a turn's score the other speaker's turn before it gains
     name_factor: float = 0.25  # share of a term a speaker's name counts in a turn someone else says
     recency_band: float = 0.4  # a newer record on the same subject may score this share less and still go first
+    # A question's words are not alike: a speaker's name is in half of a
+    # conversation, "roadtrip" in one turn. Each term's share of the coverage
+    # is its idf to this power, scaled so the shares add up to the number of
+    # terms (0: every term alike, as before): coverage weighs as much as
+    # before, but goes to the turn holding the rare word rather than to one
+    # holding several common ones.
+    rarity: float = 1.0
+    # A turn gains this share of the best score among the other candidate
+    # turns of its scope within `session_window` seqs (its session, when both
+    # carry one): the place where several turns match is likelier the one
+    # asked about than a lone match among unrelated talk. Only turns: notes
+    # are never read with their neighbours.
+    session_credit: float = 0.3
+    session_window: int = 10
 
 
 RANKING = Ranking()
@@ -77,7 +94,7 @@ RANKING = Ranking()
 class _Candidate:
     """One record being re-ranked: its row, its score (higher is better), whether it matched, its turn."""
 
-    __slots__ = ("_words", "asks", "good", "matched", "row", "text", "turn")
+    __slots__ = ("_words", "asks", "good", "matched", "row", "scope", "text", "turn")
 
     def __init__(self, row: tuple[Any, ...], good: float, matched: bool | None = True) -> None:
         self.row = row
@@ -85,6 +102,7 @@ class _Candidate:
         self.matched = matched
         self.turn: tuple[str, Any] | None = None
         self.asks = False
+        self.scope: Any = None
         self.text = ""
         self._words: frozenset[str] | None = None
 
@@ -99,13 +117,16 @@ class _Candidate:
 class _Weigher:
     """The coverage score of a record: ``coverage_weight`` per distinct query term it contains.
 
-    A speaker's name counts ``name_factor`` of a term in a turn someone
-    else says (a greeting, "Thanks, Caroline!"): the name is then who is
-    spoken to, not who the turn is about.
+    Each term counts its share (`shares`: by rarity, 1.0 each when not
+    given). A speaker's name counts ``name_factor`` of that in a turn
+    someone else says (a greeting, "Thanks, Caroline!"): the name is then
+    who is spoken to, not who the turn is about.
     """
 
-    def __init__(self, terms: list[str], cover: dict[int, set[int]], ranking: Ranking, speakers: list[str]) -> None:
+    def __init__(self, terms: list[str], cover: dict[int, set[int]], ranking: Ranking, speakers: list[str],
+                 shares: list[float] | None = None) -> None:
         self.cover = cover
+        self.shares = shares or [1.0] * len(terms)
         self.weight = ranking.coverage_weight
         self.factor = ranking.name_factor
         self.spoken: dict[str, frozenset[int]] = {}  # speaker -> indexes of the query terms naming them
@@ -119,10 +140,49 @@ class _Weigher:
         got = self.cover.get(seq)
         if not got:
             return 0.0
+        share = self.shares
         if not self.names or self.factor == 1.0:
-            return self.weight * len(got)
+            return self.weight * sum(share[i] for i in got)
         own = self.spoken.get(turn[0], frozenset()) if turn else frozenset()
-        return self.weight * sum(self.factor if i in self.names and i not in own else 1.0 for i in got)
+        return self.weight * sum(share[i] * (self.factor if i in self.names and i not in own else 1.0) for i in got)
+
+
+def shares(counts: list[int], rows: int, power: float) -> list[float] | None:
+    """Each term's share of the coverage: its idf (as bm25 computes it) to ``power``, scaled to add up to the terms.
+
+    ``counts`` are the rows each term matches, ``rows`` the rows in the
+    index. None (every term alike) for fewer than two terms or ``power`` 0.
+
+    >>> [round(x, 2) for x in shares([300, 3], 600, 1.0)]
+    [0.24, 1.76]
+    """
+    if len(counts) < 2 or not power:
+        return None
+    idf = [math.log((max(rows, n) - n + 0.5) / (n + 0.5) + 1.0) ** power for n in counts]
+    total = sum(idf)
+    return [len(idf) * x / total for x in idf]
+
+
+def _session_gain(cand: dict[int, _Candidate], credit: float, window: int) -> None:
+    """Give each candidate turn ``credit`` of the best score among the other candidate turns near it, in place.
+
+    Near: the same scope, at most ``window`` seqs away, and the same
+    session when both name one. Scores are read before any gain, so the
+    order of the walk does not matter; each turn looks only at the turns
+    within its window (the candidates in seq order), so the step is
+    bounded by the candidates times the window.
+    """
+    turns = sorted(((c, t[1]) for c in cand.values() if (t := c.turn) is not None and c.good > 0),
+                   key=lambda pair: pair[0].row[0])
+    seqs = [c.row[0] for c, _ in turns]
+    before = [c.good for c, _ in turns]
+    for i, (c, session) in enumerate(turns):
+        best = 0.0
+        for j in range(bisect_left(seqs, seqs[i] - window), bisect_right(seqs, seqs[i] + window)):
+            o, other = turns[j]
+            if j != i and o.scope == c.scope and (session is None or other is None or session == other):
+                best = max(best, before[j])
+        c.good += credit * best
 
 
 def _newer_first(ranked: list[_Candidate], band: float, limit: int) -> list[_Candidate]:
@@ -245,15 +305,17 @@ class Search:
             return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
 
-    def _rank_terms(self, text: str) -> tuple[list[str], list[str]]:
-        """``(kept, matching)``: the rarest terms whose matches add up to `RANK_ROWS_MAX`, and all that match.
+    def _rank_terms(self, text: str) -> tuple[list[str], list[str], list[int]]:
+        """``(kept, matching, counts)``: the rarest terms whose matches add up to `RANK_ROWS_MAX`, all that match,
+        and the rows each kept term matches (empty for a query of one term).
 
         Each term's match count is taken with a LIMIT, so a common term costs
-        at most `RANK_ROWS_MAX` rows to recognise. The rarest term is always kept.
+        at most `RANK_ROWS_MAX` rows to recognise. The rarest term is always
+        kept (its count may stop at that cap).
         """
         found = query.terms(text)
         if len(found) <= 1:
-            return found, found
+            return found, found, []
         db = self.connection()
 
         def capped(term: str, cap: int) -> int:
@@ -267,9 +329,10 @@ class Search:
         first_cap = RANK_ROWS_MAX // 4 + 1
         sized = sorted((n, term) for term in found if (n := capped(term, first_cap)))
         if not sized:
-            return [], []
+            return [], [], []
         kept = [sized[0][1]]
         rows = sized[0][0] if sized[0][0] < first_cap else capped(sized[0][1], RANK_ROWS_MAX + 1)
+        counts = [rows]
         for n, term in sized[1:]:
             if n >= first_cap:
                 left = RANK_ROWS_MAX - rows
@@ -279,8 +342,9 @@ class Search:
             if rows + n > RANK_ROWS_MAX:
                 break
             kept.append(term)
+            counts.append(n)
             rows += n
-        return kept, [term for _, term in sized]
+        return kept, [term for _, term in sized], counts
 
     def _top(
         self, text: str, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
@@ -293,7 +357,7 @@ class Search:
         reached the list only through the turn it answers.
         """
         r = self.ranking
-        terms, matching = self._rank_terms(text)
+        terms, matching, counts = self._rank_terms(text)
         if len(terms) < len(matching):
             # Common terms were left out of the candidate set: rank the rows
             # that have a rare term, by bm25 over every term (the rare ones
@@ -314,11 +378,17 @@ class Search:
         # coverage of the seqs around each candidate is counted in the same pass.
         near = NEAR if talk and (r.reply_credit or r.prev_credit) else 0
         cover = self._cover(terms, {s + d for s in cand for d in range(-near, near + 1)})
-        weigh = _Weigher(terms, cover, r, [c.turn[0] for c in cand.values() if c.turn])
+        share = None
+        if r.rarity and len(counts) > 1:
+            share = shares(counts, self.connection().execute("SELECT max(seq) FROM records").fetchone()[0] or 0,
+                           r.rarity)
+        weigh = _Weigher(terms, cover, r, [c.turn[0] for c in cand.values() if c.turn], share)
         for seq, c in cand.items():
             c.good += weigh(seq, c.turn)
         if near:
             self._neighbours(cand, weigh, include_superseded, include_retracted)
+        if talk and r.session_credit:
+            _session_gain(cand, r.session_credit, r.session_window)
         ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
         top = _newer_first(ranked, r.recency_band, limit) if r.recency_band else ranked[:limit]
         db = self.connection()
@@ -430,6 +500,7 @@ class Search:
             text = rec.get("text") if type(rec) is dict else None
             if type(text) is str:
                 c.turn = turn(rec)
+                c.scope = rec.get("scope")
                 c.asks = "?" in text
                 c.text = text
 
@@ -648,7 +719,7 @@ class Search:
         mine = query.subject(text)
         out: list[dict[str, Any]] = []
         with self._mutex:
-            terms, _ = self._rank_terms(text)
+            terms, _, _ = self._rank_terms(text)
             if not terms:
                 return []
             rows = self._ranked_rows(" OR ".join(terms), RELATED_CANDIDATES + 1, scope, False, False)

@@ -72,6 +72,12 @@ MONTHS = frozenset(
 _DAY_OR_YEAR = re.compile(r"(?:[0-9]{1,2}(?:st|nd|rd|th)?|[0-9]{4})")
 
 
+# "What kind of art does she make?": before "of", these words frame the
+# question and are not its subject; searched, they find "thanks for your
+# kind words". Dropped there, with the stop words (query side only).
+FRAME_WORDS = frozenset("kind kinds type types sort sorts".split())
+
+
 def _dated(words: list[str], i: int) -> bool:
     """True when the month name at ``words[i]`` has a day or a year beside it."""
     return any(0 <= j < len(words) and _DAY_OR_YEAR.fullmatch(words[j]) for j in (i - 1, i + 1))
@@ -206,7 +212,8 @@ def _normalise(text: str) -> str:
 
 
 def terms(
-    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True,
+    frame: bool = True,
 ) -> list[str]:
     """The query's search terms, each already a safe FTS5 string.
 
@@ -216,7 +223,9 @@ def terms(
     of a word's irregular forms (``("go" OR "went" OR "gone")``). Duplicates are
     removed, order kept, at most `TERMS_MAX` returned. Stop words are dropped
     unless every word is one, and, with ``months``, a month name that is also a
-    stop word ("may") is kept beside a day or a year.
+    stop word ("may") is kept beside a day or a year. With ``frame``, the
+    `FRAME_WORDS` before "of" go with the stop words ("what kind of art"
+    searches for "art").
     """
     words: list[str] = []
     for raw in _words(_normalise(text)):
@@ -229,7 +238,8 @@ def terms(
         if pos < len(raw):
             words.append(raw[pos:])
     content = [w for i, w in enumerate(words)
-               if w not in stop_words or (months and w in MONTHS and _dated(words, i))]
+               if (w not in stop_words or (months and w in MONTHS and _dated(words, i)))
+               and not (frame and stop_words and w in FRAME_WORDS and words[i + 1 : i + 2] == ["of"])]
     if not content:
         content = words
     out: list[str] = []
@@ -250,14 +260,15 @@ def terms(
 
 
 def build(
-    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True
+    text: str, *, stop_words: frozenset[str] = STOP_WORDS, irregular: bool = True, months: bool = True,
+    frame: bool = True,
 ) -> str | None:
     """A safe FTS5 MATCH expression for `text`, or None if it has no words.
 
     None means nothing can match (empty input, only punctuation or emoji);
     callers answer with zero matches instead of running a query.
     """
-    found = terms(text, stop_words=stop_words, irregular=irregular, months=months)
+    found = terms(text, stop_words=stop_words, irregular=irregular, months=months, frame=frame)
     if not found:
         return None
     return " OR ".join(found)

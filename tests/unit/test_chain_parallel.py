@@ -18,7 +18,7 @@ import pytest
 from retained import chain, record
 from retained.log import Log
 
-from ..conftest import VECTORS
+from ..conftest import VECTORS, NoProcesses
 
 CLIENT = {"name": "test", "version": "0"}
 TS = "2026-11-29T12:00:00.000000Z"
@@ -301,24 +301,11 @@ def test_index_check_on_the_walks_lines_finds_what_it_finds_reading_the_log(tmp_
     assert walked.to_dict() == _walk_report(tmp_path)
 
 
-class _NoProcesses:
-    """A multiprocessing context in a sandbox that forbids starting processes (everything else is fork's)."""
-
-    def __init__(self) -> None:
-        self._fork = multiprocessing.get_context("fork")
-
-    def __getattr__(self, name: str):
-        return getattr(self._fork, name)
-
-    def Process(self, *args, **kwargs):  # the name multiprocessing contexts give it
-        raise PermissionError(1, "starting a process is not permitted here")
-
-
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
 def test_where_no_process_can_start_the_ranges_are_classified_here(tmp_path):
     lines = DAMAGE["everything"](_lines(12, {6: 3})) + _lines(60)[20:]
     directory = _write(tmp_path, lines)
-    got = chain.verify_file(Log(directory), workers=2, range_bytes=700, parallel_min_bytes=0, mp_context=_NoProcesses())
+    got = chain.verify_file(Log(directory), workers=2, range_bytes=700, parallel_min_bytes=0, mp_context=NoProcesses())
     assert got.to_dict() == _walk_report(directory)
     assert not got.ok
 

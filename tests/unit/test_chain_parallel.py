@@ -401,3 +401,34 @@ def test_classify_with_a_lent_hasher_answers_as_without_one_whatever_state_it_is
     for line in lines:
         assert record.classify(line, hasher) == record.classify(line)
         hasher.update(line[:7])  # whatever a caller did with it in between
+
+
+def _large_result(path: str, start: int, stop: int) -> bytes:
+    """A range task (run in the workers) whose result is far larger than a pipe holds."""
+    return bytes(8 << 20) + start.to_bytes(8, "big")
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods() or not Path("/proc/self/wchan").exists(),
+                    reason="needs the fork start method and /proc")
+def test_a_worker_killed_halfway_through_sending_a_result_leaves_that_range_to_this_process(tmp_path):
+    """A result cut off mid-message is never waited for: its range is worked through here (a pool once waited forever)."""
+    import os
+    import signal
+    import time
+    from contextlib import closing
+
+    path = tmp_path / "data"
+    path.write_bytes(b"abc")
+    results = chain.map_ranges(_large_result, str(path), [0, 1, 2], 2, True, multiprocessing.get_context("fork"))
+    with closing(results):
+        assert next(results)[-8:] == (0).to_bytes(8, "big")
+        # Nobody reads the second worker's pipe until the next range is asked for: it is stuck mid-send.
+        (second,) = [p for p in multiprocessing.active_children() if p.name == "retained-ranges-1"]
+        deadline = time.monotonic() + 30
+        while "pipe_write" not in Path(f"/proc/{second.pid}/wchan").read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "pipe_write" in Path(f"/proc/{second.pid}/wchan").read_text(), "the worker never blocked sending"
+        os.kill(second.pid, signal.SIGKILL)
+        assert next(results)[-8:] == (1).to_bytes(8, "big")
+        assert next(results, None) is None
+    assert not multiprocessing.active_children()

@@ -461,7 +461,9 @@ def _start_method(mp_context: Any) -> Any:
 
     A forked child keeps only the forking thread, and a lock another thread
     held at that moment stays held in the child forever; a server calling
-    verify or rebuild from a thread spawns.
+    verify or rebuild from a thread spawns. Threads are counted as the OS
+    sees them where it says (Linux): a library's own threads (a BLAS pool,
+    a watchdog) hold locks too, and Python does not list them.
     """
     import multiprocessing
     import threading
@@ -469,9 +471,13 @@ def _start_method(mp_context: Any) -> Any:
     if mp_context is not None:
         return mp_context
     ctx = multiprocessing.get_context()
-    if ctx.get_start_method() == "fork" and threading.active_count() > 1:
-        return multiprocessing.get_context("spawn")
-    return ctx
+    if ctx.get_start_method() != "fork":
+        return ctx
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = threading.active_count()
+    return multiprocessing.get_context("spawn") if threads > 1 else ctx
 
 
 def map_ranges(

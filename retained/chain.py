@@ -442,8 +442,13 @@ def _range_worker(task: Callable[[str, int, int], Any], path: str, ranges: list[
     the caller then works that range through itself, where the same error
     recurs with its own traceback (this process has no one to show one to).
     """
+    import gc
     import signal
 
+    # What a forked worker inherits belongs to its parent: a collection here
+    # must never finalize any of it (an open database, a temporary file) on
+    # the parent's behalf.
+    gc.freeze()
     # Ctrl-C reaches the whole process group: the caller handles it and ends the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent()

@@ -432,3 +432,45 @@ def test_a_worker_killed_halfway_through_sending_a_result_leaves_that_range_to_t
         assert next(results)[-8:] == (1).to_bytes(8, "big")
         assert next(results, None) is None
     assert not multiprocessing.active_children()
+
+
+def _collecting(path: str, start: int, stop: int) -> int:
+    """A range task that runs a full garbage collection in the worker."""
+    import gc
+
+    gc.collect()
+    return start
+
+
+class _Finalized:
+    """Garbage in a reference cycle whose finalizer records which process ran it."""
+
+    def __init__(self, record_to: Path) -> None:
+        self.record_to = record_to
+        self.cycle = self
+
+    def __del__(self) -> None:
+        import os
+
+        with open(self.record_to, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
+def test_a_forked_worker_never_finalizes_what_its_parent_left_for_collection(tmp_path):
+    """A parent's garbage (an open database, a temporary file) is the parent's to finalize, never a worker's."""
+    import gc
+    import os
+
+    path = tmp_path / "data"
+    path.write_bytes(b"abc")
+    record_to = tmp_path / "finalized-by"
+    gc.disable()
+    try:
+        _Finalized(record_to)  # unreachable at once, but only a collection can free it
+        got = list(chain.map_ranges(_collecting, str(path), [0, 1, 2, 3], 2, True, multiprocessing.get_context("fork")))
+    finally:
+        gc.enable()
+    gc.collect()
+    assert got == [0, 1, 2]
+    assert record_to.read_text().split() == [str(os.getpid())]

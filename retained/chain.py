@@ -23,8 +23,9 @@ from __future__ import annotations
 import bisect
 import os
 from array import array
-from collections import deque, namedtuple
-from collections.abc import Callable, Iterable, Iterator
+from collections import namedtuple
+from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, cast
@@ -300,9 +301,12 @@ RANGE_BYTES = 8 * 1024 * 1024
 # Below this log size the walk classifies in its own process: starting workers
 # (each a new process, more so under spawn) would cost more than they save.
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
-# Log bytes whose ranges may be classified ahead of the linking: their items
-# are about a tenth of their size, so this bounds memory whatever the log's size.
-IN_FLIGHT_BYTES = 64 * 1024 * 1024
+# How long a worker may send nothing before its ranges are done in the calling
+# process instead: far longer than any range takes, reached only by a worker
+# that will never answer (stuck after a fork, say), so that none waits forever.
+WORKER_STALL_S = 60.0
+# How long a worker that sent its last range may take to exit before it is killed.
+WORKER_EXIT_S = 5.0
 
 
 def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
@@ -411,10 +415,10 @@ def plan_ranges(f: Any, size: int, workers: int | None, range_bytes: int, parall
 def _exit_with_parent() -> None:
     """A worker's first step: end it when the process that started it ends.
 
-    A worker blocks reading its next task from a pipe it holds both ends of
-    (a forked child inherits the writing end), so a parent killed outright
-    (SIGKILL, the OOM killer) would leave it waiting forever. A thread waits
-    on the parent's sentinel, which is ready once the parent is gone.
+    A worker can block sending a result down a pipe whose reading end a
+    sibling forked later also holds, so a parent killed outright (SIGKILL,
+    the OOM killer) would leave it waiting forever. A thread waits on the
+    parent's sentinel, which is ready once the parent is gone.
     """
     import multiprocessing
     import threading
@@ -431,6 +435,56 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="retained-exit-with-parent", daemon=True).start()
 
 
+def _range_worker(task: Callable[[str, int, int], Any], path: str, ranges: list[tuple[int, int, int]], conn: Any) -> None:
+    """A worker process: ``task`` over its ranges ``(i, start, stop)`` in order, each result sent as soon as it is made.
+
+    A failing range ends the worker with a short note instead of a result:
+    the caller then works that range through itself, where the same error
+    recurs with its own traceback (this process has no one to show one to).
+    """
+    import gc
+    import signal
+
+    # What a forked worker inherits belongs to its parent: a collection here
+    # must never finalize any of it (an open database, a temporary file) on
+    # the parent's behalf.
+    gc.freeze()
+    # Ctrl-C reaches the whole process group: the caller handles it and ends the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent()
+    try:
+        for i, start, stop in ranges:
+            conn.send((i, task(path, start, stop)))
+    except Exception as exc:  # noqa: BLE001 - a worker is an edge: the caller redoes the range and raises its error
+        conn.send((-1, f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _start_method(mp_context: Any) -> Any:
+    """``mp_context``, or the platform's default: spawn instead of fork when this process runs other threads.
+
+    A forked child keeps only the forking thread, and a lock another thread
+    held at that moment stays held in the child forever; a server calling
+    verify or rebuild from a thread spawns. Threads are counted as the OS
+    sees them where it says (Linux): a library's own threads (a BLAS pool,
+    a watchdog) hold locks too, and Python does not list them.
+    """
+    import multiprocessing
+    import threading
+
+    if mp_context is not None:
+        return mp_context
+    ctx = multiprocessing.get_context()
+    if ctx.get_start_method() != "fork":
+        return ctx
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = threading.active_count()
+    return multiprocessing.get_context("spawn") if threads > 1 else ctx
+
+
 def map_ranges(
     task: Callable[[str, int, int], Any],
     path: str,
@@ -438,77 +492,104 @@ def map_ranges(
     workers: int,
     parallel: bool,
     mp_context: Any,
-    in_flight_bytes: int = IN_FLIGHT_BYTES,
-) -> Iterator[Any]:
+    stall_s: float = WORKER_STALL_S,
+) -> Generator[Any, None, None]:
     """``task(path, start, stop)`` for each range of ``bounds``, the results in file order.
 
     In ``workers`` processes when ``parallel`` (``mp_context`` as for
     ``verify_file``), else here. ``task`` must be a module-level function
     (a worker imports it by name) that depends on nothing but the file, so
-    that running it here gives what a worker gives: a range a worker could
-    not finish (it died, or no process can start) is worked through here.
-    Ranges in flight are bounded by ``in_flight_bytes`` of file (and at
-    least one per worker), so memory stays flat in the file's size.
+    that running it here gives what a worker gives.
+
+    Worker ``k`` of ``n`` takes ranges ``k``, ``k + n``, ... and sends each
+    result down a pipe of its own, read here in file order. Nothing is
+    shared between workers (no queue, no lock, no helper thread here), so
+    one worker's end cannot block another; a worker that cannot start,
+    dies, fails a range or sends nothing for ``stall_s`` seconds is ended
+    and its ranges are worked through here (an error reading the file
+    recurs here). Each worker is at most one result ahead of the reading
+    (its send waits for it), so memory holds about two ranges per worker.
+    Every worker is ended before this returns, also when the caller stops early.
     """
     ranges = list(pairwise(bounds))
-    done = 0
     if not (parallel and len(ranges) > 1):
         for start, stop in ranges:
             yield task(path, start, stop)
         return
-    # Imported here: multiprocessing costs the read-only paths (the brief)
-    # more than they can spend.
-    import multiprocessing
-    import threading
-    from concurrent.futures import Future, ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    if mp_context is None:
-        mp_context = multiprocessing.get_context()
-        if mp_context.get_start_method() == "fork" and threading.active_count() > 1:
-            # A forked child keeps only the forking thread, and a lock another
-            # thread held at that moment stays held in the child forever; a
-            # server calling verify from a thread spawns.
-            mp_context = multiprocessing.get_context("spawn")
-    pending: deque[tuple[Future[Any], int]] = deque()
-    pool = None
-    submitted = in_flight = 0
-
-    def top_up() -> None:
-        nonlocal submitted, in_flight
-        while submitted < len(ranges) and (len(pending) < workers or in_flight < in_flight_bytes):
-            start, stop = ranges[submitted]
-            if pool is None:
-                raise InvariantBroken("ranges were submitted without a worker pool")
-            pending.append((pool.submit(task, path, start, stop), stop - start))
-            submitted += 1
-            in_flight += stop - start
-
+    ctx = _start_method(mp_context)
+    n = min(workers, len(ranges))
+    procs: list[Any] = [None] * n
+    conns: list[Any] = [None] * n
     try:
-        try:
-            pool = ProcessPoolExecutor(max_workers=min(workers, len(ranges)), mp_context=mp_context,
-                                       initializer=_exit_with_parent)
-            top_up()
-        except (BrokenProcessPool, OSError, NotImplementedError):
-            pending.clear()  # no worker processes here: worked through below, in this process
-        try:
-            while pending:
-                future, nbytes = pending.popleft()
-                result = future.result()
-                in_flight -= nbytes
-                top_up()
-                yield result
-                done += 1
-        except (BrokenProcessPool, OSError, NotImplementedError):
-            # A worker died, or a sandbox forbids what the pool needs: the
-            # ranges not yet yielded are worked through in this process,
-            # which gives the same results (an error reading the file recurs there).
-            pass
+        for k in range(n):
+            mine = [(i, *ranges[i]) for i in range(k, len(ranges), n)]
+            reader = writer = None
+            try:
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_range_worker, args=(task, path, mine, writer), daemon=True,
+                                   name=f"retained-ranges-{k}")
+                proc.start()
+            except (OSError, NotImplementedError):
+                # No processes here (a sandbox, a process limit): this
+                # worker's ranges are worked through below, in this process.
+                if reader is not None:
+                    reader.close()
+                continue
+            finally:
+                if writer is not None:
+                    writer.close()  # the worker holds its own copy; the reading end sees EOF once it is gone
+            procs[k], conns[k] = proc, reader
+        for i, (start, stop) in enumerate(ranges):
+            k = i % n
+            result = _receive(conns[k], procs[k], i, stall_s) if conns[k] is not None else None
+            if result is None:
+                _end(procs, conns, k, finished=False)
+                result = (i, task(path, start, stop))
+            elif i + n >= len(ranges):
+                _end(procs, conns, k, finished=True)  # its last range: the worker is exiting
+            yield result[1]
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-    for start, stop in ranges[done:]:
-        yield task(path, start, stop)
+        for k in range(n):
+            _end(procs, conns, k, finished=False)
+
+
+def _receive(conn: Any, proc: Any, i: int, stall_s: float) -> tuple[int, Any] | None:
+    """Range ``i``'s result from the worker at ``conn``, or None when it cannot give it (ended, failed, stalled)."""
+    from multiprocessing.connection import wait
+
+    ready = wait([conn, proc.sentinel], stall_s)
+    if conn not in ready:
+        # Stalled, or ended without sending range i (a result sent before
+        # the end would make the pipe readable too): the caller ends it and
+        # works its ranges through itself.
+        return None
+    try:
+        got = conn.recv()
+    except (EOFError, OSError):
+        return None  # the worker died before or while sending
+    if got[0] == -1:
+        return None  # the range failed there; done again here, where its error is raised
+    if got[0] != i:
+        raise InvariantBroken(f"map_ranges: a worker sent range {got[0]} where range {i} was due")
+    return got
+
+
+def _end(procs: list[Any], conns: list[Any], k: int, *, finished: bool) -> None:
+    """End worker ``k`` and let go of its pipe: wait for it when it has sent every range (``finished``), else kill it.
+
+    Killing a worker is safe: it shares no lock or queue with anyone.
+    """
+    conn, proc = conns[k], procs[k]
+    conns[k] = procs[k] = None
+    if conn is not None:
+        conn.close()
+    if proc is not None:
+        if finished:
+            proc.join(WORKER_EXIT_S)
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        proc.close()
 
 
 def verify_file(
@@ -559,18 +640,19 @@ def verify_file(
         if stop is not None:
             size = min(size, stop)
         bounds, workers, parallel = plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
-    ranges = map_ranges(_classify_range, str(log.path), bounds, workers, parallel, mp_context)
-    if progress is not None:
-        ranges = _reporting(ranges, bounds, progress)
-    if check is None:
-        for items in ranges:
-            _link(linker, items)
+    results = map_ranges(_classify_range, str(log.path), bounds, workers, parallel, mp_context)
+    # Closed on the way out, also when the check raises: that ends the workers now, not whenever the generator is collected.
+    with closing(results):
+        ranges = results if progress is None else _reporting(results, bounds, progress)
+        if check is None:
+            for items in ranges:
+                _link(linker, items)
+            return linker.finish()
+        places = _places(linker, ranges)
+        check(places)
+        for _ in places:
+            pass  # link what the check left
         return linker.finish()
-    places = _places(linker, ranges)
-    check(places)
-    for _ in places:
-        pass  # link what the check left
-    return linker.finish()
 
 
 def _reporting(ranges: Iterator[list[tuple[Any, ...]]], bounds: list[int],

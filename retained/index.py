@@ -27,13 +27,17 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import blake3
+
+from . import chain, record
 from . import index_schema as schema
-from . import record
 from .documents import FIELDS_CHARS_MAX, documents, estimate_tokens
 from .errors import InvalidRecord, RetainedError
+from .files import open_read
 from .index_schema import (
     BATCH_ROWS,
     FLAG_COLUMNS,
@@ -58,6 +62,134 @@ __all__ = [
     "BATCH_ROWS", "COVERAGE_WEIGHT", "FIELDS_CHARS_MAX", "INDEX_NAME", "K_MAX", "RANK_ROWS_MAX", "RERANK_N",
     "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
 ]
+
+_INSERT_ROW = f"INSERT OR IGNORE INTO records ({schema.ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})"
+_INSERT_WORDS = "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)"
+
+
+def _entry(
+    offset: int, length: int, status: str, rec: dict[str, Any], seq: int, h: str
+) -> tuple[tuple[Any, ...], tuple[str, str, str] | None, list[tuple[int, int, str]]]:
+    """What the index stores for one chained line: its ``records`` row, its words, its links.
+
+    The one definition, for catch-up and rebuild alike. A redacted line has
+    no words and no links (None and ``[]``); a link names an earlier seq only.
+    """
+    kind, scope, ts, op = rec.get("kind"), rec.get("scope"), rec.get("ts"), rec.get("client_op_id")
+    redacted = 1 if status == record.REDACTED else 0
+    row = (
+        seq, offset, length, h,
+        kind if type(kind) is str else None,
+        scope if type(scope) is str else None,
+        ts if type(ts) is str else None,
+        op if type(op) is str else None,
+        schema.client_name(rec.get("client")),
+        redacted,
+    )
+    if redacted:
+        return row, None, []
+    links = []
+    if "supersedes" in rec or "retracts" in rec or "redacts" in rec:
+        for rel in LINK_FIELDS:
+            for target in link_targets(rec.get(rel)):
+                if target < seq:
+                    links.append((target, seq, rel))
+    return row, documents(rec), links
+
+
+# -- a rebuild's rows, made in worker processes --------------------------------------
+#
+# A rebuild indexes the whole log: byte ranges of it are turned into rows in
+# worker processes (the per-line work: classify, which re-checks every hash
+# and the canonical bytes, and the words), each range into a small in-memory
+# SQLite database, which this process attaches and copies into the index
+# with INSERT ... SELECT: the only per-row work left here is SQLite's own
+# (FTS5 tokenising), in one transaction.
+
+_BULK = "rebuild_rows"  # the schema name a range's database is attached as
+# Ranges of at most this many bytes: a range's database is most of its size
+# again, and each worker holds about two (see chain.map_ranges).
+REBUILD_RANGE_BYTES = 4 * 1024 * 1024
+_NO_WORDS = (None, None, None)
+
+
+class _Place(NamedTuple):
+    """A chained line's place, as `schema.write_mark` reads the last one indexed."""
+
+    offset: int
+    length: int
+    seq: int
+    hash: str
+
+
+class _Range(NamedTuple):
+    """What `_index_range` found in a range of the log: its rows (a serialized database) and what the copy needs."""
+
+    rows: bytes  # empty when no line is chained
+    lines: int  # chained lines
+    first_seq: int  # 0 when none
+    max_seq: int
+    ascending: bool  # every chained line's seq above the one before
+    end: int  # where its complete lines end (a torn tail after)
+    last: _Place | None  # its last chained line
+    links: bool  # some line names an earlier record
+
+
+def _index_range(path: str, start: int, stop: int) -> _Range:
+    """The index's rows for the lines in ``[start, stop)`` of the log at ``path`` (a worker's task).
+
+    ``start`` is a line boundary; so is ``stop`` unless it is the end of the
+    log, where bytes after the last newline are a torn tail (an append in
+    progress): not indexed, and the range's ``end`` stops before them.
+    Only chained lines are indexed: foreign and damaged lines are verify's
+    to report, exactly as in `Index._ingest`.
+    """
+    with open_read(path) as f:
+        f.seek(start)
+        data = f.read(stop - start)
+    parts = data.split(b"\n")
+    parts.pop()  # what follows the last newline: nothing, or a torn tail
+    classify = record.classify
+    hasher = blake3.blake3()  # lent to classify for every line of the range
+    RECORD, REDACTED = record.RECORD, record.REDACTED
+    rows: list[tuple[Any, ...]] = []
+    links: list[tuple[int, int, int, str]] = []
+    first_seq = last_seq = max_seq = 0
+    ascending = True
+    last = None
+    offset = start
+    for raw in parts:
+        length = len(raw) + 1
+        status, rec, seq, h, _ = classify(raw, hasher)
+        if status in (RECORD, REDACTED):
+            row, words, named = _entry(offset, length, status, rec, seq, h)  # type: ignore[arg-type]
+            rows.append((*row, *(words or _NO_WORDS)))
+            for target, source, rel in named:
+                links.append((offset, target, source, rel))
+            if seq <= last_seq:  # type: ignore[operator]
+                ascending = False
+            elif seq > max_seq:  # type: ignore[operator]
+                max_seq = seq  # type: ignore[assignment]
+            if not first_seq:
+                first_seq = seq  # type: ignore[assignment]
+            last_seq = seq  # type: ignore[assignment]
+            last = _Place(offset, length, seq, h)  # type: ignore[arg-type]
+        offset += length
+    if not rows:
+        return _Range(b"", 0, 0, 0, True, offset, None, False)
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for stmt in schema.statements(schema.BULK_TABLES):
+            db.execute(stmt)
+        db.execute("BEGIN")
+        db.executemany(f"INSERT INTO lines ({schema.ROW_COLUMNS}, text, body, fields) VALUES ({', '.join('?' * 13)})", rows)
+        db.executemany("INSERT INTO line_links (offset, target, source, rel) VALUES (?, ?, ?, ?)", links)
+        db.execute("COMMIT")
+        blob = db.serialize()
+    finally:
+        db.close()
+    return _Range(blob, len(rows), first_seq, max_seq, ascending, offset, last, bool(links))
+
 
 class IndexError_(RetainedError):
     """The index file cannot be used (not SQLite, locked past the timeout).
@@ -206,9 +338,12 @@ class Index(Search):
                 self._db = None
 
     @staticmethod
-    def _reset(db: sqlite3.Connection) -> None:
-        """Drop the index's tables and make them empty, in the caller's write transaction."""
-        for stmt in schema.statements(schema.DROP + schema.SCHEMA):
+    def _reset(db: sqlite3.Connection, *, records_indexes: bool = True) -> None:
+        """Drop the index's tables and make them empty, in the caller's write transaction.
+
+        Without ``records_indexes`` the caller makes them (`schema.RECORDS_INDEXES`) once the table is full.
+        """
+        for stmt in schema.statements(schema.DROP + (schema.SCHEMA if records_indexes else schema.TABLES)):
             db.execute(stmt)
         db.executemany(schema.INSERT_META, schema.EMPTY_META)
 
@@ -301,10 +436,11 @@ class Index(Search):
     def _ingest(
         self, db: sqlite3.Connection, start: int, stop: int, progress: Callable[[int, int], None] | None
     ) -> int:
-        """Index the lines in [start, stop); the caller holds the write transaction."""
+        """Index the lines in [start, stop) line by line; the caller holds the write transaction."""
         rows: list[tuple[Any, ...]] = []
         docs: list[tuple[Any, ...]] = []
         links: list[tuple[int, int, str]] = []
+        dupes: list[tuple[Any, ...]] = []
         last: Line | None = None
         end = start
         count = 0
@@ -313,16 +449,16 @@ class Index(Search):
         # twice in a tampered log) goes row by row with OR IGNORE.
         top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
         seen = bytearray()
-        dupes: list[tuple[Any, ...]] = []
+        TORN, CHAINED = record.TORN, (record.RECORD, record.REDACTED)
         for line in self.log.scan(start=start, stop=stop):
-            if line.status == record.TORN:
+            status = line.status
+            if status == TORN:
                 break  # an append in progress, or a tail the next writer sets aside
-            end = line.end
-            if not line.chained:
+            offset, length = line.offset, len(line.raw)
+            end = offset + length
+            if status not in CHAINED:
                 continue  # foreign and damaged lines are verify's to report
             last = line
-            rec = line.record
-            redacted = 1 if line.status == record.REDACTED else 0
             seq = line.seq
             fresh = seq > top
             if fresh:
@@ -331,23 +467,15 @@ class Index(Search):
                     seen.extend(bytes((i >> 3) + 1024 - len(seen)))
                 fresh = not seen[i >> 3] & (1 << (i & 7))
                 seen[i >> 3] |= 1 << (i & 7)
-            kind, scope, ts, op = (rec.get(k) for k in ("kind", "scope", "ts", "client_op_id"))
-            (rows if fresh else dupes).append((
-                seq, line.offset, line.length, line.hash,
-                kind if type(kind) is str else None,
-                scope if type(scope) is str else None,
-                ts if type(ts) is str else None,
-                op if type(op) is str else None,
-                schema.client_name(rec.get("client")),
-                redacted,
-            ))
-            if not redacted:
-                docs.append((seq, line.offset, fresh, *documents(rec)))
-                if "supersedes" in rec or "retracts" in rec or "redacts" in rec:
-                    for rel in LINK_FIELDS:
-                        for target in link_targets(rec.get(rel)):
-                            if target < seq:
-                                links.append((target, seq, rel))
+            row, words, named = _entry(offset, length, status, line.record, seq, line.hash)
+            if not fresh:
+                dupes.append((row, words, named))
+            else:
+                rows.append(row)
+                if words is not None:
+                    docs.append((seq, *words))
+                    if named:
+                        links.extend(named)
             count += 1
             if len(rows) + len(dupes) >= BATCH_ROWS:
                 self._flush(db, rows, docs, links, dupes)
@@ -361,35 +489,34 @@ class Index(Search):
 
     def _flush(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], docs: list[tuple[Any, ...]],
                links: list[tuple[int, int, str]], dupes: list[tuple[Any, ...]]) -> None:
-        insert = (
-            "INSERT OR IGNORE INTO records (seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        db.executemany(insert, rows)
-        kept = set()
-        for row in dupes:
-            # A seq the index may already hold: keep the first line that
-            # claimed it and index its words once; verify reports the rest.
-            if db.execute(insert, row).rowcount == 1:
-                kept.add((row[0], row[1]))
-        if dupes:
-            seqs = {r[0] for r in dupes} - {s for s, _ in kept}
-            links[:] = [x for x in links if x[1] not in seqs]
-        db.executemany(
-            "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)",
-            [(d[0], *d[3:]) for d in docs if d[2] or (d[0], d[1]) in kept],
-        )
+        """Insert a batch: ``rows`` (seqs new to the index) with their ``docs`` and ``links``, then ``dupes``.
+
+        ``dupes`` are ``(row, words, links)`` of lines whose seq the index
+        may already hold: the first line that claimed a seq is kept, with
+        its words and links; verify reports the rest.
+        """
+        db.executemany(_INSERT_ROW, rows)
+        for row, words, named in dupes:
+            if db.execute(_INSERT_ROW, row).rowcount == 1 and words is not None:
+                docs.append((row[0], *words))
+                links.extend(named)
+        db.executemany(_INSERT_WORDS, docs)
         if links:
-            db.executemany("INSERT OR IGNORE INTO links (target, source, rel) VALUES (?, ?, ?)", links)
-            for rel, column in FLAG_COLUMNS.items():
-                targets = [(t,) for t, _, r in links if r == rel]
-                if targets:
-                    db.executemany(f"UPDATE records SET {column} = 1 WHERE seq = ?", targets)
-            self._drop_redacted_words(db, [t for t, _, r in links if r == "redacts"])
+            self._link(db, links)
         rows.clear()
         docs.clear()
         links.clear()
         dupes.clear()
+
+    def _link(self, db: sqlite3.Connection, links: list[tuple[int, int, str]]) -> None:
+        """Record ``(target, source, rel)`` links of indexed lines: the rows, the targets' flags, a redacted target's words gone."""
+        db.executemany("INSERT OR IGNORE INTO links (target, source, rel) VALUES (?, ?, ?)", links)
+        for rel, column in FLAG_COLUMNS.items():
+            targets = [(t,) for t, _, r in links if r == rel]
+            if targets:
+                db.executemany(f"UPDATE records SET {column} = 1 WHERE seq = ?", targets)
+        # Once each: a contentless FTS5 row deleted twice would corrupt its counts.
+        self._drop_redacted_words(db, list(dict.fromkeys(t for t, _, r in links if r == "redacts")))
 
     def _drop_redacted_words(self, db: sqlite3.Connection, targets: list[int]) -> None:
         """Remove a redacted record's words from FTS5 while its line still holds them.
@@ -411,11 +538,29 @@ class Index(Search):
 
     # -- rebuild --------------------------------------------------------------
 
-    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    def rebuild(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        workers: int | None = None,
+        range_bytes: int = REBUILD_RANGE_BYTES,
+        parallel_min_bytes: int = chain.PARALLEL_MIN_BYTES,
+        mp_context: Any = None,
+    ) -> dict[str, Any]:
         """Drop every table and index the whole log again, in one transaction.
 
-        ``progress(done_bytes, total_bytes)`` is called every `BATCH_ROWS`
-        records. Returns ``{"records", "bytes"}``.
+        Every line is classified as it is indexed (its hash recomputed, its
+        bytes checked canonical), so a damaged or foreign line is never
+        indexed as a record. A log of ``parallel_min_bytes`` or more is cut
+        into ranges of at most ``range_bytes``, turned into rows in
+        ``workers`` processes (``workers``, ``parallel_min_bytes`` and
+        ``mp_context`` as for ``chain.verify_file``) and written here; a
+        smaller one is indexed line by line in this process. Either way the
+        index holds the same rows, words and mark, and a failure or a crash
+        before the commit leaves it as it was.
+
+        ``progress(done_bytes, total_bytes)`` is called after each range, or
+        every `BATCH_ROWS` records in this process. Returns ``{"records", "bytes"}``.
 
         Raises:
             IndexFull: the disk is full; the index is left as it was.
@@ -423,7 +568,12 @@ class Index(Search):
         """
         with self._mutex:
             db = self.connection()
+            # Python's sqlite3 has deserialize where SQLite was built with it
+            # (the default since 3.36); elsewhere the lines go in one by one.
+            bulk = hasattr(db, "deserialize")
             try:
+                if bulk:
+                    db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")  # not allowed inside a transaction
                 db.execute("BEGIN IMMEDIATE")
                 if self.witness is not None:
                     try:
@@ -433,9 +583,12 @@ class Index(Search):
                     else:
                         if self._mark_state(mark, self.log.size()) == "replaced":
                             self._witness(mark)
-                self._reset(db)
+                # The records' indexes are made once the table is full: one sort each, not one insert per row each.
+                self._reset(db, records_indexes=False)
                 size = self.log.size()
-                n = self._ingest(db, 0, size, progress)
+                n = self._rebuild_rows(db, size, progress, bulk, workers, range_bytes, parallel_min_bytes, mp_context)
+                for stmt in schema.statements(schema.RECORDS_INDEXES):
+                    db.execute(stmt)
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 if db.in_transaction:
@@ -445,7 +598,74 @@ class Index(Search):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            finally:
+                if bulk:
+                    self._detach_bulk(db)
             return {"records": n, "bytes": size}
+
+    @staticmethod
+    def _detach_bulk(db: sqlite3.Connection) -> None:
+        """Let go of the last range's rows (the attached database holds them until detached)."""
+        try:
+            db.execute(f"DETACH DATABASE {_BULK}")
+        except sqlite3.OperationalError:
+            pass  # never attached (the attach itself failed): nothing to let go of
+
+    def _rebuild_rows(
+        self, db: sqlite3.Connection, size: int, progress: Callable[[int, int], None] | None, bulk: bool,
+        workers: int | None, range_bytes: int, parallel_min_bytes: int, mp_context: Any,
+    ) -> int:
+        """Index the log's first ``size`` bytes into the empty tables (see ``rebuild``); returns the chained lines."""
+        f = self.log.open_read()
+        if f is None:
+            schema.write_mark(db, 0, None)
+            return 0
+        with f:
+            bounds, workers, parallel = chain.plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
+        if not (bulk and parallel and len(bounds) > 2):
+            return self._ingest(db, 0, size, progress)
+        top = count = end = 0
+        last = None
+        with closing(chain.map_ranges(_index_range, str(self.log.path), bounds, workers, parallel, mp_context)) as parts:
+            for part in parts:
+                if part.lines:
+                    db.deserialize(part.rows, name=_BULK)
+                    # Clean: every seq is above those indexed so far and comes once.
+                    self._copy_range(db, clean=part.ascending and part.first_seq > top, links=part.links)
+                    top = max(top, part.max_seq)
+                    last = part.last
+                    count += part.lines
+                end = part.end
+                if progress is not None:
+                    progress(end, size)
+        schema.write_mark(db, end, last)
+        return count
+
+    def _copy_range(self, db: sqlite3.Connection, *, clean: bool, links: bool) -> None:
+        """Copy the attached range's rows, words and links into the index; the caller holds the write transaction.
+
+        Where a seq is claimed twice (a tampered log) the first line that
+        claims it is kept, with its words and links, as `_flush` keeps it;
+        verify reports the rest.
+        """
+        lines = f"{_BULK}.lines"
+        columns = schema.ROW_COLUMNS
+        if clean:
+            db.execute(f"INSERT INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT seq, text, body, fields FROM {lines} "
+                       "WHERE redacted = 0 ORDER BY n")
+        else:
+            db.execute(f"INSERT OR IGNORE INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT l.seq, l.text, l.body, l.fields "
+                       f"FROM {lines} AS l JOIN main.records AS r ON r.seq = l.seq AND r.offset = l.offset "
+                       "WHERE l.redacted = 0 ORDER BY l.n")
+        if links:
+            kept = db.execute(
+                f"SELECT l.target, l.source, l.rel FROM {_BULK}.line_links AS l "
+                "JOIN main.records AS r ON r.seq = l.source AND r.offset = l.offset ORDER BY l.rowid"
+            ).fetchall()
+            if kept:
+                self._link(db, kept)
 
     # -- lookups --------------------------------------------------------------
 

@@ -87,10 +87,11 @@ ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client,
 # A rebuild's rows for one range of the log, made in a worker process in a
 # database of their own (in memory) and copied from there into the tables
 # above: ``lines`` holds a chained line's ``records`` row and its words
-# (``n``: its order in the range), ``links`` the links it makes.
+# (``n``: its order in the range), ``line_links`` the links it makes (named
+# apart from ``links``, so that no statement can mistake one for the other).
 BULK_TABLES = f"""
 CREATE TABLE lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
-CREATE TABLE links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
+CREATE TABLE line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
 """
 
 DROP = """

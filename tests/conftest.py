@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -14,6 +15,19 @@ from retained import Store
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 VECTORS = SHARED / "vectors"
+
+
+class NoProcesses:
+    """A multiprocessing context in a sandbox that forbids starting processes (everything else is fork's)."""
+
+    def __init__(self) -> None:
+        self._fork = multiprocessing.get_context("fork")
+
+    def __getattr__(self, name: str):
+        return getattr(self._fork, name)
+
+    def Process(self, *args, **kwargs):  # the name multiprocessing contexts give it
+        raise PermissionError(1, "starting a process is not permitted here")
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ import pytest
 from retained import chain, record
 from retained.log import Log
 
-from ..conftest import VECTORS
+from ..conftest import VECTORS, NoProcesses
 
 CLIENT = {"name": "test", "version": "0"}
 TS = "2026-11-29T12:00:00.000000Z"
@@ -301,24 +301,11 @@ def test_index_check_on_the_walks_lines_finds_what_it_finds_reading_the_log(tmp_
     assert walked.to_dict() == _walk_report(tmp_path)
 
 
-class _NoProcesses:
-    """A multiprocessing context in a sandbox that forbids starting processes (everything else is fork's)."""
-
-    def __init__(self) -> None:
-        self._fork = multiprocessing.get_context("fork")
-
-    def __getattr__(self, name: str):
-        return getattr(self._fork, name)
-
-    def Process(self, *args, **kwargs):  # the name multiprocessing contexts give it
-        raise PermissionError(1, "starting a process is not permitted here")
-
-
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
 def test_where_no_process_can_start_the_ranges_are_classified_here(tmp_path):
     lines = DAMAGE["everything"](_lines(12, {6: 3})) + _lines(60)[20:]
     directory = _write(tmp_path, lines)
-    got = chain.verify_file(Log(directory), workers=2, range_bytes=700, parallel_min_bytes=0, mp_context=_NoProcesses())
+    got = chain.verify_file(Log(directory), workers=2, range_bytes=700, parallel_min_bytes=0, mp_context=NoProcesses())
     assert got.to_dict() == _walk_report(directory)
     assert not got.ok
 
@@ -414,3 +401,76 @@ def test_classify_with_a_lent_hasher_answers_as_without_one_whatever_state_it_is
     for line in lines:
         assert record.classify(line, hasher) == record.classify(line)
         hasher.update(line[:7])  # whatever a caller did with it in between
+
+
+def _large_result(path: str, start: int, stop: int) -> bytes:
+    """A range task (run in the workers) whose result is far larger than a pipe holds."""
+    return bytes(8 << 20) + start.to_bytes(8, "big")
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods() or not Path("/proc/self/wchan").exists(),
+                    reason="needs the fork start method and /proc")
+def test_a_worker_killed_halfway_through_sending_a_result_leaves_that_range_to_this_process(tmp_path):
+    """A result cut off mid-message is never waited for: its range is worked through here (a pool once waited forever)."""
+    import os
+    import signal
+    import time
+    from contextlib import closing
+
+    path = tmp_path / "data"
+    path.write_bytes(b"abc")
+    results = chain.map_ranges(_large_result, str(path), [0, 1, 2], 2, True, multiprocessing.get_context("fork"))
+    with closing(results):
+        assert next(results)[-8:] == (0).to_bytes(8, "big")
+        # Nobody reads the second worker's pipe until the next range is asked for: it is stuck mid-send.
+        (second,) = [p for p in multiprocessing.active_children() if p.name == "retained-ranges-1"]
+        deadline = time.monotonic() + 30
+        while "pipe_write" not in Path(f"/proc/{second.pid}/wchan").read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "pipe_write" in Path(f"/proc/{second.pid}/wchan").read_text(), "the worker never blocked sending"
+        os.kill(second.pid, signal.SIGKILL)
+        assert next(results)[-8:] == (1).to_bytes(8, "big")
+        assert next(results, None) is None
+    assert not multiprocessing.active_children()
+
+
+def _collecting(path: str, start: int, stop: int) -> int:
+    """A range task that runs a full garbage collection in the worker."""
+    import gc
+
+    gc.collect()
+    return start
+
+
+class _Finalized:
+    """Garbage in a reference cycle whose finalizer records which process ran it."""
+
+    def __init__(self, record_to: Path) -> None:
+        self.record_to = record_to
+        self.cycle = self
+
+    def __del__(self) -> None:
+        import os
+
+        with open(self.record_to, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
+def test_a_forked_worker_never_finalizes_what_its_parent_left_for_collection(tmp_path):
+    """A parent's garbage (an open database, a temporary file) is the parent's to finalize, never a worker's."""
+    import gc
+    import os
+
+    path = tmp_path / "data"
+    path.write_bytes(b"abc")
+    record_to = tmp_path / "finalized-by"
+    gc.disable()
+    try:
+        _Finalized(record_to)  # unreachable at once, but only a collection can free it
+        got = list(chain.map_ranges(_collecting, str(path), [0, 1, 2, 3], 2, True, multiprocessing.get_context("fork")))
+    finally:
+        gc.enable()
+    gc.collect()
+    assert got == [0, 1, 2]
+    assert record_to.read_text().split() == [str(os.getpid())]

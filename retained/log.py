@@ -185,6 +185,9 @@ class Log:
         self._group = threading.Lock()
         self._queue: list[_Request] = []
         self._leading = False
+        # Latches of callers whose records are durable, released by the next
+        # leader once its own fsync is under way (see _commit_grouped).
+        self._waking: list[threading.Lock] = []
 
     # -- reading -----------------------------------------------------------
 
@@ -552,10 +555,16 @@ class Log:
 
         A waiting caller sleeps on its own latch (a lock it holds, released
         once by another thread: cheaper than an Event, which builds a
-        condition and a waiter lock on every wait): the leader wakes exactly
-        the callers it wrote for, then hands the lead to the first caller
-        that queued meanwhile (which writes everything queued by then), so no
-        thread wakes only to find it must wait again.
+        condition and a waiter lock on every wait). The leader hands the lead
+        to the first caller that queued meanwhile (which writes everything
+        queued by then), so no thread wakes only to find it must wait again.
+        The callers it wrote for are woken exactly once: at once when nobody
+        is queued, otherwise by the next leader as its fsync starts. Their
+        records are durable and read back either way; waking them while the
+        next group's fsync runs, and not while its leader seals, stats, locks
+        and writes, means the interpreter lock is free when they need it,
+        instead of being handed back and forth at each of the leader's
+        system calls.
         """
         with self._group:
             if self._leading:
@@ -579,16 +588,30 @@ class Log:
             with self._mutex:
                 self._commit(batch)
         finally:
+            # Callers of the group before, if this commit never reached its fsync.
+            self._wake_durable()
             with self._group:
                 for r in batch:
                     r.done = True
                 heir = self._queue[0] if self._queue else None
                 self._leading = heir is not None
-            for r in batch:
-                if r.woken is not None:
-                    r.woken.release()
+                latches = [r.woken for r in batch if r.woken is not None]
+                if heir is not None:
+                    self._waking.extend(latches)  # the heir wakes them as its fsync starts
+                    latches = []
+            for latch in latches:
+                latch.release()
             if heir is not None and heir.woken is not None:
                 heir.woken.release()
+
+    def _wake_durable(self) -> None:
+        """Release the latches of callers whose records a previous group made durable."""
+        if not self._waking:
+            return
+        with self._group:
+            latches, self._waking = self._waking, []
+        for latch in latches:
+            latch.release()
 
     def _commit(self, batch: list[_Request]) -> None:
         """Append the records of ``batch`` (this thread holds ``_mutex``); each request gets its proofs or an error."""
@@ -753,6 +776,7 @@ class Log:
                 path=str(self.path),
             ) from exc
         try:
+            self._wake_durable()
             self._make_durable(fd, created)
         except OSError as exc:
             self._poison(f"fsync failed: {exc.strerror or exc}")

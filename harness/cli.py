@@ -215,7 +215,8 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
 # part indexes a list (-1: the largest size run). "ratio": figure / baseline,
 # or, with "ratio:PATH", the median of the per-round ratios the benchmark
 # gives at PATH (the figure the target is judged on); "over": figure -
-# baseline (whole-process times over an empty interpreter).
+# baseline (whole-process times over an empty interpreter); "": no
+# comparison (the figure is judged against its target alone).
 TABLE_ROWS = (
     ("brief", "`retained brief` (the hook's command) at 100k records, ms", "wall_ms.script_indexed.median",
      "wall_ms.python_c_pass.median", "over", "<= +60 ms"),
@@ -225,8 +226,8 @@ TABLE_ROWS = (
      "wall_ms.python_c_pass.median", "over", "<= +60 ms"),
     ("write", "acknowledged write p50, ms (baseline: bare flock+write+fsync+pread)", "store_write_ms.p50",
      "bare_write_fsync_pread_ms.p50", "ratio", "<= 1.5x"),
-    ("write", "CPU per write p50 on a tmpfs, us (baseline: the bare loop)", "cpu.store_us_p50", "cpu.bare_us_p50",
-     "ratio", "<= 40 us"),
+    ("write", "CPU per write p50 on a tmpfs outside the system calls, us (baseline: the bare loop's whole CPU)",
+     "cpu.outside_syscalls_us_p50", "cpu.bare_us_p50", "", "<= 40 us"),
     ("group", "writes/s, 16 threads on one Store, group commit on (baseline: off)",
      "on.writes_per_s.median", "off.writes_per_s.median", "ratio:ratio_writes_per_s.median", ">= 4x"),
     ("http", "writes/s, 20 MCP clients over HTTP, group commit on (baseline: off)",
@@ -274,7 +275,7 @@ def _compare(result: Any, value: Any, base: Any, how: str) -> str:
     if how.startswith("ratio:"):
         ratio = _dig(result, how.removeprefix("ratio:"))
         return f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else ""
-    if not (isinstance(value, (int, float)) and isinstance(base, (int, float))):
+    if not how or not (isinstance(value, (int, float)) and isinstance(base, (int, float))):
         return ""
     if how == "over":
         return f"+{value - base:.1f}"

@@ -97,3 +97,14 @@ def test_bench_table_differences_and_list_paths(tmp_path, capsys) -> None:
     table = capsys.readouterr().out
     assert "| 30.5 | 10.0 | +20.5 | <= +60 ms |" in table
     assert "| 4.0 | 2.0 | 2.00x | <= 10 ms |" in table
+
+
+def test_the_readme_table_is_the_one_bench_table_makes_from_the_stored_run(capsys) -> None:
+    """The README's performance table is ``bench --table`` of the stored ``bench --json`` document, byte for byte."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    head = "<!-- produced by: python -m harness bench --table "
+    start = readme.index(head)
+    source = readme[start + len(head): readme.index(" -->", start)]
+    table = readme[readme.index("-->", start) + 3: readme.index("<!-- end of the produced table -->")].strip()
+    assert cli.bench_table([str(ROOT / source)]) == 0
+    assert capsys.readouterr().out.strip() == table

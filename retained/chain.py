@@ -309,15 +309,26 @@ WORKER_STALL_S = 60.0
 WORKER_EXIT_S = 5.0
 
 
-def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
-    """Classify the lines in ``[start, stop)`` of the file at ``path`` (a worker's task).
+def range_lines(path: str, start: int, stop: int) -> tuple[list[bytes], bytes]:
+    """The complete lines of ``[start, stop)`` of the file at ``path`` (without newlines), and what follows the last newline.
 
     ``start`` is a line boundary; so is ``stop`` unless it is the end of the
-    scan, where bytes after the last newline are a torn tail.
+    scan, where bytes after the last newline are a torn tail (else b"").
+    One read and one split in C, instead of a search and a slice per line:
+    the reading half of every range task (classify here, index rows in
+    ``index._index_range``).
     """
     with open_read(path) as f:
         f.seek(start)
         data = f.read(stop - start)
+    parts = data.split(b"\n")
+    tail = parts.pop()
+    return parts, tail
+
+
+def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
+    """Classify the lines in ``[start, stop)`` of the file at ``path`` (a worker's task; see ``range_lines``)."""
+    parts, tail = range_lines(path, start, stop)
     classify = record.classify
     hasher = blake3.blake3()  # lent to classify for every line of the range
     RECORD, REDACTED = record.RECORD, record.REDACTED
@@ -332,10 +343,6 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
     def close_run(end: int) -> None:
         items.append((_RUN, run_offset, run_seq, run_prev, run_count, lengths.tobytes(), "".join(hashes), redactions, end))
 
-    # One split in C instead of a search and a slice per line; the last part
-    # is what follows the last newline: nothing, or a torn tail.
-    parts = data.split(b"\n")
-    tail = parts.pop()
     offset = start
     for raw in parts:
         status, obj, seq, h, problem = classify(raw, hasher)

@@ -125,14 +125,6 @@ def documents(rec: dict[str, Any]) -> tuple[str, str, str]:
     )
 
 
-def _seqs(value: Any) -> list[int]:
-    if type(value) is int and value > 0:
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if type(v) is int and v > 0]
-    return []
-
-
 TEXT_TOKENS_DEFAULT = 8000  # text a reply's text form carries when the call set no max_tokens
 CHARS_PER_TOKEN = 4  # the ratio estimate_tokens uses
 

@@ -37,7 +37,6 @@ from . import chain, record
 from . import index_schema as schema
 from .documents import FIELDS_CHARS_MAX, documents, estimate_tokens
 from .errors import InvalidRecord, RetainedError
-from .files import open_read
 from .index_schema import (
     BATCH_ROWS,
     FLAG_COLUMNS,
@@ -144,11 +143,7 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
     Only chained lines are indexed: foreign and damaged lines are verify's
     to report, exactly as in `Index._ingest`.
     """
-    with open_read(path) as f:
-        f.seek(start)
-        data = f.read(stop - start)
-    parts = data.split(b"\n")
-    parts.pop()  # what follows the last newline: nothing, or a torn tail
+    parts, _ = chain.range_lines(path, start, stop)  # a torn tail is not indexed
     classify = record.classify
     hasher = blake3.blake3()  # lent to classify for every line of the range
     RECORD, REDACTED = record.RECORD, record.REDACTED

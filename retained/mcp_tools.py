@@ -454,9 +454,15 @@ def add_brief(server: Any, memory: Memory) -> None:
         return
 
     def brief_text_of(budget: int | None, scope: str | None) -> str:
-        from retained import brief
+        import os
 
-        result = brief.build_brief(memory.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope or None)
+        from retained import brief
+        from retained.anchors import dir_from
+
+        # A brief read here starts a session as the hook's does, so it records
+        # the head it read in the same place (docs/anchors.md).
+        result = brief.build_brief(memory.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope or None,
+                                   anchor_dir=dir_from(os.environ))
         return brief.render_text(result)
 
     brief_text = (

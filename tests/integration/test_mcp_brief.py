@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import anyio
 
 from .conftest import WAIT_S, client_info, stdio_params
@@ -33,6 +37,11 @@ def test_the_brief_is_a_prompt_and_a_resource_showing_checkpoints_first(tmp_path
 
                 scoped = (await client.get_prompt("brief", {"scope": "ui"})).messages[0].content.text
                 assert "prefers tabs" in scoped and "another scope" not in scoped
+
+                # The brief records the head it read outside the store, as the hook's brief does.
+                anchor_dir = Path(os.environ.get("RETAINED_ANCHOR_DIR") or store_dir.parent / "anchors")
+                heads = [json.loads(line) for f in anchor_dir.glob("*.jsonl") for line in f.read_text().splitlines()]
+                assert [h["seq"] for h in heads if "seq" in h] == [3], heads
 
                 tiny = (await client.get_prompt("brief", {"budget": "1"})).messages[0].content.text
                 assert "Not shown" in tiny or "not shown" in tiny

@@ -43,6 +43,13 @@ BATCH_ROWS = 2000  # rows per executemany in catch-up and rebuild, and lines per
 # SQLite's page cache per connection that reads the whole index (search, verify):
 # big enough for the whole index at 100k records (~30 MB); allocated only as used.
 CACHE_KIB = 64 * 1024
+# FTS5 holds a transaction's words in memory up to this many bytes before it
+# writes them out as a segment (its default is 1 MiB). A rebuild at 100k
+# records then writes one segment instead of dozens that FTS5 merges as it
+# goes (BENCHMARKS.md gives what that saves). Only a large transaction (a
+# rebuild, a catch-up after an import) ever holds that much; a write's
+# catch-up holds a few hundred bytes.
+FTS_HASH_BYTES = 16 * 1024 * 1024
 IN_ROWS_MAX = 500  # values per `IN (...)` list: well under SQLite's default limit of bound parameters
 
 TABLES = f"""
@@ -70,6 +77,7 @@ CREATE TABLE IF NOT EXISTS links (
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     text, body, fields, content='', tokenize='{TOKENIZER}'
 );
+INSERT INTO fts (fts, rank) VALUES ('hashsize', {FTS_HASH_BYTES});
 """
 
 # The indexes of ``records``; a rebuild makes them after filling the table

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +26,11 @@ CLI_CLIENT = {"name": "retained-cli", "version": __version__}
 USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config"}
 
 
+# What a person types as an option's name ("--feild"), as opposed to a value
+# that starts with a dash ("-5", "--- a note ---").
+_OPTION_NAME = re.compile(r"--[a-z][a-z0-9-]*")
+
+
 class UsageError(Exception):
     """Bad command-line input (exit 2)."""
 
@@ -35,12 +41,40 @@ class _Parser(argparse.ArgumentParser):
     argv: tuple[str, ...] = ()  # the command line being parsed (set by main)
 
     def error(self, message: str) -> Any:  # argparse's hook: prints usage and the message, exits 2
+        command = self._command()
+        if command is not None:
+            # The command's leftovers come back here; its own parser knows its options and its usage.
+            command.error(message)
         known = self._option_string_actions
         dashed = [a for a in self.argv if a.startswith("-") and a != "--" and a.split("=")[0] not in known]
         if dashed:
-            message += (f"; {dashed[0]!r} was read as an option: a value that starts with '-' goes after '--', "
-                        f"e.g. {self.prog} -- {dashed[0]!r}")
+            name = dashed[0].split("=")[0]
+            if _OPTION_NAME.fullmatch(name):
+                import difflib
+
+                close = difflib.get_close_matches(name, [o for o in known if o.startswith("--")], n=1)
+                message += (f"; {self.prog} has no option {name}: "
+                            + (f"did you mean {close[0]}? " if close else "") + f"see {self.prog} --help")
+            else:
+                message += (f"; {dashed[0]!r} was read as an option: a value that starts with '-' goes after '--', "
+                            f"e.g. {self.prog} -- {dashed[0]!r}")
         super().error(message)
+
+    def _command(self) -> _Parser | None:
+        """The parser of the command named on the command line, when this is the parser of all commands."""
+        commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if not commands:
+            return None
+        takes_value = {o for a in self._actions if a.option_strings and a.nargs != 0 for o in a.option_strings}
+        words = iter(self.argv)
+        for word in words:
+            if word in takes_value:
+                next(words, None)  # the option's value ("--dir list" names no command)
+            elif word in commands:
+                return commands[word]
+            elif not word.startswith("-"):
+                return None
+        return None
 
 
 def store_dir(args: argparse.Namespace) -> Path:

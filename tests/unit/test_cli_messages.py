@@ -241,6 +241,18 @@ def test_issue_15_a_value_starting_with_a_dash_is_explained(store_dir):
     assert plain.returncode == 2 and "read as an option" not in plain.stderr
 
 
+def test_an_option_the_command_lacks_is_named_with_the_one_meant_and_nothing_is_written(store_dir):
+    out = run_cli("write", "prefers dark mode", "--fields", '{"n": 1}', env_dir=store_dir)
+    assert out.returncode == 2
+    assert "retained write has no option --fields: did you mean --field?" in out.stderr, out.stderr
+    assert "usage: retained write" in out.stderr and "read as an option" not in out.stderr
+    assert not (store_dir / "log.jsonl").exists()
+    # A value of a global option that happens to be a command's name does not pick the command.
+    out = run_cli("--dir", "list", "search", "dark", "--limt", "3", env_dir=store_dir)
+    assert out.returncode == 2 and "retained search has no option --limt" in out.stderr, out.stderr
+    assert "usage: retained search" in out.stderr
+
+
 def test_issue_15_global_options_may_come_before_the_command(tmp_path):
     store_dir = tmp_path / "s"
     assert run_cli("--dir", str(store_dir), "write", "hello").returncode == 0

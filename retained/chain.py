@@ -27,6 +27,7 @@ from collections import namedtuple
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import pairwise
 from typing import Any, cast
 
@@ -326,9 +327,14 @@ def range_lines(path: str, start: int, stop: int) -> tuple[list[bytes], bytes]:
     return parts, tail
 
 
-def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
-    """Classify the lines in ``[start, stop)`` of the file at ``path`` (a worker's task; see ``range_lines``)."""
+def _classify_range(path: str, start: int, stop: int, tally: type | None = None) -> list[tuple[Any, ...]]:
+    """Classify the lines in ``[start, stop)`` of the file at ``path`` (a worker's task; see ``range_lines``).
+
+    With ``tally`` (a class: see ``verify_file``) a new one is given every
+    record line, parsed, and its length, and is the last item, after the lines.
+    """
     parts, tail = range_lines(path, start, stop)
+    counter = tally() if tally is not None else None
     classify = record.classify
     hasher = blake3.blake3()  # lent to classify for every line of the range
     RECORD, REDACTED = record.RECORD, record.REDACTED
@@ -361,6 +367,8 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
             if obj.get("kind") == "redaction" and type(obj.get("redacts")) is int:
                 redactions.append((obj["redacts"], seq))  # type: ignore[arg-type]
             last_seq, last_hash = seq, h  # type: ignore[assignment]
+            if counter is not None:
+                counter.add(obj, length)
         else:
             if run_count:
                 close_run(offset)
@@ -372,6 +380,8 @@ def _classify_range(path: str, start: int, stop: int) -> list[tuple[Any, ...]]:
         close_run(offset)
     if tail:
         items.append((_LINE, offset, len(tail), record.TORN, None, None, None, "unterminated last line", None, b""))
+    if counter is not None:
+        items.append(counter)
     return items
 
 
@@ -504,8 +514,9 @@ def map_ranges(
     """``task(path, start, stop)`` for each range of ``bounds``, the results in file order.
 
     In ``workers`` processes when ``parallel`` (``mp_context`` as for
-    ``verify_file``), else here. ``task`` must be a module-level function
-    (a worker imports it by name) that depends on nothing but the file, so
+    ``verify_file``), else here. ``task`` must be a module-level function,
+    or a ``functools.partial`` of one (a worker imports it by name), that
+    depends on nothing but the file and its arguments, so
     that running it here gives what a worker gives.
 
     Worker ``k`` of ``n`` takes ranges ``k``, ``k + n``, ... and sends each
@@ -519,11 +530,11 @@ def map_ranges(
     Every worker is ended before this returns, also when the caller stops early.
     """
     ranges = list(pairwise(bounds))
-    if not (parallel and len(ranges) > 1):
+    ctx = _start_method(mp_context) if parallel and len(ranges) > 1 else None
+    if ctx is None:
         for start, stop in ranges:
             yield task(path, start, stop)
         return
-    ctx = _start_method(mp_context)
     n = min(workers, len(ranges))
     procs: list[Any] = [None] * n
     conns: list[Any] = [None] * n
@@ -610,6 +621,7 @@ def verify_file(
     stop: int | None = None,
     watch: Iterable[int] = (),
     progress: Callable[[int, int], None] | None = None,
+    tally: Any = None,
 ) -> ChainReport:
     """The report ``walk(log.scan(stop=stop), watch=watch)`` gives, with lines classified in worker processes.
 
@@ -635,6 +647,13 @@ def verify_file(
 
     ``progress(done_bytes, total_bytes)``, if given, is called after each
     range is linked.
+
+    ``tally``, if given, counts what the records hold where they are
+    classified (``stats`` counts kinds, scopes... so): an object whose class
+    can be made with no arguments (in a worker too, so defined at module
+    level), with ``add(record, length)`` for each record line (not redacted
+    ones) and ``merge(other)``. Each range gets a new one, merged into
+    ``tally`` in file order.
     """
     linker = _Linker(log.path.name, watch)
     f = log.open_read()
@@ -647,10 +666,12 @@ def verify_file(
         if stop is not None:
             size = min(size, stop)
         bounds, workers, parallel = plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
-    results = map_ranges(_classify_range, str(log.path), bounds, workers, parallel, mp_context)
+    task = _classify_range if tally is None else partial(_classify_range, tally=type(tally))
+    results = map_ranges(task, str(log.path), bounds, workers, parallel, mp_context)
     # Closed on the way out, also when the check raises: that ends the workers now, not whenever the generator is collected.
     with closing(results):
-        ranges = results if progress is None else _reporting(results, bounds, progress)
+        ranges = results if tally is None else _tallied(results, tally)
+        ranges = ranges if progress is None else _reporting(ranges, bounds, progress)
         if check is None:
             for items in ranges:
                 _link(linker, items)
@@ -668,6 +689,13 @@ def _reporting(ranges: Iterator[list[tuple[Any, ...]]], bounds: list[int],
     for stop, items in zip(bounds[1:], ranges, strict=True):
         yield items
         progress(stop, bounds[-1])
+
+
+def _tallied(ranges: Iterator[list[Any]], tally: Any) -> Iterator[list[tuple[Any, ...]]]:
+    """``ranges`` without each one's tally (its last item), merged into ``tally`` in file order."""
+    for items in ranges:
+        tally.merge(items.pop())
+        yield items
 
 
 def _link(linker: _Linker, items: list[tuple[Any, ...]]) -> None:

@@ -1,7 +1,8 @@
 """What a store holds: counts by kind, scope, client and day, sizes, the chain head, index lag, damage.
 
-One forward scan of the log (memory flat in its size, apart from one counter
-per distinct kind, scope, client and day and the sets of superseded and retracted seqs),
+One forward scan of the log, classified as verify classifies it (memory flat
+in its size, apart from one counter per distinct kind, scope, client and day
+and the sets of superseded and retracted seqs),
 plus looks at the index only when it exists: the index's own public
 ``Index.status()`` for the lag (no catch-up), and ``index_schema``'s
 read-only connection and vector counts. Stats never creates an index and never
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from . import chain, index_schema, record
+from . import chain, index_schema
 from .index_schema import INDEX_NAME
-from .log import Line, Log
+from .log import Log
 
 # How long the vector counts may wait on SQLite's own locks.
 VECTORS_BUSY_S = 5.0
@@ -73,40 +74,57 @@ def _vectors(log: Log) -> dict[str, int] | None:
     return {m: n for n, m in ranked}
 
 
+class Tally:
+    """What the record lines of (a range of) the log hold, counted where they are classified (``chain.verify_file``)."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter[str] = Counter()
+        self.scopes: Counter[str] = Counter()
+        self.clients: Counter[str] = Counter()
+        self.days: Counter[str] = Counter()
+        self.superseded: set[int] = set()
+        self.retracted: set[int] = set()
+        self.total_bytes = 0
+        self.max_bytes = 0
+
+    def add(self, rec: dict[str, Any], length: int) -> None:
+        self.kinds[str(rec.get("kind", "note"))] += 1
+        scope = rec.get("scope")
+        self.scopes[scope if isinstance(scope, str) else "(none)"] += 1
+        self.clients[index_schema.client_name(rec.get("client")) or "(none)"] += 1
+        ts = rec.get("ts")
+        self.days[ts[:10] if isinstance(ts, str) else "(none)"] += 1
+        if "supersedes" in rec:
+            self.superseded.update(index_schema.link_targets(rec["supersedes"]))
+        if rec.get("kind") == "retract":
+            self.retracted.update(index_schema.link_targets(rec.get("retracts")))
+        self.total_bytes += length
+        self.max_bytes = max(self.max_bytes, length)
+
+    def merge(self, other: Tally) -> None:
+        self.kinds.update(other.kinds)
+        self.scopes.update(other.scopes)
+        self.clients.update(other.clients)
+        self.days.update(other.days)
+        self.superseded |= other.superseded
+        self.retracted |= other.retracted
+        self.total_bytes += other.total_bytes
+        self.max_bytes = max(self.max_bytes, other.max_bytes)
+
+
+def _by_count(counts: Counter[str]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Counts, sizes, head, damage and index lag of one store (reads only)."""
+    """Counts, sizes, head, damage and index lag of one store (reads only).
+
+    The lines are classified and counted in worker processes on a large log
+    (``chain.verify_file``), as verify classifies them.
+    """
     size = log.size()
-    kinds: Counter[str] = Counter()
-    scopes: Counter[str] = Counter()
-    clients: Counter[str] = Counter()
-    days: Counter[str] = Counter()
-    superseded: set[int] = set()
-    retracted: set[int] = set()
-    line_bytes = {"max": 0, "total": 0}
-    lines_seen = [0]
-
-    def tally(lines: Iterator[Line]) -> Iterator[Line]:
-        for line in lines:
-            lines_seen[0] += 1
-            if line.status == record.RECORD:
-                rec = line.record
-                kinds[str(rec.get("kind", "note"))] += 1
-                scopes[rec["scope"] if isinstance(rec.get("scope"), str) else "(none)"] += 1
-                clients[index_schema.client_name(rec.get("client")) or "(none)"] += 1
-                ts = rec.get("ts")
-                days[ts[:10] if isinstance(ts, str) else "(none)"] += 1
-                for s in rec.get("supersedes") or ():
-                    superseded.add(s)
-                if rec.get("kind") == "retract":
-                    for s in rec.get("retracts") or ():
-                        retracted.add(s)
-                line_bytes["total"] += line.length
-                line_bytes["max"] = max(line_bytes["max"], line.length)
-            if progress is not None and lines_seen[0] % 50000 == 0:
-                progress(line.end, size)
-            yield line
-
-    report = chain.walk(tally(log.scan(stop=size)), log.path.name)
+    tally = Tally()
+    report = chain.verify_file(log, stop=size, tally=tally, progress=progress)
     live = report.records - len(report.redacted)
     quarantined = log.quarantined()
     index_files = _index_files(log)
@@ -114,13 +132,13 @@ def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> di
         "log": str(log.path),
         "exists": log.exists(),
         "records": report.records,
-        "by_kind": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "by_scope": dict(sorted(scopes.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "by_client": dict(sorted(clients.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "by_kind": _by_count(tally.kinds),
+        "by_scope": _by_count(tally.scopes),
+        "by_client": _by_count(tally.clients),
         # UTC days (the first ten characters of ts), oldest first: records over time.
-        "by_day": dict(sorted(days.items())),
-        "superseded": len(superseded),
-        "retracted": len(retracted),
+        "by_day": dict(sorted(tally.days.items())),
+        "superseded": len(tally.superseded),
+        "retracted": len(tally.retracted),
         "redacted": len(report.redacted),
         "foreign_lines": len(report.foreign),
         "damaged_lines": report.damaged,
@@ -130,8 +148,8 @@ def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> di
         "head": {"seq": report.head_seq, "hash": report.head_hash},
         "sizes": {
             "log_bytes": size,
-            "record_bytes_mean": round(line_bytes["total"] / live) if live else 0,
-            "record_bytes_max": line_bytes["max"],
+            "record_bytes_mean": round(tally.total_bytes / live) if live else 0,
+            "record_bytes_max": tally.max_bytes,
             "quarantined_bytes": sum(q["bytes"] for q in quarantined),
             "index_bytes": sum(index_files.values()),
             "index_files": index_files,

@@ -474,3 +474,39 @@ def test_a_forked_worker_never_finalizes_what_its_parent_left_for_collection(tmp
     gc.collect()
     assert got == [0, 1, 2]
     assert record_to.read_text().split() == [str(os.getpid())]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_tally_made_in_worker_processes_counts_what_a_scan_of_the_record_lines_counts(tmp_path, method):
+    """``retained stats`` counts in the workers that classify: the same counts as one scan, damage included."""
+    from retained.stats import Tally
+
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    lines, prev = [], record.ZERO_HASH
+    for seq in range(1, 41):
+        if seq % 9 == 0:
+            content = record.make_content(text=None, kind="retract", fields={"retracts": [seq - 2], "reason": "x"},
+                                          store_kind=True)
+        else:
+            content = record.make_content(text=f"note {seq}", kind="note" if seq % 4 else "decision",
+                                          scope=f"s{seq % 3}" if seq % 5 else None,
+                                          supersedes=[seq - 1] if seq % 7 == 0 else None)
+        sealed = record.seal(content, seq=seq, prev=prev, ts=f"2026-11-{10 + seq % 3}T12:00:00.000000Z",
+                             client={"name": f"c{seq % 2}", "version": "0"})
+        lines.append(sealed.line)
+        prev = sealed.hash
+    lines = lines[:10] + [_flip(lines[10]), b"garbage\n", _redact(lines[11])] + lines[12:] + [lines[0][:30]]
+    directory = _write(tmp_path, lines)
+    want = Tally()
+    for line in Log(directory).scan():
+        if line.status == record.RECORD:
+            want.add(line.record, line.length)
+    got = Tally()
+    report = chain.verify_file(Log(directory), workers=2, range_bytes=900, parallel_min_bytes=0,
+                               mp_context=multiprocessing.get_context(method), tally=got)
+    assert vars(got) == vars(want)
+    assert report.to_dict() == _walk_report(directory)
+    assert want.retracted and want.superseded and len(want.kinds) == 3 and len(want.days) == 3
+    assert sum(want.kinds.values()) == 38  # 40 records, one flipped and one redacted; garbage and the torn copy are none
+

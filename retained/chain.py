@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import sys
 from array import array
 from collections import namedtuple
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -478,6 +479,30 @@ def _range_worker(task: Callable[[str, int, int], Any], path: str, ranges: list[
         conn.close()
 
 
+def _reruns_main(ctx: Any) -> bool:
+    """True when a worker started by ``ctx`` would first run this program's main script again.
+
+    A forked worker starts as a copy of this process. A spawned one (the
+    default on macOS and Windows, and here where other threads run) starts
+    afresh and imports the main module, running every line of a script not
+    under ``if __name__ == "__main__":``: a script that writes a record and
+    then verifies would write it again in each worker. ``python -m``, an
+    interactive session and this package's own commands are safe to start
+    so; for any other script the work stays in this process.
+    """
+    if ctx.get_start_method() == "fork":
+        return False
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return not (name == "__main__" or name.endswith(".__main__"))
+    if getattr(main, "__file__", None) is None:
+        return False
+    # An installed command of this package: a stub that calls its main() under the guard.
+    entry = getattr(main, "main", None)
+    return not str(getattr(entry, "__module__", "")).startswith(f"{__package__}.")
+
+
 def _start_method(mp_context: Any) -> Any:
     """``mp_context``, or the platform's default: spawn instead of fork when this process runs other threads.
 
@@ -514,7 +539,8 @@ def map_ranges(
     """``task(path, start, stop)`` for each range of ``bounds``, the results in file order.
 
     In ``workers`` processes when ``parallel`` (``mp_context`` as for
-    ``verify_file``), else here. ``task`` must be a module-level function,
+    ``verify_file``) unless they would run the main script again
+    (``_reruns_main``), else here. ``task`` must be a module-level function,
     or a ``functools.partial`` of one (a worker imports it by name), that
     depends on nothing but the file and its arguments, so
     that running it here gives what a worker gives.
@@ -531,7 +557,7 @@ def map_ranges(
     """
     ranges = list(pairwise(bounds))
     ctx = _start_method(mp_context) if parallel and len(ranges) > 1 else None
-    if ctx is None:
+    if ctx is None or _reruns_main(ctx):
         for start, stop in ranges:
             yield task(path, start, stop)
         return

@@ -510,3 +510,49 @@ def test_a_tally_made_in_worker_processes_counts_what_a_scan_of_the_record_lines
     assert want.retracted and want.superseded and len(want.kinds) == 3 and len(want.days) == 3
     assert sum(want.kinds.values()) == 38  # 40 records, one flipped and one redacted; garbage and the torn copy are none
 
+
+SCRIPT_WITHOUT_GUARD = """
+import multiprocessing, sys
+from retained import Store, chain
+store = Store(sys.argv[1])
+store.write("written once, at the top of a script with no __main__ guard")
+report = chain.verify_file(store.log, workers=2, range_bytes=200, parallel_min_bytes=0,
+                           mp_context=multiprocessing.get_context(sys.argv[2]))
+print(report.records, report.ok)
+"""
+
+SCRIPT_WITH_MODULE = """
+import multiprocessing, sys
+from retained import Store, chain
+from retained.stats import Tally
+tally = Tally()
+report = chain.verify_file(Store(sys.argv[1]).log, workers=2, range_bytes=200, parallel_min_bytes=0,
+                           mp_context=multiprocessing.get_context(sys.argv[2]), tally=tally)
+print(report.records, sum(tally.kinds.values()))
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_workers_that_would_run_an_unguarded_script_again_are_not_started(tmp_path, method):
+    """A started-afresh worker imports the main script: its top-level write must not happen again there."""
+    import subprocess
+    import sys
+
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    _write(tmp_path / "store", _lines(30))
+    script = tmp_path / "unguarded.py"
+    script.write_text(SCRIPT_WITHOUT_GUARD)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), method],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["31", "True"], (done.stdout, done.stderr)
+    assert len((tmp_path / "store" / "log.jsonl").read_bytes().splitlines()) == 31  # the write happened once
+    assert "Traceback" not in done.stderr, done.stderr
+    # Run with -m, the same work does go to worker processes (they import retained, not the script).
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__main__.py").write_text(SCRIPT_WITH_MODULE)
+    done = subprocess.run([sys.executable, "-m", "pkg", str(tmp_path / "store"), method], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.split() == ["31", "31"], (done.stdout, done.stderr)

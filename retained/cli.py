@@ -58,6 +58,12 @@ class _Parser(argparse.ArgumentParser):
             else:
                 message += (f"; {dashed[0]!r} was read as an option: a value that starts with '-' goes after '--', "
                             f"e.g. {self.prog} -- {dashed[0]!r}")
+        elif message.startswith("unrecognized arguments: "):
+            # A word where the command takes a file only through an option ("retained export out.jsonl").
+            stray = message.removeprefix("unrecognized arguments: ").split()
+            takes_file = [a.option_strings[0] for a in self._actions if a.option_strings and a.metavar == "FILE"]
+            if len(stray) == 1 and len(takes_file) == 1:
+                message += f"; to name a file here, use {takes_file[0]}: {self.prog} {takes_file[0]} {stray[0]}"
         super().error(message)
 
     def _command(self) -> _Parser | None:

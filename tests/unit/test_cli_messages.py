@@ -253,6 +253,14 @@ def test_an_option_the_command_lacks_is_named_with_the_one_meant_and_nothing_is_
     assert "usage: retained search" in out.stderr
 
 
+def test_a_file_named_where_only_an_option_takes_one_is_shown_with_the_option(store_dir, tmp_path):
+    run_cli("write", "prefers dark mode", env_dir=store_dir)
+    out = run_cli("export", str(tmp_path / "out.jsonl"), env_dir=store_dir)
+    assert out.returncode == 2 and f"use -o: retained export -o {tmp_path / 'out.jsonl'}" in out.stderr, out.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+    assert run_cli("export", "-o", str(tmp_path / "out.jsonl"), env_dir=store_dir).returncode == 0
+
+
 def test_issue_15_global_options_may_come_before_the_command(tmp_path):
     store_dir = tmp_path / "s"
     assert run_cli("--dir", str(store_dir), "write", "hello").returncode == 0

@@ -42,6 +42,11 @@ CONTEXT_MAX = limits.CONTEXT_MAX
 RELATED_MAX = 3  # earlier records a write's reply names as ones it may correct
 RELATED_CANDIDATES = 10  # best-ranked earlier records compared with a new one for that
 RELATED_CHARS = 160  # of each one's text in the reply
+# The rows a write's related-records query may rank (its rarest words'
+# matches): it runs on every MCP and command-line write, after the ack but
+# before the reply, so it must cost little however common the write's words
+# are. A record on the same subject shares the rare words.
+RELATED_ROWS_MAX = 200
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -305,12 +310,12 @@ class Search:
             return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
 
-    def _rank_terms(self, text: str) -> tuple[list[str], list[str], list[int]]:
-        """``(kept, matching, counts)``: the rarest terms whose matches add up to `RANK_ROWS_MAX`, all that match,
+    def _rank_terms(self, text: str, budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
+        """``(kept, matching, counts)``: the rarest terms whose matches add up to ``budget`` rows, all that match,
         and the rows each kept term matches (empty for a query of one term).
 
         Each term's match count is taken with a LIMIT, so a common term costs
-        at most `RANK_ROWS_MAX` rows to recognise. The rarest term is always
+        at most ``budget`` rows to recognise. The rarest term is always
         kept (its count may stop at that cap).
         """
         found = query.terms(text)
@@ -326,20 +331,20 @@ class Search:
         # A first pass with a quarter of the budget tells rare terms from
         # common ones cheaply; a term at that cap is counted further only if
         # what is left of the budget could still take it.
-        first_cap = RANK_ROWS_MAX // 4 + 1
+        first_cap = budget // 4 + 1
         sized = sorted((n, term) for term in found if (n := capped(term, first_cap)))
         if not sized:
             return [], [], []
         kept = [sized[0][1]]
-        rows = sized[0][0] if sized[0][0] < first_cap else capped(sized[0][1], RANK_ROWS_MAX + 1)
+        rows = sized[0][0] if sized[0][0] < first_cap else capped(sized[0][1], budget + 1)
         counts = [rows]
         for n, term in sized[1:]:
             if n >= first_cap:
-                left = RANK_ROWS_MAX - rows
+                left = budget - rows
                 if left < first_cap:
                     break
                 n = capped(term, left + 1)
-            if rows + n > RANK_ROWS_MAX:
+            if rows + n > budget:
                 break
             kept.append(term)
             counts.append(n)
@@ -719,7 +724,7 @@ class Search:
         mine = query.subject(text)
         out: list[dict[str, Any]] = []
         with self._mutex:
-            terms, _, _ = self._rank_terms(text)
+            terms, _, _ = self._rank_terms(text, RELATED_ROWS_MAX)
             if not terms:
                 return []
             rows = self._ranked_rows(" OR ".join(terms), RELATED_CANDIDATES + 1, scope, False, False)

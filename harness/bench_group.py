@@ -37,8 +37,13 @@ TEXT = "the deploy target for proj-a moved from staging to production after the 
 
 
 
-def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: int) -> dict[str, Any]:
-    """THREADS x PER_THREAD acknowledged writes on a fresh store; aggregate rate and latency."""
+def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: int, related: bool = False,
+            text: str = TEXT) -> dict[str, Any]:
+    """THREADS x PER_THREAD acknowledged writes on a fresh store; aggregate rate and latency.
+
+    ``related`` asks each write for the earlier records it may correct, as
+    the MCP server's ``memory_write`` does (``Store.write(related=True)``).
+    """
     store = Store(directory, group_commit=group_commit)
     store.write("warm the log and its directory entry")
     latencies: list[list[float]] = [[] for _ in range(threads)]
@@ -49,7 +54,7 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
         out = latencies[t]
         for i in range(per_thread):
             t0 = time.perf_counter()
-            store.write(f"{TEXT} thread {t} #{i}", scope=f"t{t}")
+            store.write(f"{text} thread {t} #{i}", scope=f"t{t}", related=related)
             out.append((time.perf_counter() - t0) * 1000)
 
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]

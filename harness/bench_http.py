@@ -7,9 +7,9 @@ process on one event loop, each writing its records one call at a time.
 Reported per mode: aggregate acknowledged writes per second, and each call's
 latency p50/p99 (min/median/max over the runs, and over every call of the
 runs pooled, with the on/off ratio of each). To show how much of a call is
-MCP handling and how much is the store, the same number of threads write the
-same records through one in-process ``Store`` (the store's share), in the
-same run.
+MCP handling and how much is the store, the same number of threads write
+records of the same words through one in-process ``Store``, asking for the
+related records as ``memory_write`` does (the store's share), in the same run.
 
     python -m harness bench http [--clients 20] [--writes 50] [--runs 3] [--json]
 
@@ -135,8 +135,10 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> 
             for name, flag in (("on", True), ("off", False)):
                 modes[name].append(one_http_run(Path(tmp) / f"http-{name}-{r}", group_commit=flag,
                                                 clients=clients, writes=writes))
+                # The same work as a memory_write call: texts of the same words, and the related records asked for.
                 store_only[name].append(one_run(Path(tmp) / f"store-{name}-{r}", group_commit=flag,
-                                                threads=clients, per_thread=writes))
+                                                threads=clients, per_thread=writes, related=True,
+                                                text="client record"))
     keys = ("writes_per_s", "p50_ms", "p99_ms")
     out: dict[str, Any] = {
         "bench": "http",

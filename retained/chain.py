@@ -331,8 +331,8 @@ def range_lines(path: str, start: int, stop: int) -> tuple[list[bytes], bytes]:
 def _classify_range(path: str, start: int, stop: int, tally: type | None = None) -> list[tuple[Any, ...]]:
     """Classify the lines in ``[start, stop)`` of the file at ``path`` (a worker's task; see ``range_lines``).
 
-    With ``tally`` (a class: see ``verify_file``) a new one is given every
-    record line, parsed, and its length, and is the last item, after the lines.
+    With ``tally`` (a class; see ``verify_file``), one new instance counts
+    every record line (parsed, with its length) and is the last item.
     """
     parts, tail = range_lines(path, start, stop)
     counter = tally() if tally is not None else None

@@ -13,6 +13,9 @@ Each measurement runs in a fresh child process so its peak RSS is its own:
   byte ranges classified in one worker process per CPU, linked in order);
 - ``verify_walk``: the previous ``Store.verify`` path, in the same run: the
   one-process walk, then the same index check;
+- ``stats``: ``Store.stats()`` (``retained stats``, the viewer's Health
+  page), counted in the workers that classify, alternated with verify's
+  floor too (``stats_over_parse_hash``);
 - baselines in the same run: ``parse`` reads the log and ``orjson.loads``
   every line (the floor for anything that looks at each record), and
   ``import`` is a child that only imports retained (the RSS floor);
@@ -151,6 +154,9 @@ elif op == "verify_walk":
 elif op == "verify":
     r = Store(directory).verify()
     out["records"], out["findings"] = r["records"], len(r["findings"])
+elif op == "stats":
+    r = Store(directory).stats()
+    out["records"], out["findings"] = r["records"], r["findings"]
 elif op == "rebuild":
     r = Store(directory).rebuild()
     out["rebuild"] = {k: v for k, v in r.items() if isinstance(v, (int, float, str))}
@@ -203,7 +209,8 @@ def measure(op: str, directory: Path) -> dict[str, Any]:
 
 def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dict[str, Any]:
     runs = []
-    ratios: dict[str, list[float]] = {"verify_over_parse_hash": [], "rebuild_over_fts_bare": [], "rebuild_over_fts_from_log": []}
+    ratios: dict[str, list[float]] = {"verify_over_parse_hash": [], "rebuild_over_fts_bare": [], "rebuild_over_fts_from_log": [],
+                                      "stats_over_parse_hash": []}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         floor = _child("import", Path(tmp), False)
         for n in sizes:
@@ -224,9 +231,10 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
                 row["index_bytes"] += p.stat().st_size
             row["verify_walk"] = measure("verify_walk", d)
             row["verify"] = measure("verify", d)
+            row["stats"] = measure("stats", d)
             if n == sizes[-1]:
                 # Each against its bare floor, alternately (A B A B), several rounds.
-                order = ("parse_hash", "verify", "fts_bare", "rebuild", "fts_from_log")
+                order = ("parse_hash", "verify", "fts_bare", "rebuild", "fts_from_log", "stats")
                 timed: dict[str, list[float]] = {op: [] for op in order}
                 for _ in range(rounds):
                     for op in order:
@@ -234,6 +242,7 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
                     ratios["verify_over_parse_hash"].append(timed["verify"][-1] / timed["parse_hash"][-1])
                     ratios["rebuild_over_fts_bare"].append(timed["rebuild"][-1] / timed["fts_bare"][-1])
                     ratios["rebuild_over_fts_from_log"].append(timed["rebuild"][-1] / timed["fts_from_log"][-1])
+                    ratios["stats_over_parse_hash"].append(timed["stats"][-1] / timed["parse_hash"][-1])
                 row["against_the_floor_s"] = {op: spread(v) for op, v in timed.items()}
             runs.append(row)
     big = runs[-1]
@@ -247,6 +256,8 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
         "rebuild_over_fts_bare": spread(ratios["rebuild_over_fts_bare"]),
         "rebuild_over_fts_bare_target": TARGET_RATIO["rebuild"],
         "rebuild_over_fts_from_log": spread(ratios["rebuild_over_fts_from_log"]),
+        "stats_s": big["stats"]["seconds"], "stats_cpu_s": big["stats"]["cpu_seconds"],
+        "stats_over_parse_hash": spread(ratios["stats_over_parse_hash"]),
     }
     if len(runs) > 1:
         small = runs[0]

@@ -88,7 +88,8 @@ class Tally:
         self.max_bytes = 0
 
     def add(self, rec: dict[str, Any], length: int) -> None:
-        self.kinds[str(rec.get("kind", "note"))] += 1
+        kind = rec.get("kind", "note")
+        self.kinds[str(kind)] += 1
         scope = rec.get("scope")
         self.scopes[scope if isinstance(scope, str) else "(none)"] += 1
         self.clients[index_schema.client_name(rec.get("client")) or "(none)"] += 1
@@ -96,7 +97,7 @@ class Tally:
         self.days[ts[:10] if isinstance(ts, str) else "(none)"] += 1
         if "supersedes" in rec:
             self.superseded.update(index_schema.link_targets(rec["supersedes"]))
-        if rec.get("kind") == "retract":
+        if kind == "retract":
             self.retracted.update(index_schema.link_targets(rec.get("retracts")))
         self.total_bytes += length
         self.max_bytes = max(self.max_bytes, length)

@@ -193,7 +193,8 @@ def check_secret_guard(ctx: Context) -> str:
     private = s.write("the release is friday <private>door code 4711</private>, ask ops")
     ctx.fault("after_write")
     rec = check_proof(ctx.log_path, private)
-    expect(b"4711" not in ctx.log_path.read_bytes(), "the text of a <private> span reached the log")
+    # The span's words, not its number alone: "4711" turns up by chance in a hash or a timestamp about once in 100 runs.
+    expect(b"door code 4711" not in ctx.log_path.read_bytes(), "the text of a <private> span reached the log")
     expect("<private>" not in rec.get("text", ""), f"the stored text still has the private tags: {rec.get('text')!r}")
     removed = private.get("private_spans_removed")
     expect(removed == 1, f"the proof says private_spans_removed={removed}, expected 1")

@@ -45,6 +45,11 @@ def _lock_calls():
     return _calls
 
 
+def load() -> None:
+    """Import portalocker and resolve its calls now, not on the first acquisition (a server warming up)."""
+    _lock_calls()
+
+
 class StoreLock:
     """Exclusive lock on ``log.lock``; a context manager with a bounded wait, reusable.
 

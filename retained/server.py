@@ -11,6 +11,7 @@ the protocol on stdio) and exits. ``mcp`` is imported only inside
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +67,23 @@ def _server_class() -> Any:
             super().__init__(*args, **kwargs)
             self._specs = specs
             self._params: dict[str, set[str]] = {}
+            # `warm` may register the tools on its thread while the event loop asks for them.
+            self._registering = threading.Lock()
             self.memory: Any = None  # the Memory the tools use; closed when serving ends
 
         def _register_tools(self) -> None:
             if self._params:
                 return
-            for fn, title, hints in self._specs:
-                description = inspect.cleandoc(fn.__doc__ or "")
-                annotations = hints.model_copy(update={"title": title})
-                self.add_tool(fn, title=title, description=description, annotations=annotations)
-                params = inspect.signature(fn).parameters
-                self._params[fn.__name__] = {name for name in params if name != "ctx"}
+            with self._registering:
+                if self._params:
+                    return
+                params: dict[str, set[str]] = {}
+                for fn, title, hints in self._specs:
+                    description = inspect.cleandoc(fn.__doc__ or "")
+                    annotations = hints.model_copy(update={"title": title})
+                    self.add_tool(fn, title=title, description=description, annotations=annotations)
+                    params[fn.__name__] = {name for name in inspect.signature(fn).parameters if name != "ctx"}
+                self._params = params  # set whole, last: a non-empty _params means every tool is there
 
         async def list_tools(self) -> Any:
             self._register_tools()
@@ -114,6 +121,26 @@ def _server_class() -> Any:
                 raise
 
     return RetainedServer
+
+
+def warm(server: Any) -> None:
+    """Do now what the first calls would otherwise wait for: register the tools, load the store's write path.
+
+    Run on a thread once the HTTP server listens, where many clients may
+    make their first call at once. Touches no file of the store; a failure
+    here (a store directory that is a file...) is left for the first call
+    to report, as it would have been.
+    """
+    from retained.errors import RetainedError
+
+    log = logging.getLogger(__name__)
+    try:
+        server._register_tools()
+        server.memory.run(lambda store: store.warm())
+    except (RetainedError, OSError) as exc:  # the call that meets it reports it, with its code
+        log.debug("warming up stopped (%s); the first call will say why", exc)
+    else:
+        log.debug("warmed up: tools registered, the write path loaded")
 
 
 def _log_level() -> str:
@@ -193,6 +220,7 @@ def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_h
     def ready(listening: Listening) -> None:
         auth = "bearer token required" if token else "no token (loopback only)"
         print(f"retained: serving MCP on {listening.url(HTTP_PATH)} ({auth})", file=sys.stderr, flush=True)
+        threading.Thread(target=warm, args=(server,), name="retained-warm", daemon=True).start()
 
     try:
         serve(make_app, sock, token=token, allow_hosts=allow_hosts, allow_origins=allow_origins, on_ready=ready,

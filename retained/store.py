@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import anchors, chain, files, limits, record
+from . import anchors, chain, files, limits, lock, record
 from .errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
 from .log import Log
 from .version import __version__
@@ -117,6 +117,18 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def warm(self) -> None:
+        """Load now what the first write and search would load on their way; no file is touched.
+
+        The write guard (its credential patterns compiled), the OS lock's
+        library and the index's modules with the query parser. A long-running
+        server calls this on a thread once it listens, so that its first
+        calls (many clients connecting at once) do not queue behind it.
+        """
+        self.guard  # noqa: B018 -- the property builds the guard
+        lock.load()
+        from . import index  # noqa: F401 -- with index_search, query and documents
 
     # -- writing -----------------------------------------------------------
 

@@ -93,6 +93,38 @@ def test_one_process_serves_many_clients_each_stamped_with_its_own_name(http_ser
         assert [r["text"] for r in records if r["client"]["name"] == name] == [f"{name} {i}" for i in range(10)]
 
 
+def test_warming_up_after_listening_touches_no_file_of_the_store(http_server, tmp_path):
+    """The server registers its tools and loads its write path once it listens, and creates nothing doing so."""
+    server = http_server(RETAINED_LOG_LEVEL="DEBUG")
+    server.err.until(lambda raw: b"warmed up: tools registered" in raw)
+    assert not (tmp_path / "store").exists()
+
+    async def check(client) -> None:
+        assert len((await client.list_tools()).tools) == 6
+        result = await client.call_tool("memory_write", {"text": "the first call after warming up"})
+        assert not result.is_error, result.content[0].text
+
+    _run(check, server.url)
+    assert [r["text"] for r in check_chain_from_file(tmp_path / "store" / "log.jsonl")] == [
+        "the first call after warming up"]
+
+
+def test_a_store_directory_that_is_a_file_stops_the_warm_up_and_each_call_says_so(http_server, tmp_path):
+    """Warming up on an unusable store leaves the error to the calls: coded, the server still up, the file untouched."""
+    (tmp_path / "store").write_bytes(b"a file, not a store\n")
+    server = http_server(RETAINED_LOG_LEVEL="DEBUG")
+    server.err.until(lambda raw: b"warming up stopped" in raw)
+
+    async def check(client) -> None:
+        for _ in range(2):
+            result = await client.call_tool("memory_write", {"text": "x"})
+            assert result.is_error
+            assert "no_store" in result.content[0].text and "is a file, not a store directory" in result.content[0].text
+
+    _run(check, server.url)
+    assert (tmp_path / "store").read_bytes() == b"a file, not a store\n"
+
+
 def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
     for host in ("0.0.0.0", "192.0.2.10"):
         out = subprocess.run(

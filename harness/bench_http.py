@@ -137,6 +137,12 @@ def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: i
     }
 
 
+def _pooled(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """p50 and p99 over the latencies under ``key`` of every run together."""
+    every = [x for r in runs for x in r[key]]
+    return {"calls": len(every), "p50_ms": round(statistics.median(every), 3), "p99_ms": round(pct(every, 0.99), 3)}
+
+
 def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     modes: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
     store_only: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
@@ -163,12 +169,8 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> 
         p50_http, p50_store = http["p50_ms"]["median"], store["p50_ms"]["median"]
         # One run's p99 is its 10th slowest call of 1,000: the runs' calls
         # pooled give a p99 that moves less from one run of the bench to the next.
-        every = [x for r in modes[name] for x in r["ms"]]
-        pooled[name] = {"calls": len(every), "p50_ms": round(statistics.median(every), 3),
-                        "p99_ms": round(pct(every, 0.99), 3)}
-        later = [x for r in modes[name] for x in r["ms_after_first"]]
-        pooled[f"{name}_after_first"] = {"calls": len(later), "p50_ms": round(statistics.median(later), 3),
-                                         "p99_ms": round(pct(later, 0.99), 3)}
+        pooled[name] = _pooled(modes[name], "ms")
+        pooled[f"{name}_after_first"] = _pooled(modes[name], "ms_after_first")
         first = [x for r in modes[name] for x in r["ms_first"]]
         out[f"group_commit_{name}"] = {
             "http": http,

@@ -7,6 +7,13 @@ brief needs; every other command imports ``retained.cli``.
 
 import sys
 
+from .interrupt import exit_on_interrupt
+
+# Only an entry point imports this module. From here on Ctrl-C exits at once and
+# quietly, whatever import it lands in; ``cli.main`` gives the short commands
+# their KeyboardInterrupt back once it knows the command (see ``retained.interrupt``).
+exit_on_interrupt()
+
 
 def _brief() -> int | None:
     """``python -m retained --brief`` with plain options, without importing the command line.
@@ -54,6 +61,13 @@ def main() -> int:
 
         code = cli_main()
     return code
+
+
+def serve_main() -> int:
+    """The ``retained-mcp`` command: the MCP server (this module's import made Ctrl-C quiet)."""
+    from .server import main as server_main
+
+    return server_main()
 
 
 if __name__ == "__main__":

@@ -684,6 +684,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.func not in (cmd_serve, cmd_view):
+        from .interrupt import raise_on_interrupt
+
+        raise_on_interrupt()  # a short command unwinds and reports "interrupted"; the servers exit at once
     try:
         return args.func(args)
     except UsageError as exc:

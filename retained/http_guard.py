@@ -23,6 +23,8 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # The cookie a browser keeps the token in, once given as ?token= (the viewer only).
 TOKEN_COOKIE = "retained_token"
+# How long Ctrl-C waits for open requests and streams before the server closes them.
+SHUTDOWN_WAIT_S = 3
 
 Origin = tuple[str, str, int]
 
@@ -264,5 +266,7 @@ def serve(
                         token_cookie=token_cookie)
     if on_ready is not None:
         on_ready(listening)
-    config = uvicorn.Config(guarded, log_config=None, access_log=False, lifespan="on", log_level=log_level)
+    # A client holding a stream open (an MCP GET, a browser tab) would otherwise keep Ctrl-C waiting for it.
+    config = uvicorn.Config(guarded, log_config=None, access_log=False, lifespan="on", log_level=log_level,
+                            timeout_graceful_shutdown=SHUTDOWN_WAIT_S)
     anyio.run(uvicorn.Server(config).serve, [sock])

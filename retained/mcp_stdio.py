@@ -358,11 +358,18 @@ async def serve(server: Any, *, line_bytes_max: int) -> int:
             nonlocal status
             if sys.platform == "win32":
                 return
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    status = 128 + signum
-                    tg.cancel_scope.cancel()
-                    return
+            # The event loop puts Python's default SIGINT handler back when the receiver closes;
+            # the one before it (``interrupt.exit_on_interrupt`` under the CLI) is restored instead.
+            previous = signal.getsignal(signal.SIGINT)
+            try:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        status = 128 + signum
+                        tg.cancel_scope.cancel()
+                        return
+            finally:
+                if callable(previous):
+                    signal.signal(signal.SIGINT, previous)
 
         tg.start_soon(run)
         tg.start_soon(stop_on_signal)

@@ -102,7 +102,7 @@ def build_store(directory: Path, records: int, seed: int = 7) -> dict[str, Any]:
 
 def _tail_seq(directory: Path) -> int:
     sys.path.insert(0, str(REPO))
-    from retained.log import Log
+    from retained.core.log import Log
 
     return Log(directory).tail()[0]
 

@@ -36,8 +36,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import query
-from retained.index import TOKENIZER
+from retained.index import query
+from retained.index.writer import TOKENIZER
 
 SENTENCES = [
     "我们明天去东京参观博物馆",

@@ -29,8 +29,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.figures import pct, spread
-from retained import Store, chain
-from retained.log import Log
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
 
 TARGET_RATIO = 4.0
 TEXT = "the deploy target for proj-a moved from staging to production after the 0.3 release"

@@ -32,7 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retained.errors import SecretDetected
-from retained.guard import Guard
+from retained.safety.guard import Guard
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "guard_corpus.jsonl"
 

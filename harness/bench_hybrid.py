@@ -40,11 +40,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.bench_search import DEFAULT_DATA, PREVIOUS, build_log
-from retained.embed import Breaker, Embedder
-from retained.hybrid import Hybrid
-from retained.index import Index
-from retained.index_search import RANKING
-from retained.log import Log
+from retained.core.log import Log
+from retained.index.hybrid import Hybrid
+from retained.index.search import RANKING
+from retained.index.writer import Index
+from retained.vectors.embed import Breaker, Embedder
 
 WORD = re.compile(r"\w+")
 

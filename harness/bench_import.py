@@ -33,7 +33,8 @@ if __package__ in (None, ""):
 
 import orjson
 
-from retained import Store, transfer
+from retained import Store
+from retained.data import imports as transfer
 
 TARGET_RECORDS_PER_S = 20_000
 WORDS = ("deploy target staging production release note user prefers dark mode editor keybindings "

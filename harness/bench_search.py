@@ -38,10 +38,10 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import record
-from retained.index import Index
-from retained.index_search import RANKING
-from retained.log import Log
+from retained.core import record
+from retained.core.log import Log
+from retained.index.search import RANKING
+from retained.index.writer import Index
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
 CLIENT = {"name": "bench", "version": "0"}

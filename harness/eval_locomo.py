@@ -37,9 +37,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained import query
-from retained.index import COVERAGE_WEIGHT, RERANK_N, TOKENIZER, Index
-from retained.index_search import RANKING, Ranking
+from retained.index import query
+from retained.index.search import RANKING, Ranking
+from retained.index.writer import COVERAGE_WEIGHT, RERANK_N, TOKENIZER, Index
 from retained.store import Store
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"

@@ -28,7 +28,7 @@ __all__ = [
 if TYPE_CHECKING:
     from typing import Any
 
-    from .errors import (
+    from retained.errors import (
         InvalidRecord,
         LockTimeout,
         NotFound,
@@ -38,23 +38,23 @@ if TYPE_CHECKING:
         RetainedError,
         WriteFailed,
     )
-    from .store import Store
-    from .version import __version__
+    from retained.store import Store
+    from retained.version import __version__
 
 
 def __getattr__(name: str) -> Any:
     # PEP 562: ``from retained import Store`` works as ever, but only loads
     # the storage core when someone asks for it.
     if name == "__version__":
-        from .version import __version__
+        from retained.version import __version__
 
         return __version__
     if name == "Store":
-        from .store import Store
+        from retained.store import Store
 
         return Store
     if name in __all__:
-        from . import errors
+        from retained import errors
 
         return getattr(errors, name)
     raise AttributeError(f"module 'retained' has no attribute {name!r}")

@@ -2,12 +2,12 @@
 
 Both entry points start here, so the hook's path (``retained brief``, which
 ``hooks/session-start.sh`` runs at every session start) imports only what the
-brief needs; every other command imports ``retained.cli``.
+brief needs; every other command imports ``retained.cli.commands``.
 """
 
 import sys
 
-from .interrupt import exit_on_interrupt
+from retained.interrupt import exit_on_interrupt
 
 # Only an entry point imports this module. From here on Ctrl-C exits at once and
 # quietly, whatever import it lands in; ``cli.main`` gives the short commands
@@ -27,7 +27,7 @@ def _brief() -> int | None:
     argv = sys.argv[1:]
     if not argv or not (argv[0] in ("--brief", "brief") or argv[0].startswith("--brief=")):
         return None
-    from . import brief
+    from retained.brief import compose as brief
 
     rest = argv[1:] if "=" not in argv[0] else ["--budget" + argv[0][len("--brief") :], *argv[1:]]
     opts = brief.parse_args(rest)
@@ -35,12 +35,12 @@ def _brief() -> int | None:
         return None
     import os
 
-    from .paths import store_dir
+    from retained.paths import store_dir
 
     directory = store_dir(opts["dir"])
     budget = brief.DEFAULT_BUDGET if opts["budget"] is None else opts["budget"]
     try:
-        from .anchors import dir_from
+        from retained.core.anchors import dir_from
 
         result = brief.build_brief(directory, budget, opts["scope"], anchor_dir=dir_from(os.environ))
     except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
@@ -57,7 +57,7 @@ def main() -> int:
     """The ``retained`` command: the brief's fast path, or ``cli.main``."""
     code = _brief()
     if code is None:
-        from .cli import main as cli_main
+        from retained.cli.commands import main as cli_main
 
         code = cli_main()
     return code
@@ -65,7 +65,7 @@ def main() -> int:
 
 def serve_main() -> int:
     """The ``retained-mcp`` command: the MCP server (this module's import made Ctrl-C quiet)."""
-    from .server import main as server_main
+    from retained.mcp.server import main as server_main
 
     return server_main()
 

@@ -139,7 +139,7 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
     """
     # The index's reading of link fields. Imported here, not at the top: the
     # brief and the MCP server's start-up import this module without needing it.
-    from .index_schema import LINKED_BY, link_targets
+    from retained.index.schema import LINKED_BY, link_targets
 
     rec: dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
     seq = entry.get("seq", rec.get("seq"))
@@ -201,7 +201,7 @@ def proof(proof: dict[str, Any]) -> str:
 
 def _within(entries: list[dict[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
     """Each entry's text as a reply's budget leaves it (``documents.shown``), for the text form an agent reads."""
-    from .documents import REST_HINT, shown
+    from retained.index.documents import REST_HINT, shown
 
     return shown([e.get("record") or {} for e in entries], query, max_tokens, rest=rest or REST_HINT)
 

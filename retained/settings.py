@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import anchors
-from .errors import InvalidRecord
+from retained.core import anchors
+from retained.errors import InvalidRecord
 
 
 def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:
@@ -40,7 +40,7 @@ def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:
 
 
 def guard_from(environ: Mapping[str, str]) -> Any:
-    from .guard import Guard
+    from retained.safety.guard import Guard
 
     policy = environ.get("RETAINED_SECRETS", "").strip().lower() or "refuse"
     allow: list[str] = []

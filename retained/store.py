@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import anchors, chain, files, limits, lock, record
-from .errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
-from .log import Log
-from .version import __version__
+from retained import limits
+from retained.core import anchors, chain, files, lock, record
+from retained.core.log import Log
+from retained.errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
+from retained.version import __version__
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
 _NO_NOTES: dict[str, Any] = {}
@@ -72,7 +73,7 @@ class Store:
                 path=str(self.directory),
             )
         self.client = dict(client or DEFAULT_CLIENT)
-        # The write guard (retained.guard.Guard) runs on every caller string
+        # The write guard (retained.safety.guard.Guard) runs on every caller string
         # before anything is encoded; a library user gets the safe default,
         # refuse. Built on first write: compiling its patterns costs more than
         # a read-only caller (the brief, search) should pay.
@@ -128,7 +129,7 @@ class Store:
         """
         self.guard  # noqa: B018 -- the property builds the guard
         lock.load()
-        from . import index  # noqa: F401 -- with index_search, query and documents
+        from retained.index import writer as index  # noqa: F401 -- with index_search, query and documents
 
     # -- writing -----------------------------------------------------------
 
@@ -137,7 +138,7 @@ class Store:
         if self._guard is None:
             with self._opening:
                 if self._guard is None:
-                    from .guard import Guard
+                    from retained.safety.guard import Guard
 
                     self._guard = Guard("refuse")
         return self._guard
@@ -336,11 +337,11 @@ class Store:
         would be.
 
         Idempotent: each record carries an identity derived from its source
-        (see ``retained.transfer``), so a record imported before is not
+        (see ``retained.data.imports``), so a record imported before is not
         appended again and ``duplicates`` counts it; ``allow_duplicates``
         imports without that identity.
         """
-        from . import transfer
+        from retained.data import imports as transfer
 
         plan = transfer.plan_import(path, format=format, scope=scope, on_reserved=on_reserved,
                                     identity=not allow_duplicates, progress=validate_progress)
@@ -392,7 +393,7 @@ class Store:
         scrubs quarantined tails, and rebuilds the index with SQLite's
         secure_delete so no erased term survives in its pages.
         """
-        from . import redaction
+        from retained.safety import redaction
 
         # The reason is caller text like any other: the guard sees it first.
         content = self.prepare(redaction.record_content(seq, reason)).content
@@ -406,13 +407,13 @@ class Store:
         Nothing is deleted: the line's bytes go to ``log.jsonl.quarantine-<offset>``
         (fsynced) before the log is rewritten without it, and a ``quarantine``
         record names the file, offset, length and digest. Later lines move up
-        by its length, so the index is rebuilt. See ``retained.redaction``.
+        by its length, so the index is rebuilt. See ``retained.safety.redaction``.
 
         Raises:
             InvalidRecord: no damaged line starts there, or it claims a seq (nothing changed).
             NoStore: there is no log.
         """
-        from . import redaction
+        from retained.safety import redaction
 
         if reason is not None and not isinstance(reason, str):
             raise InvalidRecord("field reason: must be a string; nothing was changed", path="reason")
@@ -421,7 +422,7 @@ class Store:
         return result
 
     def _rebuild_if_present(self) -> str:
-        from .index_schema import INDEX_NAME
+        from retained.index.schema import INDEX_NAME
 
         if not (self.directory / INDEX_NAME).exists():
             return "absent"
@@ -429,18 +430,18 @@ class Store:
         return "rebuilt"
 
     def _scrub_index(self) -> str:
-        from .index_schema import INDEX_NAME
+        from retained.index.schema import INDEX_NAME
 
         if not (self.directory / INDEX_NAME).exists():
             return "absent"
-        from .index import Index
+        from retained.index.writer import Index
 
         idx = Index(self.log)
         try:
             db = idx.connection()
             db.execute("PRAGMA secure_delete=ON")
             idx.rebuild()
-            from .hybrid import prune
+            from retained.index.hybrid import prune
 
             prune(idx)  # a redacted line keeps its hash, so its vector must go by seq
             db.execute("VACUUM")
@@ -537,7 +538,7 @@ class Store:
         Raises:
             InvalidRecord: a limit, seq or day is malformed (the field is named).
         """
-        from .index_schema import Listed
+        from retained.index.schema import Listed
 
         if type(limit) is not int or not 0 <= limit <= limits.SEQ_MAX:
             raise InvalidRecord(f"field limit: must be a whole number from 0 to {limits.SEQ_MAX}", path="limit")
@@ -583,7 +584,7 @@ class Store:
         if self._index is None:
             with self._opening:
                 if self._index is None:
-                    from .index import Index
+                    from retained.index.writer import Index
 
                     self._index = Index(self.log, witness=None if self.anchor_dir is None else self._witness)
         return self._index
@@ -641,7 +642,7 @@ class Store:
     ) -> dict[str, Any]:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
         if not self.log.exists():
-            from .index import Index
+            from retained.index.writer import Index
 
             empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
             empty.update(mode="lexical", mode_reason="the store has no log yet")
@@ -664,8 +665,8 @@ class Store:
         """
         import tempfile
 
-        from .index import Index
-        from .index_schema import INDEX_NAME
+        from retained.index.schema import INDEX_NAME
+        from retained.index.writer import Index
 
         if self._scratch is None:
             self._scratch = Index(self.log, Path(tempfile.mkdtemp(prefix="retained-search-")) / INDEX_NAME)
@@ -675,7 +676,7 @@ class Store:
 
     def _index_problem(self, exc: BaseException) -> str:
         """Why the index cannot be used, which file it is, and how to fix it."""
-        from .index_schema import INDEX_NAME
+        from retained.index.schema import INDEX_NAME
 
         path = self.directory / INDEX_NAME
         detail = exc.message if isinstance(exc, RetainedError) else str(exc)
@@ -699,7 +700,7 @@ class Store:
             index = self.index
             with self._opening:
                 if self._hybrid is None:
-                    from .hybrid import from_settings
+                    from retained.index.hybrid import from_settings
 
                     self._hybrid = from_settings(index, self.embed_settings)
         return self._hybrid
@@ -710,7 +711,7 @@ class Store:
         Raises:
             IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
         """
-        from .index import IndexError_, IndexFull
+        from retained.index.writer import IndexError_, IndexFull
 
         try:
             return self.index.rebuild(progress)
@@ -741,13 +742,13 @@ class Store:
         return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
 
     def stats(self, *, progress: Any = None) -> dict[str, Any]:
-        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.stats``); reads only."""
-        from . import stats
+        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only."""
+        from retained.index import stats
 
         return stats.stats(self.log, progress=progress)
 
     def export(self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None) -> dict[str, Any]:
-        """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.export``).
+        """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.data.export``).
 
         ``out`` is a binary stream, or a path: a new file (0600) renamed into
         place when complete, whose path the result gives.
@@ -755,26 +756,26 @@ class Store:
         Raises:
             ExportRefused: verify found problems and ``force`` is false; nothing was written.
         """
-        from . import export
+        from retained.data import export
 
         if hasattr(out, "write"):
             return export.export(self.log, out, format=format, force=force, progress=progress)
         return export.export_to_file(self.log, out, format=format, force=force, progress=progress)
 
     def backup(self, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
-        """Copy the log under the store lock to a new directory ``dest``, then verify the copy (see ``retained.backup``).
+        """Copy the log under the store lock to a new directory ``dest``, then verify the copy (see ``retained.data.backup``).
 
         Raises:
             BackupRefused: ``dest`` is in or around the store, or holds something (``force`` replaces a backup).
             BackupFailed: the copy does not verify.
         """
-        from . import backup
+        from retained.data import backup
 
         return backup.backup(self.log, dest, force=force)
 
     def brief(self, budget: int | None = None, scope: str | None = None) -> dict[str, Any]:
-        """The session-start brief (see ``retained.brief.build_brief``); render it with ``brief.render_text``."""
-        from . import brief
+        """The session-start brief (see ``retained.brief.compose.build_brief``); render it with ``brief.render_text``."""
+        from retained.brief import compose as brief
 
         return brief.build_brief(self.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope,
                                  anchor_dir=self.anchor_dir)
@@ -782,7 +783,7 @@ class Store:
     def _verify_index(self, report: dict[str, Any], lines: Any, snapshot: tuple[int, int]) -> dict[str, Any]:
         if not self.log.exists():
             return {"checked": False, "findings": 0}
-        from .index import IndexFull
+        from retained.index.writer import IndexFull
 
         note = None
         checked = True
@@ -906,7 +907,7 @@ class Store:
         built from the old log and record its head after the acceptance,
         as new evidence.
         """
-        from .index_schema import INDEX_NAME
+        from retained.index.schema import INDEX_NAME
 
         if not (self.directory / INDEX_NAME).exists():
             return

@@ -39,9 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRecord, RetainedError
-from ..store import Store
-from .checks_input import (
+from retained.errors import InvalidRecord, RetainedError
+from retained.selftest.checks_input import (
     check_bad_input,
     check_file_modes,
     check_idempotent_retry,
@@ -50,7 +49,7 @@ from .checks_input import (
     check_redaction,
     check_secret_guard,
 )
-from .checks_log import (
+from retained.selftest.checks_log import (
     check_ack_proof,
     check_chain_links,
     check_concurrent_writers,
@@ -60,8 +59,8 @@ from .checks_log import (
     check_tamper_detect,
     check_torn_tail,
 )
-from .checks_mcp import check_mcp_replies
-from .checks_search import (
+from retained.selftest.checks_mcp import check_mcp_replies
+from retained.selftest.checks_search import (
     check_brief_accounting,
     check_brief_degraded,
     check_embedder_down,
@@ -71,9 +70,9 @@ from .checks_search import (
     check_search_hostile,
     check_supersede,
 )
-from .children import signal_name
-from .context import CheckFailed, Context, NotAvailable, expect, need
-from .spec import (
+from retained.selftest.children import signal_name
+from retained.selftest.context import CheckFailed, Context, NotAvailable, expect, need
+from retained.selftest.spec import (
     append_raw,
     chained,
     check_proof,
@@ -84,6 +83,7 @@ from .spec import (
     read_at,
     spec_hash,
 )
+from retained.store import Store
 
 __all__ = [
     "CHECKS", "CheckFailed", "Context", "NotAvailable", "append_raw", "chained", "check_proof", "expect",
@@ -208,7 +208,7 @@ def run(
             if on_result is not None:
                 on_result(result)
     passed = sum(1 for r in results if r["ok"])
-    from .. import __version__
+    from retained import __version__
 
     return {
         "ok": passed == len(results),

@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import limits
-from ..errors import RetainedError
-from .context import CheckFailed, Context, NotAvailable, expect, need
-from .spec import _b3, _log_state, append_raw, chained, check_proof
+from retained import limits
+from retained.errors import RetainedError
+from retained.selftest.context import CheckFailed, Context, NotAvailable, expect, need
+from retained.selftest.spec import _b3, _log_state, append_raw, chained, check_proof
 
 
 def _deep(levels: int) -> Any:
@@ -206,7 +206,7 @@ def check_secret_guard(ctx: Context) -> str:
 
 def check_lock_busy(ctx: Context) -> str:
     """A writer that cannot get the lock in time gets store_busy and writes nothing; a retry then lands once."""
-    from ..lock import StoreLock
+    from retained.core.lock import StoreLock
 
     wait_s = 0.2
     s = ctx.store(lock_wait_s=wait_s)

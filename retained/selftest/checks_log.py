@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from .children import _child, _finish, signal_name
-from .context import CheckFailed, Context, expect
-from .spec import (
+from retained.selftest.children import _child, _finish, signal_name
+from retained.selftest.context import CheckFailed, Context, expect
+from retained.selftest.spec import (
     ZERO_HASH,
     _canonical,
     append_raw,
@@ -124,7 +124,7 @@ os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 """
 
 _RESTART_READER = """
-from retained.cli import main
+from retained.cli.commands import main
 directory = sys.argv[1]
 # Started beside the writer to hide interpreter start-up; it opens the store
 # only once the parent, after the writer is dead, sends the seqs to read.

@@ -9,15 +9,15 @@ import threading
 import time
 from typing import Any
 
-from .children import _child
-from .context import CheckFailed, Context, expect
-from .spec import chained
+from retained.selftest.children import _child
+from retained.selftest.context import CheckFailed, Context, expect
+from retained.selftest.spec import chained
 
 # A reply from a live server takes milliseconds; this bounds the wait for one that never comes.
 REPLY_WAIT_S = 15.0
 
 _SERVER = """
-from retained.cli import main
+from retained.cli.commands import main
 sys.exit(main(["serve", "--dir", sys.argv[1]]))
 """
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import RetainedError
-from ..index_schema import INDEX_FILES, INDEX_NAME
-from .context import CheckFailed, Context, NotAvailable, expect, need
-from .spec import _canonical, append_raw, chained, check_proof, read_at
+from retained.errors import RetainedError
+from retained.index.schema import INDEX_FILES, INDEX_NAME
+from retained.selftest.context import CheckFailed, Context, NotAvailable, expect, need
+from retained.selftest.spec import _canonical, append_raw, chained, check_proof, read_at
 
 
 def check_supersede(ctx: Context) -> str:
@@ -258,12 +258,12 @@ def check_embedder_down(ctx: Context) -> str:
 
 def _brief_function() -> Callable[..., Any]:
     try:
-        from .. import brief as brief_module
+        from retained.brief import compose as brief_module
     except ImportError:
         raise NotAvailable("retained/brief.py is missing (the session-start brief)") from None
     fn = getattr(brief_module, "build_brief", None) or getattr(brief_module, "brief", None)
     if fn is None:
-        raise NotAvailable("retained.brief has no build_brief() function")
+        raise NotAvailable("retained.brief.compose has no build_brief() function")
     return fn
 
 

@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from .context import CheckFailed, Context
+from retained.selftest.context import CheckFailed, Context
 
 # Every child process gets this long; a healthy one needs well under a second.
 CHILD_TIMEOUT_S = 60.0

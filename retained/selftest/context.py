@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RetainedError
-from ..store import Store
+from retained.errors import RetainedError
+from retained.store import Store
 
 
 class CheckFailed(Exception):

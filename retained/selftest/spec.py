@@ -14,7 +14,7 @@ from typing import Any
 import blake3
 import orjson
 
-from .context import CheckFailed, expect
+from retained.selftest.context import CheckFailed, expect
 
 ZERO_HASH = "0" * 64
 

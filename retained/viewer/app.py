@@ -263,7 +263,7 @@ class Viewer:
             return None if self.run is None else self.run.snapshot()
 
     def brief(self, request: Request) -> Response:
-        from retained import brief
+        from retained.brief import compose as brief
 
         q = request.query_params
         budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, None), _text(q, "scope")

@@ -15,9 +15,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from retained import Store, anchors, chain, record
+from retained import Store
+from retained.core import anchors, chain, record
+from retained.core.log import Log
 from retained.errors import InvalidRecord
-from retained.log import Log
 
 from ..conftest import run_cli
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from retained import chain
-from retained.log import Log
+from retained.core import chain
+from retained.core.log import Log
 
 WRITER = Path(__file__).with_name("writer.py")
 

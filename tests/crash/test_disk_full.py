@@ -16,10 +16,11 @@ import sys
 
 import pytest
 
-from retained import Store, chain
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
 from retained.errors import RetainedError, WriteFailed
-from retained.index import IndexFull
-from retained.log import Log
+from retained.index.writer import IndexFull
 
 from ..conftest import REPO
 

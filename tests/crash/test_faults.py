@@ -11,9 +11,10 @@ import os
 
 import pytest
 
-from retained import Store, chain
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
 from retained.errors import ReadBackMismatch, WriteFailed
-from retained.log import Log
 
 
 def _lines(store_dir):
@@ -179,7 +180,7 @@ def test_a_flipped_byte_in_a_batch_read_back_acknowledges_nothing_and_poisons(st
 
 def _rewrite_last_record_in_place(store_dir):
     """Another program replaces the last record by a different one of the same length (size and inode unchanged)."""
-    from retained import record
+    from retained.core import record
 
     path = store_dir / "log.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)

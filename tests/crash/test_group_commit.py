@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from retained import Store, chain, record
+from retained import Store
+from retained.core import chain, record
+from retained.core.log import Log
 from retained.errors import RecordTooLarge
-from retained.log import Log
 
 
 def _counting_fsync(monkeypatch):

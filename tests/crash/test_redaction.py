@@ -10,9 +10,10 @@ import textwrap
 
 import pytest
 
-from retained import Store, chain
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
 from retained.errors import InvalidRecord, NotFound
-from retained.log import Log
 
 SECRET = "hunter2-correct-horse-battery"
 
@@ -35,7 +36,7 @@ def test_redaction_keeps_the_chain_and_erases_the_bytes_everywhere(store_dir):
     with open(store_dir / "log.jsonl", "ab") as f:
         f.write(f'{{"text":"{SECRET} again'.encode())
     store.write("fourth note")  # sets the torn tail aside
-    from retained.index import Index
+    from retained.index.writer import Index
 
     idx = Index(Log(store_dir))
     idx.catch_up()
@@ -85,8 +86,8 @@ def test_appends_after_a_redaction_continue_the_chain_from_any_handle(store_dir)
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    import retained.log as L
-    import retained.redaction as r
+    import retained.core.log as L
+    import retained.safety.redaction as r
     from retained import Store
     step = sys.argv[2]
     def die(*a, **k):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from retained import chain, record
-from retained.log import Log
+from retained.core import chain, record
+from retained.core.log import Log
 
 WRITER = Path(__file__).with_name("writer.py")
 KILLS = 100

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from retained import Store, chain
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
 from retained.errors import LinkRefused
-from retained.log import Log
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symbolic links")
 
@@ -137,7 +138,7 @@ def test_a_dangling_link_at_the_index_name_creates_nothing(store, store_dir, tmp
 
 
 def test_a_link_at_the_export_temporary_is_removed_not_followed(filled_store, tmp_path, target):
-    from retained import transfer
+    from retained.data import imports as transfer
 
     out = tmp_path / "export.jsonl"
     (tmp_path / "export.jsonl.tmp").symlink_to(target)
@@ -149,7 +150,7 @@ def test_a_link_at_the_export_temporary_is_removed_not_followed(filled_store, tm
 
 
 def test_a_link_at_the_backup_temporary_is_removed_not_followed(filled_store, tmp_path, target):
-    from retained import transfer
+    from retained.data import imports as transfer
 
     dest = tmp_path / "backup"
     transfer.backup(filled_store.log, dest)

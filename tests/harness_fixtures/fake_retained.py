@@ -248,7 +248,7 @@ def main(store_class: type[FakeStore] = FakeStore, *, answer_every_line: bool = 
         if answer_every_line:
             import anyio
 
-            from retained import mcp_stdio
+            from retained.mcp import stdio as mcp_stdio
 
             anyio.run(lambda: mcp_stdio.serve(server, line_bytes_max=RECORD_BYTES_MAX + 1024 * 1024))
         else:

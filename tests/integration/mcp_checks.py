@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from retained.lock import StoreLock
+from retained.core.lock import StoreLock
 
 from .conftest import (
     READ_ONLY,

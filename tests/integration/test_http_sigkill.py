@@ -14,8 +14,8 @@ import signal
 import anyio
 import pytest
 
-from retained import chain, record
-from retained.log import Log
+from retained.core import chain, record
+from retained.core.log import Log
 
 from .conftest import WAIT_S, HttpServer, client_info
 

@@ -13,7 +13,6 @@ import httpx2
 from . import mcp_checks
 from .conftest import REPO, WAIT_S, check_chain_from_file, client_info, server_env
 
-
 TOKEN = "t0k3n-for-tests-only-0123456789abcdef"
 INITIALIZE = {
     "jsonrpc": "2.0",

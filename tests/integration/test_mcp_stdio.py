@@ -14,7 +14,6 @@ from . import mcp_checks
 from .conftest import REPO, WAIT_S, check_chain_from_file, client_info, stdio_params
 
 
-
 def _run(check, store_dir: Path, name: str = "pytest-agent", version: str = "9.8.7", **env: str) -> None:
     from mcp import Client
 
@@ -198,7 +197,7 @@ def test_an_unusable_store_directory_is_a_coded_error_not_a_dead_server(tmp_path
 def test_importing_retained_and_the_server_module_does_not_import_mcp():
     """mcp costs seconds to import: only serving may pay for it."""
     heavy = "('mcp', 'mcp_types', 'pydantic', 'uvicorn', 'starlette')"
-    code = f"import sys, retained, retained.server, retained.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
+    code = f"import sys, retained, retained.mcp.server, retained.cli.commands; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=WAIT_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -164,7 +164,7 @@ def test_the_wheel_runs_without_a_checkout(installed: dict[str, Path]) -> None:
     """retained, its harness and its hook come from site-packages, not from this repository."""
     python = installed["bin"] / "python"
     code = (
-        "import json, retained, retained.harness, retained.hooks, retained.hook_install as h;"
+        "import json, retained, retained.harness, retained.hooks, retained.cli.hook_install as h;"
         "print(json.dumps([retained.__file__, retained.harness.__file__, str(h.hook_path())]))"
     )
     proc = _run([str(python), "-c", code], installed["work"], HOME=str(installed["home"]))

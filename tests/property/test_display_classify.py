@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retained import limits, record
+from retained import limits
+from retained.core import record
 
 from .test_roundtrip import field_names, json_values
 

@@ -7,8 +7,8 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retained import query
-from retained.index import TOKENIZER
+from retained.index import query
+from retained.index.writer import TOKENIZER
 
 _DB = sqlite3.connect(":memory:")
 _DB.execute(f"CREATE VIRTUAL TABLE fts USING fts5(text, body, fields, content='', tokenize='{TOKENIZER}')")

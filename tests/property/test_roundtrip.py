@@ -8,9 +8,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retained import Store, limits, record
+from retained import Store, limits
+from retained.core import record
 from retained.errors import InvalidRecord
-from retained.guard import Guard
+from retained.safety.guard import Guard
+
 
 # The guard removes <private> spans under every policy (tested in test_guard);
 # this property is about the log keeping what it is given, so such text is

@@ -17,8 +17,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from retained import Store, brief, index, index_schema
+from retained import Store
+from retained.brief import compose as brief
 from retained.errors import InvalidRecord
+from retained.index import schema as index_schema
+from retained.index import writer as index
 
 from ..conftest import REPO, run_cli
 
@@ -539,7 +542,7 @@ def test_python_m_brief_fast_path_prints_what_the_command_line_prints(mixed: Sto
     mixed.close()
     fast = run_cli(*argv, env_dir=store_dir)  # python -m retained: retained/__main__.py's fast path
     env = {**os.environ, "RETAINED_DIR": str(store_dir)}
-    full = subprocess.run([sys.executable, "-c", "import sys; from retained.cli import main; sys.exit(main())", *argv],
+    full = subprocess.run([sys.executable, "-c", "import sys; from retained.cli.commands import main; sys.exit(main())", *argv],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert fast.returncode == full.returncode == 0, (fast.stderr, full.stderr)
     assert fast.stdout == full.stdout
@@ -615,7 +618,7 @@ def test_brief_while_another_process_appends_and_indexes(store_dir: Path) -> Non
     ["--scope", "x", "--scope", "y"],
 ])
 def test_cli_brief_fast_parse_agrees_with_argparse(argv: list[str]) -> None:
-    from retained import cli
+    from retained.cli import commands as cli
 
     fast = cli._brief_args(argv)
     assert fast is not None
@@ -625,7 +628,7 @@ def test_cli_brief_fast_parse_agrees_with_argparse(argv: list[str]) -> None:
 @pytest.mark.parametrize("argv", [["--help"], ["--budget", "-5"], ["--budget"], ["--format", "xml"], ["--bogus"],
                                   ["--scope"], ["extra"], ["--budget", "ten"], ["--scope", "--json"]])
 def test_cli_brief_fast_parse_leaves_the_rest_to_argparse(argv: list[str]) -> None:
-    from retained import cli
+    from retained.cli import commands as cli
 
     assert cli._brief_args(argv) is None
 

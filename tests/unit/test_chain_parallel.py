@@ -15,8 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from retained import chain, record
-from retained.log import Log
+from retained.core import chain, record
+from retained.core.log import Log
 
 from ..conftest import VECTORS, NoProcesses
 
@@ -479,7 +479,7 @@ def test_a_forked_worker_never_finalizes_what_its_parent_left_for_collection(tmp
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_tally_made_in_worker_processes_counts_what_a_scan_of_the_record_lines_counts(tmp_path, method):
     """``retained stats`` counts in the workers that classify: the same counts as one scan, damage included."""
-    from retained.stats import Tally
+    from retained.index.stats import Tally
 
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{method} is not available here")
@@ -513,7 +513,8 @@ def test_a_tally_made_in_worker_processes_counts_what_a_scan_of_the_record_lines
 
 SCRIPT_WITHOUT_GUARD = """
 import multiprocessing, sys
-from retained import Store, chain
+from retained import Store
+from retained.core import chain
 store = Store(sys.argv[1])
 store.write("written once, at the top of a script with no __main__ guard")
 report = chain.verify_file(store.log, workers=2, range_bytes=200, parallel_min_bytes=0,
@@ -523,8 +524,9 @@ print(report.records, report.ok)
 
 SCRIPT_WITH_MODULE = """
 import multiprocessing, sys
-from retained import Store, chain
-from retained.stats import Tally
+from retained import Store
+from retained.core import chain
+from retained.index.stats import Tally
 tally = Tally()
 report = chain.verify_file(Store(sys.argv[1]).log, workers=2, range_bytes=200, parallel_min_bytes=0,
                            mp_context=multiprocessing.get_context(sys.argv[2]), tally=tally)

@@ -119,7 +119,7 @@ def test_verify_reports_a_foreign_line_without_failing(store_dir):
 def test_every_command_has_help_ending_with_an_example():
     import argparse
 
-    from retained.cli import build_parser
+    from retained.cli.commands import build_parser
 
     assert run_cli("--help").returncode == 0
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]

@@ -137,7 +137,7 @@ def test_issue_15_quarantine_moves_a_hand_appended_line_aside_and_verify_passes_
         assert rec["record"]["kind"] == "quarantine" and rec["record"]["reason"] == "pasted by hand"
         assert rec["record"]["quarantined"]["offset"] == offset and rec["record"]["quarantined"]["length"] == 22
         assert [r["record"]["text"] for r in s.search("zebra")["results"]] == ["after the damage, a zebra"]
-        from retained import brief
+        from retained.brief import compose as brief
 
         assert "moved a damaged line" not in brief.render_text(s.brief())  # bookkeeping, not a memory
     again = run_cli("quarantine", str(offset), env_dir=store_dir)
@@ -334,7 +334,7 @@ def test_issue_15_options_a_command_would_ignore_are_refused(store_dir, argv, wo
 def test_issue_15_every_argument_of_every_command_has_help():
     import argparse
 
-    from retained.cli import build_parser
+    from retained.cli.commands import build_parser
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     missing = [f"{name} {action.dest}" for name, parser in sub.choices.items() for action in parser._actions

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from retained import clidoc
-from retained.cli import build_parser
+from retained.cli import doc as clidoc
+from retained.cli.commands import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "cli.md"
@@ -16,7 +16,7 @@ PAGE = REPO / "docs" / "cli.md"
 
 def test_docs_cli_md_is_what_the_parser_generates() -> None:
     assert PAGE.read_text(encoding="utf-8") == clidoc.render(), (
-        "docs/cli.md is out of date with retained.cli.build_parser(); run: python -m retained.clidoc"
+        "docs/cli.md is out of date with retained.cli.commands.build_parser(); run: python -m retained.cli.doc"
     )
 
 
@@ -64,11 +64,11 @@ def test_a_new_command_appears_without_touching_the_generator() -> None:
 def test_check_mode_reports_a_stale_page(tmp_path: Path) -> None:
     stale = tmp_path / "cli.md"
     stale.write_text("# old\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "retained.clidoc", "--check", str(stale)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "retained.cli.doc", "--check", str(stale)], capture_output=True,
                           text=True, timeout=60, check=False)
-    assert proc.returncode == 1 and "out of date" in proc.stderr and "python -m retained.clidoc" in proc.stderr
+    assert proc.returncode == 1 and "out of date" in proc.stderr and "python -m retained.cli.doc" in proc.stderr
     fresh = tmp_path / "fresh.md"
-    assert subprocess.run([sys.executable, "-m", "retained.clidoc", str(fresh)], timeout=60, check=False).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "retained.cli.doc", str(fresh)], timeout=60, check=False).returncode == 0
     assert fresh.read_text(encoding="utf-8") == clidoc.render()
-    assert subprocess.run([sys.executable, "-m", "retained.clidoc", "--check", str(fresh)], timeout=60,
+    assert subprocess.run([sys.executable, "-m", "retained.cli.doc", "--check", str(fresh)], timeout=60,
                           check=False).returncode == 0

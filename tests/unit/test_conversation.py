@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from retained import Store
-from retained.index_search import RANKING
+from retained.index.search import RANKING
 
 FILLER = [
     ("Mel", "The weather was lovely at the lake this weekend."),
@@ -192,7 +192,7 @@ def test_a_write_does_not_wait_for_another_process_holding_the_index(store, stor
     import sqlite3
     import time
 
-    from retained.index import INDEX_NAME
+    from retained.index.writer import INDEX_NAME
 
     old = store.write("The API timeout is 30 seconds.")["seq"]
     store.index.busy_timeout_s = 30.0

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from retained import Store
-from retained.dense import SCAN_ROWS_MIN, Matrix, turns
-from retained.embed import Embedder
-from retained.hybrid import Hybrid
-from retained.index import Index
+from retained.index.hybrid import Hybrid
+from retained.index.writer import Index
+from retained.vectors.dense import SCAN_ROWS_MIN, Matrix, turns
+from retained.vectors.embed import Embedder
 from tests.embed_server import EmbedServer
 
 DIM = 32
@@ -38,7 +38,7 @@ def _hybrid(store: Store, server: EmbedServer, **weights: float) -> Hybrid:
 def test_only_turns_are_linked_and_a_note_between_them_does_not_break_the_link() -> None:
     import numpy as np
 
-    from retained import vectors
+    from retained.vectors import numeric as vectors
 
     rng = np.random.default_rng(3)
     m = Matrix("m", 0)

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from retained.embed import Breaker, Embedder, protocol_for
 from retained.errors import (
     EmbedBadResponse,
     EmbedCircuitOpen,
@@ -18,6 +17,7 @@ from retained.errors import (
     EmbedUnavailable,
     RetainedError,
 )
+from retained.vectors.embed import Breaker, Embedder, protocol_for
 from tests.embed_server import EmbedServer, hashed_vector
 
 DIM = 16

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from retained import Store, chain
-from retained.log import Log
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
 
 from ..conftest import VECTORS
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from retained import chain, record
-from retained.log import Log
+from retained.core import chain, record
+from retained.core.log import Log
 
 from ..conftest import VECTORS
 

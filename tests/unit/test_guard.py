@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retained import credentials
-from retained import guard as guard_module
 from retained.errors import InvalidRecord, RetainedError, SecretDetected
-from retained.guard import Guard, find_secrets, remove_private
+from retained.safety import credentials
+from retained.safety import guard as guard_module
+from retained.safety.guard import Guard, find_secrets, remove_private
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "guard_corpus.jsonl"
 

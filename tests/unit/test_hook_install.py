@@ -1,4 +1,4 @@
-"""retained.hook_install and `retained hook install --claude`: merge, backup, idempotence, refusals.
+"""retained.cli.hook_install and `retained hook install --claude`: merge, backup, idempotence, refusals.
 
 Real files in tmp_path; the command-line tests run `python -m retained` with
 HOME pointed at a temporary directory, and run the command the settings file
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from retained import Store, hook_install
+from retained import Store
+from retained.cli import hook_install
 from retained.errors import HookSetupRefused
 
 REPO = Path(__file__).resolve().parents[2]

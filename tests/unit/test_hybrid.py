@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from retained import Store
-from retained.embed import Breaker, Embedder
-from retained.hybrid import Hybrid, embed_text, status_line
-from retained.index import Index
+from retained.index.hybrid import Hybrid, embed_text, status_line
+from retained.index.writer import Index
+from retained.vectors.embed import Breaker, Embedder
 from tests.embed_server import EmbedServer
 
 DIM = 32
@@ -247,7 +247,7 @@ def test_a_redacted_records_vector_is_deleted(parts: Any) -> None:
 
 
 def test_prune_removes_the_vectors_of_redacted_records_once(parts: Any) -> None:
-    from retained.hybrid import prune
+    from retained.index.hybrid import prune
 
     store, index, hybrid, _ = parts
     fill(store)
@@ -261,7 +261,7 @@ def test_prune_removes_the_vectors_of_redacted_records_once(parts: Any) -> None:
 
 
 def test_settings_turn_embeddings_on_and_bad_settings_say_why(tmp_path: Path, server: EmbedServer) -> None:
-    from retained.hybrid import from_settings
+    from retained.index.hybrid import from_settings
 
     with Store(tmp_path / "s") as store:
         store.write("settings are read by the edge")
@@ -318,8 +318,8 @@ def test_kick_embeds_new_records_in_the_background(parts: Any) -> None:
 def test_context_and_neighbour_scores_match_their_definition() -> None:
     import numpy as np
 
-    from retained import vectors
-    from retained.dense import Matrix
+    from retained.vectors import numeric as vectors
+    from retained.vectors.dense import Matrix
 
     rng = np.random.default_rng(5)
     raw = rng.standard_normal((5, 8))
@@ -348,9 +348,9 @@ def test_an_unrelated_neighbour_never_outranks_the_match() -> None:
     """Embedding models give unrelated texts a high baseline cosine; context must not ride on it."""
     import numpy as np
 
-    from retained import vectors
-    from retained.dense import Matrix
-    from retained.hybrid import CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT
+    from retained.index.hybrid import CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT
+    from retained.vectors import numeric as vectors
+    from retained.vectors.dense import Matrix
 
     rng = np.random.default_rng(9)
     base = rng.standard_normal(384)

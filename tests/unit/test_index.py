@@ -13,7 +13,7 @@ import pytest
 
 from retained import Store
 from retained.errors import InvalidRecord, NotFound
-from retained.index import INDEX_NAME, Index, documents, estimate_tokens
+from retained.index.writer import INDEX_NAME, Index, documents, estimate_tokens
 
 from ..conftest import REPO, run_cli
 
@@ -256,8 +256,8 @@ def test_two_processes_catching_up_at_once_index_each_record_once(store, store_d
     store.write_batch([{"text": f"bulk record {i}"} for i in range(3000)])
     store.close()
     code = textwrap.dedent(f"""
-        from retained.log import Log
-        from retained.index import Index
+        from retained.core.log import Log
+        from retained.index.writer import Index
         ix = Index(Log({str(store_dir)!r}))
         ix.catch_up()
         ix.close()

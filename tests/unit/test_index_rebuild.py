@@ -23,10 +23,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from retained import Store, record
-from retained.index import Index, IndexFull
-from retained.index_schema import INDEX_NAME
-from retained.log import Log
+from retained import Store
+from retained.core import record
+from retained.core.log import Log
+from retained.index.schema import INDEX_NAME
+from retained.index.writer import Index, IndexFull
 
 from ..conftest import REPO, NoProcesses
 
@@ -252,8 +253,8 @@ def test_a_rebuild_that_raises_in_its_caller_ends_its_workers_at_once(tmp_path: 
 
 _KILLED_MID_REBUILD = r"""
 import multiprocessing, os, signal, sys
-from retained.index import Index
-from retained.log import Log
+from retained.index.writer import Index
+from retained.core.log import Log
 index = Index(Log(sys.argv[1]))
 ranges = []
 def progress(done, total):

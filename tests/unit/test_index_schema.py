@@ -16,11 +16,14 @@ from typing import Any
 
 import pytest
 
-from retained import Store, brief, documents, index_schema
-from retained.index import Index
-from retained.index_schema import INDEX_NAME
-from retained.log import Log
-from retained.stats import stats
+from retained import Store
+from retained.brief import compose as brief
+from retained.core.log import Log
+from retained.index import documents
+from retained.index import schema as index_schema
+from retained.index.schema import INDEX_NAME
+from retained.index.stats import stats
+from retained.index.writer import Index
 
 from ..conftest import REPO
 
@@ -30,7 +33,7 @@ PACKAGE = REPO / "retained"
 def test_importing_the_read_model_loads_the_standard_library_only() -> None:
     """The brief's fast path imports it: no orjson, mcp, numpy, portalocker, blake3, nor typing."""
     code = (
-        "import sys; before = set(sys.modules); import retained.index_schema; "
+        "import sys; before = set(sys.modules); import retained.index.schema; "
         "print(' '.join(sorted(set(sys.modules) - before)))"
     )
     # -S: no site hooks, which would import typing (and more) before the line runs.
@@ -38,10 +41,11 @@ def test_importing_the_read_model_loads_the_standard_library_only() -> None:
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
-    assert {"retained", "retained.index_schema"} <= loaded
+    assert {"retained", "retained.index.schema"} <= loaded
     ours = {m for m in loaded if m.split(".")[0] == "retained"}
     # files: how every store file is opened (no links), errors: what it raises; both standard library only.
-    assert ours == {"retained", "retained.index_schema", "retained.files", "retained.errors"}
+    assert ours == {"retained", "retained.index", "retained.index.schema", "retained.core", "retained.core.files",
+                    "retained.errors"}
     foreign = {m.split(".")[0] for m in loaded - ours} - set(sys.stdlib_module_names)
     assert foreign == set(), f"not in the standard library: {sorted(foreign)}"
     assert "typing" not in loaded
@@ -60,13 +64,13 @@ def test_the_brief_reads_the_index_through_the_read_model_and_nothing_heavier(st
     assert "index current" in brief.build_brief(store_dir)["index"]["how"]
     loaded = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
               if line.startswith("import time:") and "|" in line}
-    assert "retained.index_schema" in loaded
-    for heavy in ("retained.index", "retained.documents", "retained.query", "orjson", "typing"):
+    assert "retained.index.schema" in loaded
+    for heavy in ("retained.index.writer", "retained.index.documents", "retained.index.query", "orjson", "typing"):
         assert heavy not in loaded
 
 
 def test_one_definition_of_the_file_name_the_tables_and_the_mark_in_the_package() -> None:
-    """Only index_schema spells out the file name, the tables, the meta reads, the version, the token formula.
+    """Only index/schema.py spells out the file name, the tables, the meta reads, the version, the token formula.
 
     (A hostile search query in the self-test holds "DROP TABLE records": hence "DROP TABLE IF".)
     """
@@ -83,7 +87,7 @@ def test_one_definition_of_the_file_name_the_tables_and_the_mark_in_the_package(
         for name, pattern in patterns.items():
             if pattern.search(text):
                 found[name].append(path.relative_to(PACKAGE).as_posix())
-    assert found == {name: ["index_schema.py"] for name in patterns}
+    assert found == {name: ["index/schema.py"] for name in patterns}
 
 
 # -- the mark ------------------------------------------------------------------------

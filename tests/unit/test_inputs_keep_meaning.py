@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from retained import Store, json_input, limits
+from retained import Store, limits
+from retained.core import json_input
 from retained.errors import ImportRefused, InvalidRecord
 
 from ..conftest import run_cli

@@ -10,10 +10,11 @@ import textwrap
 
 import pytest
 
-from retained import Store, chain, record
+from retained import Store
+from retained.core import chain, record
+from retained.core.lock import StoreLock
+from retained.core.log import Log
 from retained.errors import LockTimeout, NotFound
-from retained.lock import StoreLock
-from retained.log import Log
 
 CLIENT = {"name": "test", "version": "0"}
 

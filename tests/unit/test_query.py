@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from retained import query
-from retained.index import TOKENIZER
+from retained.index import query
+from retained.index.writer import TOKENIZER
 
 HOSTILE = [
     "",

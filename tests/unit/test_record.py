@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from retained import limits, record
+from retained import limits
+from retained.core import record
 from retained.errors import InvalidRecord, RecordTooLarge, ReservedField
 
 CLIENT = {"name": "test", "version": "0"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from retained import recovery
+from retained.core import recovery
 
 
 def test_every_state_matches_exactly_one_row():

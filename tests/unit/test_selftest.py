@@ -315,7 +315,7 @@ def test_search_accounting_fails_when_the_match_count_is_wrong():
 def _brief(store: Store, budget: int) -> dict[str, Any]:
     if hasattr(Store, "brief"):
         return Store.brief(store, budget=budget)
-    from retained import brief
+    from retained.brief import compose as brief
 
     return brief.build_brief(store.directory, budget=budget)
 
@@ -405,7 +405,7 @@ def test_secret_guard_fails_when_the_error_repeats_the_secret():
 
 
 def test_secret_guard_fails_when_a_key_is_stored():
-    from retained.guard import Guard
+    from retained.safety.guard import Guard
 
     class Unguarded(Store):
         def __init__(self, directory, **kw):

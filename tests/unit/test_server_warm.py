@@ -7,7 +7,7 @@ import threading
 
 import anyio
 
-from retained.server import build_server, warm
+from retained.mcp.server import build_server, warm
 
 
 def test_tools_registered_from_several_threads_at_once_are_registered_once(tmp_path, caplog):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from retained import Store
-from retained.index_search import RANKING, shares
+from retained.index.search import RANKING, shares
 
 # Turns that share no word with the questions below.
 CHAT = [

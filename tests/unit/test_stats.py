@@ -7,10 +7,11 @@ import sqlite3
 
 import orjson
 
-from retained import Store, record
-from retained.index import Index
-from retained.log import Log
-from retained.stats import stats
+from retained import Store
+from retained.core import record
+from retained.core.log import Log
+from retained.index.stats import stats
+from retained.index.writer import Index
 
 from ..conftest import run_cli
 
@@ -75,7 +76,7 @@ def test_stats_reports_index_lag_and_vectors_when_present(store_dir):
     for i in range(3):
         s.write(f"not yet indexed {i}")
     s.close()
-    from retained.index_schema import VECTORS_SCHEMA
+    from retained.index.schema import VECTORS_SCHEMA
 
     db = sqlite3.connect(store_dir / "index.sqlite3")
     db.executescript(VECTORS_SCHEMA)

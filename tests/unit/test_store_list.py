@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from retained import Store, record
+from retained import Store
+from retained.core import record
 from retained.errors import InvalidRecord
 
 CLIENTS = [{"name": "agent-a", "version": "1"}, {"name": "agent-b", "version": "2"}, {"name": "agent-a", "version": "3"}]

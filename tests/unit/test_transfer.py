@@ -13,8 +13,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from retained import Store, chain, transfer
-from retained.log import Log
+from retained import Store
+from retained.core import chain
+from retained.core.log import Log
+from retained.data import imports as transfer
 
 from ..conftest import REPO, run_cli
 
@@ -154,7 +156,7 @@ def test_redacted_lines_are_skipped_and_links_to_them_dropped(tmp_path):
     log_path = tmp_path / "src" / "log.jsonl"
     lines = log_path.read_bytes().splitlines(keepends=True)
     # Erase seq 1 the way the redaction flow does: its redacted form keeps the chain.
-    from retained import record
+    from retained.core import record
 
     rec1 = orjson.loads(lines[0])
     lines[0] = record.canonical(record.redacted_form(rec1)) + b"\n"
@@ -559,7 +561,7 @@ def test_import_runs_the_write_guard_and_a_secret_refuses_the_whole_file(tmp_pat
 
 
 def test_import_under_the_redact_policy_stores_placeholders_and_counts_them(tmp_path):
-    from retained.guard import Guard
+    from retained.safety.guard import Guard
 
     src = tmp_path / "notes.jsonl"
     key = "AKIA" + "ABCDEFGHIJ234567"

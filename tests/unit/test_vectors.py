@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from retained import vectors
 from retained.errors import InvalidRecord
+from retained.vectors import numeric as vectors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_without_numpy_a_reason_is_returned_and_fusion_still_works() -> None:
     """A child process where numpy cannot be imported (a None entry in sys.modules blocks it)."""
     code = (
         "import sys; sys.modules['numpy'] = None\n"
-        "from retained import vectors\n"
+        "from retained.vectors import numeric as vectors\n"
         "from retained.errors import VectorsUnavailable\n"
         "r = vectors.numpy_missing(); assert r and 'retained[vectors]' in r, r\n"
         "assert vectors.numpy_missing() is r\n"
@@ -96,7 +96,7 @@ def test_without_numpy_a_reason_is_returned_and_fusion_still_works() -> None:
 
 
 def test_importing_vectors_does_not_import_numpy() -> None:
-    code = "import sys; import retained.vectors; print('numpy' in sys.modules)"
+    code = "import sys; import retained.vectors.numeric; print('numpy' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},

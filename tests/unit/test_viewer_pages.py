@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from retained import Store, brief
+from retained import Store
+from retained.brief import compose as brief
 from retained.viewer import pages
 
 HOSTILE = [

@@ -1,0 +1,780 @@
+"""The session-start brief: what the store holds, within a token budget.
+
+``build_brief(store_dir, budget, scope)`` returns the brief as a dict and
+``render_text(result)`` the text a session-start hook prints. The brief lists
+checkpoints first, then other records, each group newest first (checkpoints
+take at most half the budget while other records wait); it leaves out
+superseded, retracted and redacted records and says how many records it did
+not show, and why (invariant I2).
+
+It reads only what it prints. The log is read backwards from its end
+(``Log.scan_reverse``), and only as far as it must:
+
+- When the index file exists and its high-water mark still matches the log,
+  only the part of the log the index has not reached yet is read; records
+  older than that are found through the index (checkpoints by kind, the rest
+  by seq, both newest first) and read from the log by offset, each checked
+  against its indexed hash. The "not shown" counts are then exact: they come
+  from cheap aggregates over the index (row counts through its b-trees, and
+  the small ``links`` table for superseded, retracted and redacted records),
+  combined with the links of the records read from the log.
+- Without a usable index (missing, corrupt, built from another log, or more
+  than ``SCAN_BYTES_MAX`` behind the log) the log is read backwards up to
+  ``SCAN_BYTES_MAX`` bytes (past that only to finish a line). When that
+  reaches the start of the log the counts are exact; otherwise the records
+  older than the oldest one read are reported as ``not_read``: a count of
+  seq numbers, which includes any superseded, retracted, bookkeeping or
+  other-scope records among them, so it is an upper bound on what the brief
+  left out of those.
+
+It takes no lock, writes nothing (the index is opened read-only, though SQLite
+may create its ``-wal`` and ``-shm`` files), never builds or catches up the
+index, and imports neither ``mcp`` nor ``portalocker``. It reads the index
+through ``index_schema`` (the schema's one definition, standard library
+only), never through ``index``, whose query parser it would not use.
+
+Token estimate: a record's block (its header line, its text and body, and a
+cut marker if any) costs ``index_schema.estimate_tokens`` of it, ``ceil(UTF-8
+bytes / 4)`` tokens, as a search result does; ``tokens`` is the
+sum over the records shown, and ``budget`` bounds it. The opening and closing
+lines are outside the budget and short (their fields are truncated). Besides
+the budget, the records shown never take more than ``OUTPUT_BYTES_MAX`` bytes
+in any output form (text, hook JSON, ``--json``), so every form stays under
+the 10,000 characters Claude Code keeps of a SessionStart hook's output,
+whatever the budget asked for.
+
+Accounting: ``eligible`` counts the records the brief could show: chained,
+unredacted records with a string ``kind`` other than the store's bookkeeping
+kinds (``retract``, ``redaction``), in ``scope`` when one is given.
+``len(included) + sum(dropped.values()) == eligible`` always, where
+``dropped`` holds ``over_budget`` (eligible and current, past the budget or
+the output cap), ``superseded``, ``retracted`` (a record both superseded and
+retracted counts as retracted), ``unreadable`` (the index points at a line
+that no longer holds the record) and ``not_read`` (see above; 0 when the
+counts are exact).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from retained.core import record
+from retained.core.files import open_read
+from retained.core.log import LOG_NAME, Log
+from retained.errors import InvalidRecord, InvariantBroken, LinkRefused, RetainedError, StoreDamaged
+from retained.index import schema as index_schema
+from retained.index.schema import (
+    BOOKKEEPING_KINDS,
+    INDEX_NAME,
+    LINK_FIELDS,
+    estimate_tokens,
+    link_targets,
+)
+from retained.render import FIELD_CHARS_MAX  # header fields (kind, scope, source, client) are cut to this width
+from retained.render import block as render_block  # the one text form of a record; the budget counts it
+from retained.render import body_text as _body_text
+from retained.render import clean as _clean
+from retained.render import client as _client
+from retained.render import dumps as _dumps
+from retained.render import short as _short
+from retained.render import ts as _ts
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would slow every session start
+if TYPE_CHECKING:
+    from typing import Any
+
+# A brief of about 6 KB of text: a useful start of session without crowding
+# the context; fits the output cap with room to spare.
+DEFAULT_BUDGET = 1500
+# Bytes the records shown may take in the largest output form (their JSON
+# entries, or their text blocks as one JSON string). With the opening and
+# closing lines and the JSON envelope this keeps every form under 10,000
+# characters (Claude Code's cap for a SessionStart hook's output).
+OUTPUT_BYTES_MAX = 8000
+# Without a usable index, the log is read backwards this far at most (and an
+# index further behind the log than this is not used): about 500 records of
+# 500 bytes, each parsed and its hash checked, a few milliseconds. Counts are
+# exact for a log this small, an upper bound past it.
+SCAN_BYTES_MAX = 256 * 1024
+# A record that does not fit whole is cut only if this many tokens are left
+# (below that, its header and the cut marker leave no room for its text) and
+# at least CUT_BYTES_MIN bytes of its text fit: a few words are noise.
+CUT_TOKENS_MIN = 24
+CUT_BYTES_MIN = 64
+# The store path and the scope shown in the opening line.
+PATH_CHARS_MAX = 160
+# Rows fetched per query when walking the index newest first.
+PAGE_ROWS = 32
+# How long a read of the index may wait on SQLite's own locks.
+INDEX_BUSY_S = 0.2
+
+DROP_REASONS = ("over_budget", "superseded", "retracted", "unreadable", "not_read")
+# The kinds the "note" group leaves out: checkpoints are a group of their own.
+_NOT_NOTES = ("checkpoint", *sorted(BOOKKEEPING_KINDS))
+
+# How the bounds relate, checked at import (explicit raises: `python -O` strips asserts).
+if CUT_TOKENS_MIN * 4 >= OUTPUT_BYTES_MAX or DEFAULT_BUDGET * 4 > OUTPUT_BYTES_MAX:
+    raise ImportError("brief: CUT_TOKENS_MIN and DEFAULT_BUDGET must fit OUTPUT_BYTES_MAX (4 bytes a token)")
+
+
+# -- records -----------------------------------------------------------------
+
+
+class _Candidate:
+    """An eligible, current record the brief may show, with its full cost."""
+
+    __slots__ = ("body", "entry", "nbytes", "rec", "seq", "text", "tokens")
+
+    def __init__(self, seq: int, rec: dict[str, Any]) -> None:
+        self.seq = seq
+        self.rec = rec
+        text = rec.get("text")
+        self.text = _clean(text) if isinstance(text, str) else ""
+        self.body = _body_text(rec.get("body"))
+        self.entry = _entry(seq, rec, self.text, self.body or None, None)
+        self.tokens, self.nbytes = _cost(self.entry, render_block(self.entry))
+        self.entry["tokens"] = self.tokens
+
+
+def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict[str, int] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "seq": seq,
+        "kind": _short(rec.get("kind")),
+        "ts": _ts(rec.get("ts")),
+        "client": _client(rec.get("client")),
+    }
+    for name in ("scope", "source"):
+        if rec.get(name) is not None:
+            entry[name] = _short(rec[name])
+    sup = link_targets(rec.get("supersedes"))
+    if sup:
+        entry["supersedes"] = sup[:8]
+    entry["text"] = text
+    entry["body"] = body
+    entry["cut"] = cut
+    return entry
+
+
+def _cost(entry: dict[str, Any], block: str) -> tuple[int, int]:
+    """(tokens, bytes): the estimate for the block, and its size in the largest output form."""
+    tokens = estimate_tokens(block)
+    # The JSON entry gains a "tokens" field later: count it now (at most 20 bytes).
+    nbytes = max(len(_dumps(block).encode()), len(_dumps(entry).encode()) + 20) + 1
+    return tokens, nbytes
+
+
+def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] | None:
+    """The candidate's entry cut to fit, with a marker; None if too little room is left."""
+    if tokens_left < CUT_TOKENS_MIN:
+        return None
+    text_b = cand.text.encode("utf-8", "replace")
+    body_b = cand.body.encode("utf-8", "replace")
+    total = len(text_b) + len(body_b)
+
+    def make(n: int) -> tuple[dict[str, Any], str, int, int]:
+        t = text_b[:n].decode("utf-8", "ignore")
+        rest = n - len(text_b)
+        b = body_b[:rest].decode("utf-8", "ignore") if rest > 0 else ""
+        shown = len(t.encode()) + len(b.encode())
+        entry = _entry(cand.seq, cand.rec, t, b or None, {"shown_bytes": shown, "total_bytes": total})
+        block = render_block(entry)
+        tk, nb = _cost(entry, block)
+        return entry, block, tk, nb
+
+    lo, hi = 0, min(total, tokens_left * 4, bytes_left)
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        entry, block, tk, nb = make(mid)
+        if tk <= tokens_left and nb <= bytes_left:
+            best = (entry, block, tk, nb)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if best is None or best[0]["cut"]["shown_bytes"] < min(total, CUT_BYTES_MIN):
+        return None
+    entry, block, tk, nb = best
+    entry["tokens"] = tk
+    return {"entry": entry, "block": block, "tokens": tk, "nbytes": nb}
+
+
+# -- the index, read-only ------------------------------------------------------
+
+
+class _IndexView:
+    """A read-only snapshot of the index, or the reason it cannot be used."""
+
+    def __init__(self, directory: Path, log: Log, size: int) -> None:
+        self.db: sqlite3.Connection | None = None
+        self.state = "absent"
+        self.reason = f"no {INDEX_NAME}"
+        self.hwm_offset = 0
+        self.hwm_seq = 0
+        self.log_size = size  # the log's size this snapshot covers (it may grow while the brief runs)
+        path = directory / INDEX_NAME
+        if not path.is_file():
+            return
+        try:
+            db = index_schema.connect_read_only(path, INDEX_BUSY_S)
+        except (sqlite3.Error, LinkRefused) as exc:
+            # A link in place of the index is never opened; the log alone answers.
+            self._unusable(f"index cannot be opened ({exc})")
+            return
+        try:
+            db.execute("BEGIN")  # one snapshot for the mark and every count
+            mark = index_schema.read_mark(db, index_schema.READABLE_VERSIONS)
+        except (sqlite3.Error, ValueError) as exc:
+            db.close()
+            self._unusable(f"index cannot be read ({exc})")
+            return
+        if mark.offset > size:
+            size = log.size()  # a writer appended, and the index caught up, since the brief began
+            self.log_size = size
+        state = index_schema.mark_state(mark, size, log.read_at)
+        if state in ("log_shorter", "log_other"):
+            db.close()
+            self._unusable(f"the index was built from {'a longer' if state == 'log_shorter' else 'another'} log")
+            return
+        self.db = db
+        self.state = "current" if state == "ok" else "behind"
+        self.reason = ""
+        self.hwm_offset = mark.offset
+        self.hwm_seq = mark.seq
+
+    def _unusable(self, reason: str) -> None:
+        self.state = "unusable"
+        self.reason = reason
+
+    def give_up(self, state: str, reason: str) -> None:
+        self.close()
+        self.state = state
+        self.reason = reason
+
+    def close(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass
+            self.db = None
+
+
+# -- the builder ---------------------------------------------------------------
+
+
+class _Brief:
+    def __init__(self, directory: Path, budget: int, scope: str | None, scan_bytes_max: int) -> None:
+        self.directory = directory
+        self.scan_bytes_max = scan_bytes_max
+        self.budget = budget
+        self.scope = scope
+        self.log = Log(directory)
+        self.checkpoints: list[_Candidate] = []
+        self.notes: list[_Candidate] = []
+        self.need = {"checkpoint": [0, 0], "note": [0, 0]}  # tokens, bytes kept per group
+        self.hidden: dict[str, set[int]] = {rel: set() for rel in LINK_FIELDS}
+        self.read = {"visible": 0, "superseded": 0, "retracted": 0}
+        self.skipped = {"foreign": 0, "damaged": 0, "torn_bytes": 0}
+        self.lowest_seq: int | None = None
+        self.head: dict[str, Any] | None = None
+        self.tail: tuple[int, str, int] | None = None  # (seq, hash, end) of the newest chained line: the head anchored
+        self.scanned_bytes = 0
+        self.reached_start = False
+        self.unreadable = 0
+
+    # keeping candidates ------------------------------------------------------
+
+    def _full(self, group: str) -> bool:
+        tokens, nbytes = self.need[group]
+        return tokens >= self.budget or nbytes >= OUTPUT_BYTES_MAX
+
+    def _keep(self, seq: int, rec: dict[str, Any]) -> None:
+        group = "checkpoint" if rec.get("kind") == "checkpoint" else "note"
+        if self._full(group):
+            return
+        cand = _Candidate(seq, rec)
+        (self.checkpoints if group == "checkpoint" else self.notes).append(cand)
+        self.need[group][0] += cand.tokens
+        self.need[group][1] += cand.nbytes
+
+    def _eligible(self, rec: dict[str, Any]) -> bool:
+        kind = rec.get("kind")
+        if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
+            return False
+        return self.scope is None or rec.get("scope") == self.scope
+
+    # the log, newest first -----------------------------------------------------
+
+    def scan(self, size: int, index: _IndexView) -> None:
+        """Read lines backwards from ``size``: down to the index's mark, or up to the scan cap."""
+        for line in self.log.scan_reverse(stop=size, fast_start=True):
+            self.scanned_bytes += line.length
+            status = line.status
+            if status == record.TORN:
+                self.skipped["torn_bytes"] += line.length
+            elif status == record.FOREIGN:
+                self.skipped["foreign"] += 1
+            elif status == record.DAMAGED:
+                self.skipped["damaged"] += 1
+            else:
+                seq = line.seq  # a chained line always has one
+                self.lowest_seq = seq
+                rec = line.record
+                if self.head is None:
+                    self.head = {"seq": seq, "ts": _ts(rec.get("ts")) if status == record.RECORD else None}
+                    self.tail = (seq, line.hash, line.end)
+                if status == record.RECORD:
+                    self._take(seq, rec)
+            if index.db is not None:
+                if line.offset <= index.hwm_offset:
+                    return  # everything older is indexed
+                if self.scanned_bytes >= self.scan_bytes_max:
+                    index.give_up("behind", f"the index is more than {self.scan_bytes_max} bytes behind the log")
+                    return
+            elif self.scanned_bytes >= self.scan_bytes_max:
+                return
+        self.reached_start = True
+
+    def _take(self, seq: int, rec: dict[str, Any]) -> None:
+        for rel in LINK_FIELDS:
+            for target in link_targets(rec.get(rel)):
+                if target < seq:
+                    self.hidden[rel].add(target)
+        if seq in self.hidden["redacts"] or not self._eligible(rec):
+            return
+        if seq in self.hidden["retracts"]:
+            self.read["retracted"] += 1
+        elif seq in self.hidden["supersedes"]:
+            self.read["superseded"] += 1
+        else:
+            self.read["visible"] += 1
+            self._keep(seq, rec)
+
+    # the index, for what the scan did not read ---------------------------------
+
+    def older(self, index: _IndexView, boundary: int) -> dict[str, int]:
+        """Counts for the indexed records below ``boundary``, and candidates among them."""
+        db = index.db
+        if db is None:
+            raise InvariantBroken("brief: the index's counts were asked for without an open index")
+        # Rows with no string kind (redacted lines) and bookkeeping rows are not eligible.
+        total, not_eligible = index_schema.count_below(db, boundary, self.scope)
+        eligible = total - not_eligible
+
+        # Flags: the index's links, plus those of the records the scan read
+        # (the index may not have reached them yet).
+        rels: dict[int, set[str]] = {}
+        rows: dict[int, tuple[Any, Any, int]] = {}
+        for target, rel, kind, scope, redacted in index_schema.links_below(db, boundary):
+            rels.setdefault(target, set()).add(rel)
+            rows[target] = (kind, scope, redacted)
+        extra = [t for rel in LINK_FIELDS for t in self.hidden[rel] if t < boundary]
+        for rel in LINK_FIELDS:
+            for t in self.hidden[rel]:
+                if t < boundary:
+                    rels.setdefault(t, set()).add(rel)
+        missing = sorted({t for t in extra if t not in rows})
+        for seq, kind, scope, redacted in index_schema.kinds_of(db, missing):
+            rows[seq] = (kind, scope, redacted)
+        superseded = retracted = 0
+        for target, found in rels.items():
+            row = rows.get(target)
+            if row is None:
+                continue
+            kind, scope, redacted = row
+            if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
+                continue
+            if self.scope is not None and scope != self.scope:
+                continue
+            if redacted or "redacts" in found:
+                eligible -= 1
+            elif "retracts" in found:
+                retracted += 1
+            elif "supersedes" in found:
+                superseded += 1
+        visible = eligible - superseded - retracted
+
+        flagged = {t for t, found in rels.items()}
+        self._fetch(db, boundary, "checkpoint", flagged)
+        self._fetch(db, boundary, "note", flagged)
+        if self.head is None:
+            newest = index_schema.head(db)
+            if newest is not None:
+                self.head = {"seq": newest[0], "ts": _ts(newest[1])}
+        return {"visible": visible, "superseded": superseded, "retracted": retracted}
+
+    def _fetch(self, db: sqlite3.Connection, boundary: int, group: str, flagged: set[int]) -> None:
+        """Candidates of one group below ``boundary``, newest first, read from the log and checked."""
+        kind, kinds_not = ("checkpoint", ()) if group == "checkpoint" else (None, _NOT_NOTES)
+        below = boundary
+        with open_read(self.log.path) as f:
+            while not self._full(group):
+                rows = index_schema.newest(db, PAGE_ROWS, below=below, kind=kind, kinds_not=kinds_not,
+                                           scope=self.scope, current=True)
+                for seq, offset, length, h in rows:
+                    below = seq
+                    if seq in flagged:
+                        continue  # hidden by a record the index has not reached
+                    f.seek(offset)
+                    raw = f.read(length).removesuffix(b"\n")
+                    status, rec, line_seq, line_hash, _ = record.classify_for_display(raw)
+                    if status != record.RECORD or line_seq != seq or line_hash != h:
+                        self.unreadable += 1
+                        continue
+                    self._keep(seq, rec)
+                    if self._full(group):
+                        break
+                if len(rows) < PAGE_ROWS:
+                    break
+
+    # composing -------------------------------------------------------------------
+
+    def compose(self) -> tuple[list[dict[str, Any]], int, str | None]:
+        """Fill the budget; returns (entries, tokens, what ended the list).
+
+        Checkpoints are shown first, then the other records, each group
+        newest first. While other records wait, checkpoints take at most half
+        the budget (and half the output cap); what the other records leave
+        unused goes to more checkpoints. In each group the first record that
+        does not fit whole is cut to the room left (if at least
+        ``CUT_BYTES_MIN`` bytes of its text fit) and ends the group.
+        """
+        used = [0, 0]  # tokens, bytes
+        limit: list[str | None] = [None]
+
+        def take(cands: list[_Candidate], start: int, tokens_max: int, bytes_max: int,
+                 out: list[dict[str, Any]], may_cut: bool) -> tuple[int, bool]:
+            i = start
+            while i < len(cands):
+                c = cands[i]
+                if used[0] + c.tokens <= tokens_max and used[1] + c.nbytes <= bytes_max:
+                    out.append(c.entry)
+                    used[0] += c.tokens
+                    used[1] += c.nbytes
+                    i += 1
+                    continue
+                limit[0] = "budget" if used[0] + c.tokens > tokens_max else "output_cap"
+                cut = _cut(c, tokens_max - used[0], bytes_max - used[1]) if may_cut else None
+                if cut is not None:
+                    out.append(cut["entry"])
+                    used[0] += cut["tokens"]
+                    used[1] += cut["nbytes"]
+                    i += 1
+                return i, True
+            return i, False
+
+        shown_cp: list[dict[str, Any]] = []
+        shown_notes: list[dict[str, Any]] = []
+        share = 2 if self.notes else 1
+        next_cp, _ = take(self.checkpoints, 0, self.budget // share, OUTPUT_BYTES_MAX // share, shown_cp, True)
+        _, stopped = take(self.notes, 0, self.budget, OUTPUT_BYTES_MAX, shown_notes, True)
+        if not stopped and next_cp < len(self.checkpoints):
+            limit[0] = None
+            take(self.checkpoints, next_cp, self.budget, OUTPUT_BYTES_MAX, shown_cp, not shown_cp or not shown_cp[-1]["cut"])
+        if used[0] > self.budget or used[1] > OUTPUT_BYTES_MAX:
+            raise InvariantBroken(f"brief: {used[0]} tokens / {used[1]} bytes chosen, over {self.budget} / {OUTPUT_BYTES_MAX}")
+        return [*shown_cp, *shown_notes], used[0], limit[0]
+
+
+def _status(directory: Path, status: str, message: str, budget: int, scope: str | None) -> dict[str, Any]:
+    return {
+        "status": status,
+        "message": message,
+        "store": str(directory),
+        "scope": scope,
+        "budget": budget,
+        "tokens": 0,
+        "included": [],
+        "dropped": dict.fromkeys(DROP_REASONS, 0),
+        "eligible": 0,
+        "exact": status != "unreadable",
+        "limit": None,
+        "head": None,
+        "index": None,
+        "log_bytes_read": 0,
+        "skipped": {"foreign": 0, "damaged": 0, "torn_bytes": 0},
+        "anchor": None,
+    }
+
+
+def unavailable(store_dir: str | os.PathLike[str], reason: str, *, budget: int = DEFAULT_BUDGET,
+                scope: str | None = None) -> dict[str, Any]:
+    """The result for a store the brief could not read (for callers that catch errors themselves)."""
+    directory = Path(store_dir).expanduser()
+    return _status(directory, "unreadable", f"the store at {_short(str(directory), PATH_CHARS_MAX)} could not be read "
+                   f"({_short(reason, 200)}); nothing to show", budget, scope)
+
+
+def build_brief(
+    store_dir: str | os.PathLike[str],
+    budget: int = DEFAULT_BUDGET,
+    scope: str | None = None,
+    *,
+    scan_bytes_max: int = SCAN_BYTES_MAX,
+    anchor_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """The brief of the store at ``store_dir``: what to show within ``budget`` tokens, and what was left out.
+
+    Returns a dict with ``status`` (``ok``, ``empty``, ``absent`` or
+    ``unreadable``, the last three with a one-line ``message``), ``included``
+    (the records shown, each ``{"seq", "kind", "ts", "client", "scope"?,
+    "source"?, "supersedes"?, "text", "body", "cut", "tokens"}``, ``cut``
+    being null or ``{"shown_bytes", "total_bytes"}``), ``dropped`` (counts by
+    reason), ``eligible``, ``exact``, ``tokens``, ``budget``, ``scope``,
+    ``limit`` (``budget`` or ``output_cap`` when one of them ended the list),
+    ``head`` (newest record's seq and ts), ``index`` (its state and how the
+    counts were made) and ``skipped`` (lines of the part read that are not
+    records). A missing or unreadable store is a status, not an error.
+    ``scan_bytes_max`` bounds how far the log is read without a usable index.
+    With ``anchor_dir`` the head the brief read is recorded there
+    (``anchors.record_head``: one small write, none when it is already the
+    last one); ``anchor`` names the file (or the error: a failure there never
+    fails the brief).
+
+    Raises:
+        InvalidRecord: ``budget`` is not a whole number from 0, or ``scope`` is not a string.
+    """
+    if type(budget) is not int or budget < 0:
+        raise InvalidRecord(f"field budget: must be a whole number of tokens from 0, got {budget!r}", path="budget")
+    if scope is not None and not isinstance(scope, str):
+        raise InvalidRecord(f"field scope: must be a string, got {type(scope).__name__}", path="scope")
+    directory = Path(store_dir).expanduser()
+    shown_dir = _short(str(directory), PATH_CHARS_MAX)
+    try:
+        if not directory.is_dir():
+            if directory.exists():
+                return _status(directory, "unreadable", f"{shown_dir} is not a directory; no brief", budget, scope)
+            return _status(directory, "absent", f"no store at {shown_dir} (nothing recorded yet)", budget, scope)
+        log_path = directory / LOG_NAME
+        if log_path.is_dir():
+            raise StoreDamaged(f"{log_path} is a directory, not a log file")
+        try:
+            size = log_path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size == 0:
+            return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope)
+        builder = _Brief(directory, budget, scope, scan_bytes_max)
+        index = _IndexView(directory, builder.log, size)
+        try:
+            try:
+                result = _build(builder, index, size)
+            except sqlite3.Error as exc:
+                # The index failed mid-read (a table missing, a page corrupt):
+                # start again from the log alone.
+                index.give_up("unusable", f"index cannot be read ({_short(str(exc), 200)})")
+                builder = _Brief(directory, budget, scope, scan_bytes_max)
+                result = _build(builder, index, size)
+        finally:
+            index.close()
+        if anchor_dir is not None and builder.tail is not None:
+            result["anchor"] = _anchor(anchor_dir, directory, builder.tail)
+        return result
+    except (OSError, StoreDamaged) as exc:
+        reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
+        return _status(directory, "unreadable", f"the store at {shown_dir} could not be read ({_short(reason, 200)}); "
+                       "nothing to show", budget, scope)
+
+
+def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int, str, int]) -> dict[str, Any]:
+    from retained.core import anchors
+
+    try:
+        done = anchors.record_head(anchor_dir, directory, *tail, "brief")
+    except RetainedError as exc:
+        return {"error": exc.message}
+    # Not whether this run wrote it: the output depends on the store alone.
+    return {"file": done["file"], "store_id": done["store_id"]}
+
+
+def _build(b: _Brief, index: _IndexView, size: int) -> dict[str, Any]:
+    b.scan(max(size, index.log_size), index)
+    older = {"visible": 0, "superseded": 0, "retracted": 0}
+    not_read: int | None = 0
+    counted_by = "log"
+    if index.db is not None:
+        boundary = b.lowest_seq if b.lowest_seq is not None else index.hwm_seq + 1
+        older = b.older(index, boundary)
+        counted_by = "index"
+    if counted_by == "log" and not b.reached_start:
+        # Seqs run 1, 2, 3 (L2): the records older than the oldest one read
+        # are seq 1 .. lowest - 1. None: not one record was read.
+        not_read = (b.lowest_seq - 1) if b.lowest_seq is not None else None
+    entries, tokens, limit = b.compose()
+    visible = b.read["visible"] + older["visible"]
+    dropped = {
+        "over_budget": visible - len(entries) - b.unreadable,
+        "superseded": b.read["superseded"] + older["superseded"],
+        "retracted": b.read["retracted"] + older["retracted"],
+        "unreadable": b.unreadable,
+        "not_read": not_read or 0,
+    }
+    if dropped["over_budget"] < 0:
+        raise InvariantBroken(f"brief: over_budget came to {dropped['over_budget']} (I2 accounting)")
+    eligible = len(entries) + sum(dropped.values())
+    if counted_by == "index":
+        how = f"index {index.state}" + (" (the newer part read from the log)" if b.scanned_bytes else "")
+    elif b.reached_start:
+        how = "whole log read"
+    else:
+        how = f"last {b.scanned_bytes} bytes of the log read"
+    return {
+        "status": "ok",
+        "message": None,
+        "store": str(b.directory),
+        "scope": b.scope,
+        "budget": b.budget,
+        "tokens": tokens,
+        "included": entries,
+        "dropped": dropped,
+        "eligible": eligible,
+        "exact": not_read == 0,
+        "limit": limit,
+        "head": b.head,
+        "index": {"state": index.state, "reason": index.reason or None, "counted_by": counted_by, "how": how},
+        "log_bytes_read": b.scanned_bytes,
+        "skipped": b.skipped,
+        "anchor": None,
+    }
+
+
+# -- rendering -------------------------------------------------------------------
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def opening_line(result: dict[str, Any]) -> str:
+    store = _short(result["store"], PATH_CHARS_MAX)
+    shown = len(result["included"])
+    scope = f' with scope "{_short(result["scope"], FIELD_CHARS_MAX)}"' if result.get("scope") is not None else ""
+    head = result.get("head") or {}
+    newest = f"; newest record #{head['seq']} at {head['ts']}" if head.get("seq") and head.get("ts") else ""
+    of = f" of {result['eligible']}" if result.get("exact") else ""
+    return (
+        f"Memory brief from retained ({store}{newest}): {shown}{of} records{scope} shown, "
+        f"checkpoints first, then newest first, about {result['tokens']} tokens (estimate: UTF-8 bytes / 4)."
+    )
+
+
+def closing_line(result: dict[str, Any]) -> str:
+    d = result["dropped"]
+    total = sum(d.values())
+    parts = []
+    if d["over_budget"]:
+        where = (f"past the output cap of {OUTPUT_BYTES_MAX} bytes" if result.get("limit") == "output_cap"
+                 else f"past the {result['budget']}-token budget")
+        parts.append(f"{d['over_budget']} {where}")
+    if d["superseded"]:
+        parts.append(f"{d['superseded']} superseded")
+    if d["retracted"]:
+        parts.append(f"{d['retracted']} retracted")
+    if d["unreadable"]:
+        parts.append(f"{d['unreadable']} unreadable (the index points at lines that no longer hold them)")
+    if d["not_read"]:
+        idx = result.get("index") or {}
+        why = idx.get("reason") or "no index"
+        lowest = d["not_read"]
+        parts.append(
+            f"{d['not_read']} older (#1-#{lowest}) not read ({why}); that count includes any superseded, "
+            "retracted, bookkeeping or other-scope records among them"
+        )
+    if total == 0 and result["eligible"] == 0:
+        scope = f' with scope "{_short(result["scope"])}"' if result.get("scope") is not None else ""
+        line = f"Not shown: 0 records; the store holds no records{scope} to show."
+    elif total == 0:
+        line = f"Not shown: 0 records; all {result['eligible']} eligible records are above."
+    else:
+        counts = "exact" if result.get("exact") else "exact for the part of the log read"
+        line = f"Not shown: {_plural(total, 'record')}: " + ", ".join(parts) + f" (counts {counts})."
+    if result.get("exact") is False and d["not_read"] == 0:
+        line += " Older records were not read; their number is not known."
+    cut = [e["seq"] for e in result["included"] if e.get("cut")]
+    if cut:
+        line += f" Record #{cut[0]} is cut to fit (marked [cut])."
+    skipped = result.get("skipped") or {}
+    bad = skipped.get("foreign", 0) + skipped.get("damaged", 0)
+    if bad == 1:
+        line += " 1 line of the part of the log read is not a valid record and was skipped."
+    elif bad:
+        line += f" {bad} lines of the part of the log read are not valid records and were skipped."
+    return line
+
+
+def render_text(result: dict[str, Any]) -> str:
+    """The brief as text: an opening line, the records, a closing line (no final newline).
+
+    A store that is absent, empty or unreadable gives one line.
+    """
+    if result["status"] != "ok":
+        return f"retained memory: {result['message']}."
+    blocks = [render_block(e) for e in result["included"]]
+    return "\n".join([opening_line(result), *blocks, closing_line(result)])
+
+
+def parse_args(argv: list[str]) -> dict[str, Any] | None:
+    """The options of ``retained brief`` (the words after ``brief``), or None when argparse must handle them.
+
+    The brief runs at every session start, where importing and building the
+    full command line costs more than the brief itself. Only ``--budget N``
+    (digits), ``--scope S``, ``--format text|claude|json``, ``--dir D`` (each
+    also as ``--opt=value``) and ``--json`` are taken; anything else (help,
+    an unknown or malformed option) returns None. Returns ``{"dir", "json",
+    "budget", "scope", "format"}`` with argparse's defaults; a test checks the
+    two agree.
+    """
+    values: dict[str, Any] = {"dir": None, "json": False, "budget": None, "scope": None, "format": "text"}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        key = name[2:] if name.startswith("--") else ""
+        if key == "json" and not eq:
+            values["json"] = True
+            i += 1
+            continue
+        if key not in ("budget", "scope", "format", "dir"):
+            return None
+        if not eq:
+            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+                return None
+            i += 1
+            value = argv[i]
+        values[key] = value
+        i += 1
+    if values["budget"] is not None:
+        if not values["budget"].isdigit():
+            return None
+        values["budget"] = int(values["budget"])
+    if values["format"] not in ("text", "claude", "json"):
+        return None
+    return values
+
+
+def output(result: dict[str, Any], form: str) -> bytes:
+    """What a command prints for ``result``: ``text``, ``claude`` (the hook JSON) or ``json``, with a final newline."""
+    if form == "json":
+        return _dumps(result).encode() + b"\n"
+    if form == "claude":
+        return _dumps(hook_output(render_text(result))).encode() + b"\n"
+    return render_text(result).encode("utf-8", "replace") + b"\n"
+
+
+def hook_output(text: str) -> dict[str, Any]:
+    """The JSON a Claude Code SessionStart hook prints to add ``text`` as context."""
+    return {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
+
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "OUTPUT_BYTES_MAX",
+    "build_brief",
+    "estimate_tokens",
+    "hook_output",
+    "output",
+    "parse_args",
+    "render_text",
+    "unavailable",
+]

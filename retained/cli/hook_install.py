@@ -1,0 +1,202 @@
+"""Set up the session-start hook in a host's settings (Claude Code's SessionStart entry).
+
+The hook itself is ``session-start.sh``, shipped inside the package as
+``retained.hooks`` (``hooks/`` in the repository). ``install_claude`` merges
+one SessionStart entry that runs it into a Claude Code settings file:
+
+- every other key and every other hook in the file is kept as it was;
+- an entry that already runs retained's hook is updated in place (and any
+  second one dropped), so running it again changes nothing;
+- before the file is changed its old bytes are copied to a backup beside it
+  (``settings.json.bak-<UTC time>``, created exclusively, never overwritten);
+- the new file is written to a temporary file beside it, fsynced and renamed
+  over it, so a crash leaves the old file or the new one.
+
+Library code: it takes paths as arguments and never reads the environment;
+``retained hook install`` (cli.py) is the edge that does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from retained.core import files
+from retained.errors import HookSetupRefused
+
+HOOK_FILE = "session-start.sh"
+HOOK_TIMEOUT_S = 15  # Claude Code stops the hook after this; the hook gives the brief 5 s of it
+EVENT = "SessionStart"
+
+
+def hook_path() -> Path:
+    """The installed ``session-start.sh``: inside the package, wheel or checkout alike.
+
+    Raises:
+        HookSetupRefused: the package was installed without its hook file.
+    """
+    path = Path(str(resources.files("retained.hooks") / HOOK_FILE))
+    if not path.is_file():
+        raise HookSetupRefused(
+            f"the session-start hook is missing from this install ({path}); reinstall retained", path="hook"
+        )
+    return path
+
+
+def claude_settings_path(home: Path, project: Path | None = None) -> Path:
+    """``~/.claude/settings.json``, or ``PROJECT/.claude/settings.json`` for one project."""
+    return (project if project is not None else home) / ".claude" / "settings.json"
+
+
+def hook_command(hook: Path, retained_bin: Path, store_dir: Path | None = None) -> str:
+    """The shell command Claude Code runs: the installed hook, told which retained to use.
+
+    ``RETAINED_BIN`` names the ``retained`` command of this install, so the
+    hook does not depend on the host's PATH; ``RETAINED_DIR`` is included only
+    for a store chosen explicitly (otherwise the hook reads the default, as
+    the MCP server does).
+    """
+    words = []
+    if store_dir is not None:
+        words.append("RETAINED_DIR=" + shlex.quote(str(store_dir)))
+    words += ["RETAINED_BIN=" + shlex.quote(str(retained_bin)), "sh", shlex.quote(str(hook)), "claude"]
+    return " ".join(words)
+
+
+def is_retained_hook(command: Any) -> bool:
+    """True for a command that runs retained's session-start hook (this or an earlier install)."""
+    return isinstance(command, str) and HOOK_FILE in command and "retained" in command
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HookSetupRefused(
+            f"{path} is not valid JSON ({exc}); nothing was changed; fix the file, then run this again", path=str(path)
+        ) from exc
+    if not isinstance(data, dict):
+        raise HookSetupRefused(f"{path} holds a JSON {type(data).__name__}, not an object; nothing was changed", path=str(path))
+    return data
+
+
+def _merge(settings: dict[str, Any], command: str, path: Path) -> tuple[dict[str, Any], str]:
+    """Settings with retained's SessionStart entry in place, and what changed: added, updated or unchanged."""
+    merged = json.loads(json.dumps(settings))  # a deep copy: the caller's dict is left as it was
+    hooks = merged.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise HookSetupRefused(f'{path}: "hooks" is not an object; nothing was changed; fix it by hand', path="hooks")
+    groups = hooks.setdefault(EVENT, [])
+    if not isinstance(groups, list):
+        raise HookSetupRefused(f'{path}: "hooks.{EVENT}" is not a list; nothing was changed; fix it by hand', path=f"hooks.{EVENT}")
+    wanted = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}
+    found = False
+    action = "unchanged"
+    for group in groups:
+        entries = group.get("hooks") if isinstance(group, dict) else None
+        if not isinstance(entries, list):
+            continue
+        kept = []
+        for entry in entries:
+            if isinstance(entry, dict) and is_retained_hook(entry.get("command")):
+                if found:
+                    action = "updated"  # a second copy of retained's hook: dropped
+                    continue
+                found = True
+                if entry != wanted:
+                    action = "updated"
+                kept.append(wanted)
+            else:
+                kept.append(entry)
+        group["hooks"] = kept
+    # A group left empty by dropping a duplicate would be a hook with nothing to run.
+    hooks[EVENT] = [g for g in groups if not (isinstance(g, dict) and g.get("hooks") == [])]
+    if not found:
+        hooks[EVENT].append({"hooks": [wanted]})
+        action = "added"
+    return merged, action
+
+
+def render(settings: dict[str, Any]) -> str:
+    """The settings file's text as written: two-space indents, a final newline."""
+    return json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+
+
+def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
+    """A new file (never an existing one, never through a symlink) holding ``data``, fsynced."""
+    fd = files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        files.write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _backup(path: Path, data: bytes, mode: int, now: datetime) -> Path:
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    for n in range(100):
+        backup = path.with_name(f"{path.name}.bak-{stamp}" + (f".{n}" if n else ""))
+        try:
+            _write_exclusive(backup, data, mode)
+            return backup
+        except FileExistsError:
+            continue
+    raise HookSetupRefused(f"could not pick a backup name beside {path}; nothing was changed; clear old backups", path=str(path))
+
+
+def install_claude(settings_path: Path, command: str, *, write: bool = True, now: datetime | None = None) -> dict[str, Any]:
+    """Merge retained's SessionStart entry into a Claude Code settings file.
+
+    With ``write=False`` nothing is touched and the result says what would be
+    written. Returns ``{"path", "action", "written", "backup", "command",
+    "settings"}``: ``action`` is ``added``, ``updated`` or ``unchanged``;
+    ``backup`` is the copy of the old file (None when there was no file or
+    nothing changed).
+
+    Raises:
+        HookSetupRefused: the settings file is not a JSON object, or its hooks
+            are not shaped as Claude Code reads them (nothing is changed).
+        OSError: the file or its directory could not be written.
+    """
+    now = now or datetime.now(UTC)
+    before = _load(settings_path)
+    after, action = _merge(before, command, settings_path)
+    result: dict[str, Any] = {
+        "path": str(settings_path),
+        "action": action,
+        "written": False,
+        "backup": None,
+        "command": command,
+        "settings": after,
+    }
+    if not write or action == "unchanged":
+        return result
+    # A settings file kept elsewhere and linked in (a dotfiles repository) is
+    # updated where it lives: replacing the link would cut it off.
+    target = Path(os.path.realpath(settings_path)) if settings_path.is_symlink() else settings_path
+    directory = target.parent
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = 0o600
+    if target.exists():
+        mode = target.stat().st_mode & 0o777
+        result["backup"] = str(_backup(target, target.read_bytes(), mode, now))
+    tmp = target.with_name(f".{target.name}.retained-tmp-{os.getpid()}")
+    try:
+        _write_exclusive(tmp, render(after).encode("utf-8"), mode)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    files.fsync_dir(directory)
+    result["written"] = True
+    return result
+
+
+__all__ = ["claude_settings_path", "hook_command", "hook_path", "install_claude", "is_retained_hook", "render"]

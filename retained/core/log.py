@@ -1,0 +1,985 @@
+"""The append-only log file: the only writer of ``log.jsonl``.
+
+Invariants (cited by id in tests and comments):
+
+- L1: one canonical JSON record per line, ending in ``\\n``.
+- L2: ``seq`` runs 1, 2, 3 over chained records with no gaps.
+- L3: ``prev`` equals the previous chained record's ``hash``.
+- L4: a write is acknowledged only after write, fsync, and a byte-exact
+  read-back of the line at the offset it was written at.
+- L5: the index is derived from the log alone, never the reverse.
+
+Crash cases this module defends, each at its step in ``Log.append``:
+
+- killed before ``os.write``: nothing changed.
+- killed during ``os.write`` or a short write: an unterminated tail, never
+  acknowledged; the next append sets it aside and truncates (recovery.py T2).
+- killed after ``os.write``, before or during ``fsync``: the line may or may
+  not survive a power cut; it was not acknowledged either way. If it
+  survives whole it is a valid record and the chain continues from it.
+- ``fsync`` or read-back fails: no acknowledgement, and the handle is
+  poisoned (LogUnusable) because the page cache may now disagree with the
+  disk; reopening re-derives every cached fact from the file.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import namedtuple
+from pathlib import Path
+
+from retained import limits
+from retained.core import record, recovery
+from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from retained.core.lock import StoreLock
+from retained.errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, BinaryIO
+
+LOG_NAME = "log.jsonl"
+LOCK_NAME = "log.lock"
+
+
+class Line(namedtuple("Line", "offset raw status record seq hash problem")):
+    """One line of the log as found on disk, with what it is.
+
+    ``status`` is record / redacted (a valid chained line), foreign (JSON
+    without chain fields, written by another program), damaged (a complete
+    line that fails to parse or verify) or torn (bytes after the last
+    newline). ``seq`` and ``hash`` are what the line claims, also when damaged.
+    A named tuple: scans build one per line, and tuple construction is the
+    cheapest immutable record Python has (collections', not typing's: the
+    brief path does not import typing).
+
+    Fields: offset (int), raw (bytes), status (str), record (the parsed
+    object or None), seq (int | None), hash (str | None), problem (str | None).
+    """
+
+    __slots__ = ()
+
+    @property
+    def length(self) -> int:
+        return len(self.raw)
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.raw)
+
+    @property
+    def chained(self) -> bool:
+        return self.status in _CHAINED
+
+
+_CHAINED = frozenset({record.RECORD, record.REDACTED})
+
+
+def make_line(offset: int, raw: bytes, *, fast_start: bool = False) -> Line:
+    """Classify one line; ``fast_start=True`` uses record.classify_for_display (same answer, no orjson import)."""
+    if not raw.endswith(b"\n"):
+        return Line(offset, raw, record.TORN, None, None, None, "unterminated last line")
+    classify = record.classify_for_display if fast_start else record.classify
+    status, obj, seq, h, problem = classify(raw[:-1])
+    return Line(offset, raw, status, obj, seq, h, problem)
+
+
+def pread(fd: int, length: int, offset: int) -> bytes:
+    """Read exactly what is there at ``offset``; short only at end of file."""
+    if hasattr(os, "pread"):
+        parts = []
+        while length > 0:
+            chunk = os.pread(fd, length, offset)
+            if not chunk:
+                break
+            parts.append(chunk)
+            length -= len(chunk)
+            offset += len(chunk)
+        return b"".join(parts)
+    # Windows has no pread; the caller holds the lock, so seeking is safe.
+    os.lseek(fd, offset, os.SEEK_SET)
+    parts = []
+    while length > 0:
+        chunk = os.read(fd, length)
+        if not chunk:
+            break
+        parts.append(chunk)
+        length -= len(chunk)
+    return b"".join(parts)
+
+
+def segments_reverse(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, bytes)`` of each line before ``end``, newest first.
+
+    The first segment may lack its newline (a torn tail). Reads grow when a
+    line is longer than a chunk, so a 16 MiB line costs a few reads, not
+    hundreds.
+    """
+    pos = end
+    carry = b""
+    chunk = limits.TAIL_CHUNK_BYTES
+    while True:
+        n = min(chunk, pos)
+        pos -= n
+        f.seek(pos)
+        data = f.read(n) + carry
+        hi = len(data)
+        while True:
+            if hi == 0:
+                if pos == 0:
+                    return
+                carry = b""
+                break
+            nl = data.rfind(b"\n", 0, hi - 1)
+            if nl == -1:
+                if pos == 0:
+                    yield 0, data[:hi]
+                    return
+                carry = data[:hi]
+                chunk *= 2
+                break
+            yield pos + nl + 1, data[nl + 1 : hi]
+            hi = nl + 1
+
+
+class Log:
+    """The log file of one store directory.
+
+    Reading needs no lock (readers ignore a torn tail, which is how an append
+    in progress looks). Appending takes the store lock.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        record_bytes_max: int = limits.RECORD_BYTES_MAX,
+        lock_wait_s: float = limits.LOCK_WAIT_S,
+        group_commit: bool = True,
+    ) -> None:
+        self.directory = Path(directory).expanduser()  # "~/x" is the home directory, as on the command line
+        self.path = self.directory / LOG_NAME
+        self._path_s = os.fspath(self.path)  # for the stat on every append: a str skips pathlib's conversion
+        self.lock_path = self.directory / LOCK_NAME
+        self.record_bytes_max = record_bytes_max
+        self.lock_wait_s = lock_wait_s
+        self._mutex = threading.Lock()
+        self._fd: int | None = None
+        self._ino: int | None = None
+        self._unusable: str | None = None
+        # Tail cache: valid while the file has this (inode, size).
+        self._tail_key: tuple[int, int] | None = None
+        self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
+        # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
+        self._ops: dict[str, dict[str, Any]] = {}
+        self._ops_end = 0
+        self._ops_ino: int | None = None
+        self.recovered: list[dict[str, Any]] = []
+        # One lock descriptor per Log, reused by every append (see lock.py).
+        self._lock = StoreLock(self.lock_path, lock_wait_s, keep_open=True)
+        # Group commit: threads of this process that call append while another
+        # thread's append is under way queue here, and the next leader writes
+        # and fsyncs all of their records at once (see _commit_grouped).
+        self.group_commit = group_commit
+        self._group = threading.Lock()
+        self._queue: list[_Request] = []
+        self._leading = False
+        # Latches of callers whose records are durable, released by the next
+        # leader once its own fsync is under way (see _commit_grouped).
+        self._waking: list[threading.Lock] = []
+
+    # -- reading -----------------------------------------------------------
+
+    def size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def open_read(self) -> BinaryIO | None:
+        """The log opened for reading (never through a link), or None when there is none yet."""
+        try:
+            return open_read(self.path)
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError as exc:
+            raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
+
+    def scan(self, start: int = 0, stop: int | None = None, *, containing: bytes | None = None) -> Iterator[Line]:
+        """Every line from ``start`` (a line boundary) up to ``stop``, oldest first, classified.
+
+        The lines of :meth:`segments` (same arguments), each made a `Line`.
+        """
+        for offset, raw in self.segments(start, stop, containing=containing):
+            yield make_line(offset, raw)
+
+    def segments(
+        self, start: int = 0, stop: int | None = None, *, containing: bytes | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """``(offset, bytes)`` of every line from ``start`` (a line boundary) up to ``stop``, unparsed.
+
+        ``stop`` defaults to the size when the reading begins, so it ends even
+        while writers append. Memory holds one chunk and one line at a time.
+        Bytes after the last newline come last, without one (a torn tail).
+        With ``containing``, only the complete lines holding those bytes are
+        yielded (a torn tail always is): a search in the chunk is far cheaper
+        than parsing and hashing every line.
+        """
+        f = self.open_read()
+        if f is None:
+            return
+        with f:
+            if stop is None:
+                stop = os.fstat(f.fileno()).st_size
+            f.seek(start)
+            base = start  # file offset of data[0]
+            data = b""
+            remaining = stop - start
+            while remaining > 0:
+                chunk = f.read(min(limits.SCAN_CHUNK_BYTES, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                data = data + chunk if data else chunk
+                i = 0
+                while True:
+                    nl = data.find(b"\n", i)
+                    if nl == -1:
+                        break
+                    if containing is None or data.find(containing, i, nl) != -1:
+                        yield base + i, data[i : nl + 1]
+                    i = nl + 1
+                base += i
+                data = data[i:]
+            if data:
+                yield base, data
+
+    def scan_reverse(self, stop: int | None = None, *, fast_start: bool = False) -> Iterator[Line]:
+        """Every line before ``stop``, newest first (a torn tail first, if any).
+
+        ``fast_start=True`` classifies with the standard library's JSON (the
+        same checks; orjson is imported only for a line that needs it), for
+        the session-start brief, whose whole run costs less than importing
+        orjson.
+        """
+        f = self.open_read()
+        if f is None:
+            return
+        with f:
+            if stop is None:
+                stop = os.fstat(f.fileno()).st_size
+            for offset, raw in segments_reverse(f, stop):
+                yield make_line(offset, raw, fast_start=fast_start)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """The bytes of one line, as an index remembers its place."""
+        f = self.open_read()
+        if f is None:
+            return b""
+        with f:
+            f.seek(offset)
+            return f.read(length)
+
+    def read_many(self, places: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes at each ``(offset, length)``, read through one open file (b"" for each if there is no log)."""
+        f = self.open_read()
+        if f is None:
+            return [b""] * len(places)
+        with f:
+            out = []
+            for offset, length in places:
+                f.seek(offset)
+                out.append(f.read(length))
+            return out
+
+    def line_at(self, offset: int, length: int) -> Line:
+        return make_line(offset, self.read_at(offset, length))
+
+    def tail(self, stop: int | None = None) -> tuple[int, str, int]:
+        """``(seq, hash, end offset)`` of the last valid chained line.
+
+        Reads backwards from the end, never the whole log unless the whole log
+        has no valid record. Foreign and damaged lines are passed over: the
+        chain skips them.
+        """
+        line = self._last_chained(stop)
+        return (0, record.ZERO_HASH, 0) if line is None else (line.seq, line.hash, line.end)
+
+    def _last_chained(self, stop: int | None) -> Line | None:
+        for line in self.scan_reverse(stop):
+            if line.chained:
+                return line
+        return None
+
+    def find(self, seq: int) -> Line:
+        """The valid line holding ``seq``, by a scan (the index does this faster).
+
+        Raises:
+            NotFound: no valid chained line has that seq.
+        """
+        for line in self.scan():
+            if line.chained and line.seq == seq:
+                return line
+        raise NotFound(f"no record with seq {seq} in {self.path}; see `retained list` for what exists", seq=seq)
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        """Torn tails set aside by earlier appends, with their sizes."""
+        out: list[dict[str, Any]] = []
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return out
+        prefix = LOG_NAME + ".torn-"
+        for name in names:
+            if name.startswith(prefix):
+                offset_text = name[len(prefix) :].split(".")[0]
+                size = (self.directory / name).stat().st_size
+                out.append({"file": name, "offset": int(offset_text) if offset_text.isdigit() else None, "bytes": size})
+        return out
+
+    # -- appending ---------------------------------------------------------
+
+    @property
+    def unusable(self) -> str | None:
+        return self._unusable
+
+    def close(self) -> None:
+        with self._mutex:
+            self._close_fd()
+            self._lock.close()
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
+        self._ino = None
+        self._tail_key = None
+
+    def _forget_file(self) -> None:
+        """Drop every cached fact about the file: descriptor, tail, the client_op_id map."""
+        self._close_fd()
+        self._ops.clear()
+        self._ops_end = 0
+        self._ops_ino = None
+
+    def reopen(self) -> None:
+        """Forget every cached fact and the poisoned state; the next append re-reads the file."""
+        with self._mutex:
+            self._forget_file()
+            self._unusable = None
+
+    def _poison(self, why: str) -> None:
+        self._unusable = why
+        try:
+            self._close_fd()
+        except OSError:
+            pass
+
+    def _ensure_fd(self) -> tuple[int, bool]:
+        """The append descriptor, reopened if the file was replaced (redaction renames a new log in)."""
+        try:
+            st = os.stat(self._path_s)
+        except FileNotFoundError:
+            st = None
+        if self._fd is not None and st is not None and st.st_ino == self._ino:
+            return self._fd, False
+        self._close_fd()
+        created = st is None
+        fd = open_fd(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        self._fd = fd
+        self._ino = os.fstat(fd).st_ino
+        return fd, created
+
+    def _make_durable(self, fd: int, created: bool) -> None:
+        """fsync the log; on its first creation its directory entry too.
+
+        Without the directory fsync a power cut could lose the whole file
+        after seq 1 was acknowledged.
+        """
+        os.fsync(fd)
+        if created:
+            fsync_dir(self.directory)
+
+    def _set_aside(self, fd: int, start: int, end: int) -> str:
+        """Copy the log's bytes ``[start, end)`` to a new quarantine file, then truncate the log to ``start``.
+
+        Used only for bytes that were never acknowledged (a torn tail, or
+        lines this append wrote that failed their link check). The copy comes
+        first, fsynced with its directory entry: a crash between the two
+        steps leaves a copy and the bytes, and the next append does this
+        again under another name. A copy that cannot be written whole is
+        removed, so a full disk leaves no empty quarantine files behind.
+        """
+        data = pread(fd, end - start, start)
+        attempt = 0
+        while True:
+            qpath = self.directory / recovery.quarantine_name(LOG_NAME, start, attempt)
+            try:
+                qfd = open_fd(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                break
+            except FileExistsError:
+                attempt += 1
+        try:
+            try:
+                write_all(qfd, data)
+                os.fsync(qfd)
+            finally:
+                os.close(qfd)
+        except OSError:
+            try:
+                os.unlink(qpath)
+            except OSError:
+                pass
+            raise
+        fsync_dir(self.directory)
+        os.ftruncate(fd, start)
+        os.fsync(fd)
+        self._tail_key = None
+        self.recovered.append({"file": qpath.name, "offset": start, "bytes": len(data)})
+        return qpath.name
+
+    def _recover_tail(self, fd: int, size: int) -> int:
+        """Apply recovery.py's table to the log's end; returns the size after it."""
+        if self._tail_key == (self._ino or 0, size):
+            # The file ends where this handle's last append or tail read left
+            # it: a whole line, read back, ending in a newline (T0/T1).
+            return size
+        ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
+        row = recovery.decide(size == 0, ends_with_newline)
+        if row.action == "accept":
+            return size
+        with open_read(self.path) as f:
+            torn_offset, _ = next(segments_reverse(f, size))
+        self._set_aside(fd, torn_offset, size)
+        return torn_offset
+
+    def _current_tail(self, size: int) -> tuple[int, str, int, int]:
+        """``(seq, hash, offset, length)`` of the last chained line before ``size`` (offset -1: none)."""
+        key = (self._ino or 0, size)
+        if self._tail_key != key:
+            line = self._last_chained(size)
+            if line is None:
+                self._tail = (0, record.ZERO_HASH, -1, 0)
+            else:
+                self._tail = (line.seq, line.hash, line.offset, line.length)
+            self._tail_key = key
+        return self._tail
+
+    def _ops_lookup(self, client_op_id: str, size: int) -> dict[str, Any] | None:
+        """The proof of an earlier write with this client_op_id, if any.
+
+        Built by one scan per process and then extended from where it ended,
+        so a retry is recognised across processes and restarts.
+        """
+        if self._ops_ino != self._ino or self._ops_end > size:
+            self._ops.clear()
+            self._ops_end = 0
+            self._ops_ino = self._ino
+        if self._ops_end == size:
+            # Nothing appended since the last look (the common case inside a
+            # batch): the map is complete, no need to open the file again.
+            return self._ops.get(client_op_id)
+        end = size
+        # Canonical JSON has no space after a key, and a quote inside a string
+        # is escaped, so every record with the field holds these exact bytes.
+        for line in self.scan(start=self._ops_end, stop=size, containing=b'"client_op_id":'):
+            if line.status == record.TORN:
+                end = line.offset
+                break
+            if line.status == record.RECORD:
+                op = line.record.get("client_op_id")
+                if isinstance(op, str) and op not in self._ops:
+                    self._ops[op] = proof_of(line)
+        self._ops_end = end
+        return self._ops.get(client_op_id)
+
+    def _check_usable(self) -> None:
+        if self._unusable is not None:
+            raise LogUnusable(
+                f"an earlier write on this handle failed ({self._unusable}); "
+                "reopen the log to re-read its state, then retry",
+                path=str(self.path),
+            )
+
+    def append(
+        self,
+        contents: list[record.Content],
+        *,
+        client: dict[str, Any],
+        ts: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Append records and return their proofs once they are durable.
+
+        The one way into the file: a single write is a batch of one. Takes
+        the lock, sets aside a torn tail, links each record to the one before
+        it (the first to the last valid record), writes the lines with one
+        ``os.write`` on an O_APPEND descriptor, fsyncs, reads the bytes back
+        at the offset they must occupy and compares them byte for byte, and
+        re-reads the chain fields of every record, and of the record before
+        them, from the bytes read back (L3, L4). A record whose client_op_id
+        is already in the log (or earlier in the batch) is not appended
+        again: its first proof comes back with ``duplicate`` true.
+
+        With ``group_commit`` (the default), calls from other threads of this
+        process that arrive while one is writing join the next write: one
+        write and one fsync for all of them, every record still read back and
+        its link checked, and each caller returns only once its own records
+        are durable. A caller whose records are refused (too large, a missing
+        supersedes target) gets its own error; the others are unaffected.
+
+        Returns:
+            One proof per content, in order: seq, hash, prev, offset, length,
+            ts, duplicate.
+
+        Raises:
+            InvalidRecord / RecordTooLarge: nothing written.
+            NotFound: a ``supersedes`` seq does not exist yet; nothing written.
+            LockTimeout: nothing written.
+            WriteFailed / ReadBackMismatch: nothing acknowledged; handle unusable.
+            LogUnusable: an earlier failure on this handle; call reopen().
+        """
+        req = _Request(contents, client, ts)
+        if self.group_commit:
+            self._commit_grouped(req)
+        else:
+            with self._mutex:
+                self._commit([req])
+        return req.result()
+
+    def _commit_grouped(self, req: _Request) -> None:
+        """Queue ``req``; the first caller to find no leader writes everything queued so far.
+
+        A waiting caller sleeps on its own latch (a lock it holds, released
+        once by another thread: cheaper than an Event, which builds a
+        condition and a waiter lock on every wait). The leader hands the lead
+        to the first caller that queued meanwhile (which writes everything
+        queued by then), so no thread wakes only to find it must wait again.
+        The callers it wrote for are woken exactly once: at once when nobody
+        is queued, otherwise by the next leader as its fsync starts. Their
+        records are durable and read back either way; waking them while the
+        next group's fsync runs, and not while its leader seals, stats, locks
+        and writes, means the interpreter lock is free when they need it,
+        instead of being handed back and forth at each of the leader's
+        system calls.
+        """
+        with self._group:
+            if self._leading:
+                woken = threading.Lock()
+                woken.acquire()  # released once: by the leader that wrote it, or to hand it the lead
+            else:
+                woken = None
+            req.woken = woken
+            self._queue.append(req)
+            self._leading = True
+        if woken is not None:
+            woken.acquire()
+            if req.done:
+                return  # a leader wrote it (or failed it) while this thread waited
+            # Otherwise the lead was handed to this caller: it writes what is
+            # queued, itself included, and nobody waits on its latch any more.
+            req.woken = None
+        with self._group:
+            batch, self._queue = self._queue, []
+        try:
+            with self._mutex:
+                self._commit(batch)
+        finally:
+            # Callers of the group before, if this commit never reached its fsync.
+            self._wake_durable()
+            with self._group:
+                for r in batch:
+                    r.done = True
+                heir = self._queue[0] if self._queue else None
+                self._leading = heir is not None
+                latches = [r.woken for r in batch if r.woken is not None]
+                if heir is not None:
+                    self._waking.extend(latches)  # the heir wakes them as its fsync starts
+                    latches = []
+            for latch in latches:
+                latch.release()
+            if heir is not None and heir.woken is not None:
+                heir.woken.release()
+
+    def _wake_durable(self) -> None:
+        """Release the latches of callers whose records a previous group made durable."""
+        if not self._waking:
+            return
+        with self._group:
+            latches, self._waking = self._waking, []
+        for latch in latches:
+            latch.release()
+
+    def _commit(self, batch: list[_Request]) -> None:
+        """Append the records of ``batch`` (this thread holds ``_mutex``); each request gets its proofs or an error."""
+        try:
+            self._check_usable()
+            if self._fd is None and not self.directory.is_dir():
+                # Once the log is open its directory exists; a stat per append
+                # is a measurable share of the write path.
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with self._lock:
+                self._append_locked(batch)
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller whose records it concerns
+            for req in batch:
+                if req.error is None and (req.proofs is None or req.wrote):
+                    req.error = exc
+                    req.proofs = None
+
+    def exclusive(self) -> Exclusive:
+        """Hold the log under its lock: ``with log.exclusive() as held: held.append(...); held.replace(...)``.
+
+        For the one flow that rewrites the file (redaction) and for copies
+        that must see a still log (backup): nothing else appends in between.
+
+        Raises (on entering):
+            LockTimeout: another writer held the lock too long; nothing done.
+            LogUnusable: an earlier failure on this handle; call reopen().
+        """
+        return Exclusive(self)
+
+    def _append_locked(self, batch: list[_Request]) -> None:
+        """The pipeline, under the lock: tail, seal, one write, fsync, read-back, link check, then proofs.
+
+        Raises on a failure that concerns every request with records to
+        write (nothing acknowledged); a request refused on its own content
+        gets ``req.error`` and takes no seq.
+        """
+        try:
+            fd, created = self._ensure_fd()
+        except IsADirectoryError as exc:
+            raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
+        try:
+            size = self._recover_tail(fd, os.fstat(fd).st_size)
+        except OSError as exc:
+            raise WriteFailed(
+                f"setting aside the unterminated tail of {self.path} failed ({exc.strerror or exc}); "
+                "nothing was written; free space or fix the device, then retry",
+                path=str(self.path),
+            ) from exc
+        tail = self._current_tail(size)
+        tail_seq, tail_hash = tail[0], tail[1]
+
+        # Seal every record before anything is written: a bad one refuses its request.
+        seq, prev, offset = tail_seq, tail_hash, size
+        stamp = record.utc_now()
+        lines: list[bytes] = []
+        new_ops: dict[str, dict[str, Any]] = {}
+        for req in batch:
+            mark = (seq, prev, offset, len(lines))
+            added: list[str] = []
+            try:
+                req.proofs, (seq, prev, offset) = self._seal(req, stamp, size, (seq, prev, offset), lines, new_ops, added)
+            except RetainedError as exc:
+                # Refused on its own content: its records take no seq.
+                seq, prev, offset, n = mark
+                del lines[n:]
+                for op in added:
+                    del new_ops[op]
+                req.error = exc
+                req.proofs = None
+                continue
+            req.wrote = len(lines) > mark[3]
+        if not lines:
+            return
+        what = f"seq {seq}" if len(lines) == 1 else f"the batch seq {tail_seq + 1}..{seq}"
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        self._write_durable(fd, data, created, what)
+        self._read_back(fd, lines, data, size, tail, what)
+
+        self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
+        self._tail_key = (self._ino or 0, offset)
+        if new_ops and self._ops_ino == self._ino and self._ops_end == size:
+            self._ops.update(new_ops)
+            self._ops_end = offset
+
+    def _seal(
+        self,
+        req: _Request,
+        stamp: str,
+        size: int,
+        at: tuple[int, str, int],
+        lines: list[bytes],
+        new_ops: dict[str, dict[str, Any]],
+        added: list[str],
+    ) -> tuple[list[dict[str, Any]], tuple[int, str, int]]:
+        """Seal one request's records from chain position ``at``: their lines go to ``lines``; returns their proofs and the new position."""
+        seq, prev, offset = at
+        proofs: list[dict[str, Any]] = []
+        contents = req.contents
+        batch = len(contents) > 1
+        ts = req.ts or stamp
+        for i, content in enumerate(contents):
+            fields = content.fields
+            op = fields.get("client_op_id")
+            if op is not None:
+                earlier = new_ops.get(op) or self._ops_lookup(op, size)
+                if earlier is not None:
+                    proofs.append({**earlier, "duplicate": True})
+                    continue
+            for target in fields.get("supersedes", ()):
+                if target > seq:
+                    where = f" when record {i + 1} of the batch is written" if batch else ""
+                    raise NotFound(
+                        f"field supersedes: seq {target} does not exist{where} (the newest record is seq {seq}); "
+                        "nothing was written",
+                        seq=target,
+                        path="supersedes",
+                    )
+            sealed = record.seal(
+                content, seq=seq + 1, prev=prev, ts=ts, client=req.client, record_bytes_max=self.record_bytes_max
+            )
+            line = sealed.line
+            proof = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line), "ts": ts}
+            if op is not None:
+                new_ops[op] = proof
+                added.append(op)
+            proofs.append({**proof, "duplicate": False})
+            lines.append(line)
+            seq, prev, offset = seq + 1, sealed.hash, offset + len(line)
+        return proofs, (seq, prev, offset)
+
+    def _write_durable(self, fd: int, data: bytes, created: bool, what: str) -> None:
+        """Write ``data`` at the end with one ``os.write`` (pieces only past 1 GiB), then fsync.
+
+        One write on an O_APPEND descriptor: the kernel places it at the end
+        as a unit with respect to other O_APPEND writers on POSIX. A short
+        count leaves an unterminated tail that recovery T2 sets aside; it is
+        never completed by a second write, which another writer could have
+        overtaken. Any failure poisons the handle: what reached the file is
+        unknown until it is read again.
+        """
+        try:
+            view = memoryview(data)
+            while view:
+                piece = view[: limits.WRITE_BYTES_MAX]
+                written = os.write(fd, piece)
+                if written != len(piece):
+                    self._poison(f"short write ({written} of {len(piece)} bytes)")
+                    raise WriteFailed(
+                        f"short write to {self.path}: {written} of {len(piece)} bytes for {what}; "
+                        "nothing was acknowledged; the partial line is set aside by the next append; "
+                        "a full disk writes short: free space, then retry",
+                        path=str(self.path),
+                        expected=len(piece),
+                        observed=written,
+                    )
+                view = view[written:]
+        except OSError as exc:
+            self._poison(f"write failed: {exc.strerror or exc}")
+            raise WriteFailed(
+                f"writing {what} to {self.path} failed ({exc.strerror or exc}); nothing was acknowledged; "
+                "free space or fix the device, then retry",
+                path=str(self.path),
+            ) from exc
+        try:
+            self._wake_durable()
+            self._make_durable(fd, created)
+        except OSError as exc:
+            self._poison(f"fsync failed: {exc.strerror or exc}")
+            raise WriteFailed(
+                f"fsync of {self.path} failed ({exc.strerror or exc}) after writing {what}; "
+                "nothing was acknowledged; the device may be failing",
+                path=str(self.path),
+            ) from exc
+
+    def _read_back(
+        self, fd: int, lines: list[bytes], data: bytes, size: int, tail: tuple[int, str, int, int], what: str
+    ) -> None:
+        """Check what the file now holds at ``size``: the bytes, then every link (L3, L4).
+
+        Read from the file, not from our buffer, at the offset the lines must
+        occupy. The record before them is read back too, in the same read
+        when it ends where they begin, and its stored seq and hash must be
+        the ones they link to: a line that another program rewrote in place
+        since this handle read the tail is caught here, not by a later
+        verify. Any failure poisons the handle and acknowledges nothing.
+        """
+        tail_seq, tail_hash, tail_offset, tail_length = tail
+        end = size + len(data)
+        start = tail_offset if tail_offset >= 0 and tail_offset + tail_length == size else size
+        try:
+            back = pread(fd, end - start, start)
+            if tail_offset >= 0 and start == size:
+                before = pread(fd, tail_length, tail_offset)
+            else:
+                before = back[: size - start]
+        except OSError as exc:
+            self._poison(f"read-back failed: {exc.strerror or exc}")
+            raise ReadBackMismatch(
+                f"reading back {what} at byte {size} of {self.path} failed ({exc.strerror or exc}); "
+                "nothing was acknowledged",
+                path=str(self.path),
+                offset=size,
+            ) from exc
+        mine = back[size - start :]
+        if mine != data:
+            self._poison("read-back mismatch")
+            first = next((i for i, (a, b) in enumerate(zip(mine, data, strict=False)) if a != b), min(len(mine), len(data)))
+            raise ReadBackMismatch(
+                f"read-back of {what} at byte {size} of {self.path} differs from what was written "
+                f"(first difference at byte {size + first}; {len(mine)} of {len(data)} bytes came back); "
+                "nothing was acknowledged; run `retained verify`",
+                path=str(self.path),
+                offset=size,
+                expected=len(data),
+                observed=len(mine),
+            )
+        # The chain fields, read again from the bytes that came back (the
+        # second of two paths for L3; the first is seal()).
+        problem = None
+        if tail_offset >= 0 and _link_fields(before)[::2] != (tail_seq, tail_hash):
+            problem = f"the record before it is no longer seq {tail_seq} with hash {tail_hash[:12]}…"
+        seq, prev, pos = tail_seq, tail_hash, 0
+        for line in lines if problem is None else ():
+            found = _link_fields(mine[pos : pos + len(line)])
+            if found[0] != seq + 1 or found[1] != prev:
+                problem = f"seq {seq + 1} read back as seq {found[0]} with prev {str(found[1])[:12]}…"
+                break
+            seq, prev, pos = seq + 1, found[2], pos + len(line)
+        if problem is not None:
+            self._unlinked(fd, size, end, what, problem)
+
+    def _unlinked(self, fd: int, size: int, end: int, what: str, problem: str) -> None:
+        """Raise for lines that landed but do not link; set them aside while the file still ends with them."""
+        note = ""
+        try:
+            if os.fstat(fd).st_size == end:
+                note = f"; the lines were set aside as {self._set_aside(fd, size, end)}"
+        except OSError as exc:
+            note = f"; setting them aside failed ({exc.strerror or exc})"
+        self._poison("read-back does not link")
+        raise ReadBackMismatch(
+            f"{what} read back from byte {size} of {self.path} does not link: {problem}; "
+            f"nothing was acknowledged{note}; run `retained verify`",
+            path=str(self.path),
+            offset=size,
+        )
+
+    def _replace_locked(self, suffix: str, write: Callable[[BinaryIO, int], None], check: Callable[[Path], None]) -> None:
+        """Replace the whole file: write a temporary beside it, fsync, check, rename, fsync the directory.
+
+        ``write(source, fd)`` streams the new content into ``fd`` from the
+        current log; ``check(path)`` raises if the temporary is not what it
+        must be (the log is then untouched). A leftover temporary of an
+        interrupted run is removed first (unlink never follows a symlink) and
+        the new one is created exclusively.
+        """
+        tmp = self.directory / (LOG_NAME + suffix)
+        fd = create_exclusive(tmp)
+        try:
+            try:
+                with open_read(self.path) as source:
+                    write(source, fd)
+                # Durable before it may replace the log.
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            check(tmp)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        os.replace(tmp, self.path)
+        fsync_dir(self.directory)
+        # Every cached fact (descriptor, tail, offsets) belonged to the old file.
+        self._forget_file()
+
+
+class _Request:
+    """One caller's records on their way into the file, and what came of them."""
+
+    __slots__ = ("client", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
+
+    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
+        self.contents = contents
+        self.client = client
+        self.ts = ts
+        self.proofs: list[dict[str, Any]] | None = None
+        self.error: BaseException | None = None
+        self.wrote = False  # some of its records are among the lines written
+        self.done = False
+        self.woken: threading.Lock | None = None
+
+    def result(self) -> list[dict[str, Any]]:
+        if self.error is not None:
+            raise self.error
+        if self.proofs is None:
+            raise LogUnusable("an append ended without a proof or an error; reopen the log and retry")
+        return self.proofs
+
+
+class Exclusive:
+    """The log held under its lock by one caller (see ``Log.exclusive``): a context manager.
+
+    Not ``contextlib.contextmanager``: log.py is on the brief's path, which
+    imports no more than it uses.
+    """
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def __enter__(self) -> Exclusive:
+        log = self._log
+        log._mutex.acquire()
+        try:
+            log._check_usable()
+            log._lock.__enter__()
+        except BaseException:
+            log._mutex.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        log = self._log
+        try:
+            log._lock.__exit__(None, None, None)
+        finally:
+            log._mutex.release()
+
+    def append(self, contents: list[record.Content], *, client: dict[str, Any], ts: str | None = None) -> list[dict[str, Any]]:
+        """``Log.append`` without taking the lock again: the same pipeline."""
+        req = _Request(contents, client, ts)
+        try:
+            self._log._append_locked([req])
+        except BaseException as exc:  # noqa: BLE001 - raised below, as for any caller
+            req.error = exc
+        return req.result()
+
+    def replace(self, suffix: str, write: Callable[[BinaryIO, int], None], check: Callable[[Path], None]) -> None:
+        """Replace the whole file through a temporary named log.jsonl + ``suffix`` (see ``Log._replace_locked``)."""
+        self._log._replace_locked(suffix, write, check)
+
+
+def _link_fields(raw: bytes) -> tuple[Any, Any, Any]:
+    """``(seq, prev, hash)`` as a stored line holds them; Nones where it holds no such object."""
+    try:
+        obj = record.orjson.loads(raw)
+    except record.orjson.JSONDecodeError:
+        return None, None, None
+    if type(obj) is not dict:
+        return None, None, None
+    return obj.get("seq"), obj.get("prev"), obj.get("hash")
+
+
+def proof_of(line: Line) -> dict[str, Any]:
+    """The proof fields of a stored chained line."""
+    if not line.chained:
+        raise ValueError(f"the line at byte {line.offset} is {line.status}, not a chained record: it has no proof")
+    rec = line.record
+    return {
+        "seq": line.seq,
+        "hash": line.hash,
+        "prev": rec["prev"],
+        "offset": line.offset,
+        "length": line.length,
+        "ts": rec.get("ts"),
+    }

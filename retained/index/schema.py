@@ -1,0 +1,517 @@
+"""The index's schema and read model: what the index file holds and how to read it.
+
+One definition of each: the file name (`INDEX_NAME`, with SQLite's ``-wal``
+and ``-shm`` beside it), the tables (`SCHEMA`, `VECTORS_SCHEMA`) and their
+version (`SCHEMA_VERSION`), the high-water mark kept in ``meta`` (`Mark`,
+`read_mark`, `mark_state`), the link fields that become the ``links`` table
+and the flags of ``records``, the token estimate results are charged with,
+and the read-only queries the readers share. ``index`` writes the tables
+(catch-up, rebuild); ``index_search``, ``index_verify``, ``hybrid``, the
+brief, ``stats`` and the self-test read them through these names.
+
+Standard library only, and nothing from ``typing`` at import: the
+session-start brief imports this module on its fast path (it must not pay for
+the query parser, orjson or portalocker).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from retained.core import files
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost the brief
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from pathlib import Path
+    from typing import Any
+
+INDEX_NAME = "index.sqlite3"
+# SQLite's companions of the file in WAL mode; they belong to the index and go with it.
+INDEX_SUFFIXES = ("-wal", "-shm")
+INDEX_FILES = (INDEX_NAME, *(INDEX_NAME + s for s in INDEX_SUFFIXES))
+
+SCHEMA_VERSION = "3"
+# Versions whose meta, records and links tables read as this module reads
+# them (2 changed only the words FTS5 indexes, 3 added the client column that
+# only `newest` filters on); a reader that never rebuilds (the brief) may use
+# an index of any of them.
+READABLE_VERSIONS = frozenset({"1", "2", "3"})
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+BATCH_ROWS = 2000  # rows per executemany in catch-up and rebuild, and lines per batch in verify
+# SQLite's page cache per connection that reads the whole index (search, verify):
+# big enough for the whole index at 100k records (~30 MB); allocated only as used.
+CACHE_KIB = 64 * 1024
+# FTS5 holds a transaction's words in memory up to this many bytes before it
+# writes them out as a segment (its default is 1 MiB). A rebuild at 100k
+# records then writes one segment instead of dozens that FTS5 merges as it
+# goes (BENCHMARKS.md gives what that saves). Only a large transaction (a
+# rebuild, a catch-up after an import) ever holds that much; a write's
+# catch-up holds a few hundred bytes.
+FTS_HASH_BYTES = 16 * 1024 * 1024
+IN_ROWS_MAX = 500  # values per `IN (...)` list: well under SQLite's default limit of bound parameters
+
+TABLES = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    kind TEXT,
+    scope TEXT,
+    ts TEXT,
+    client_op_id TEXT,
+    client TEXT,
+    superseded INTEGER NOT NULL DEFAULT 0,
+    retracted INTEGER NOT NULL DEFAULT 0,
+    redacted INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS links (
+    target INTEGER NOT NULL,
+    source INTEGER NOT NULL,
+    rel TEXT NOT NULL,
+    PRIMARY KEY (target, rel, source)
+) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+    text, body, fields, content='', tokenize='{TOKENIZER}'
+);
+INSERT INTO fts (fts, rank) VALUES ('hashsize', {FTS_HASH_BYTES});
+"""
+
+# The indexes of ``records``; a rebuild makes them after filling the table
+# (one sort each, not one b-tree insert per row each).
+RECORDS_INDEXES = """
+CREATE INDEX IF NOT EXISTS records_scope ON records (scope, seq);
+CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq);
+CREATE INDEX IF NOT EXISTS records_client ON records (client, seq);
+CREATE INDEX IF NOT EXISTS records_flagged ON records (seq) WHERE superseded OR retracted OR redacted;
+"""
+SCHEMA = TABLES + RECORDS_INDEXES
+
+# The columns of ``records`` a line fills (its flags are set by the lines that name it).
+ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted"
+# A rebuild's rows for one range of the log, made in a worker process in a
+# database of their own (in memory) and copied from there into the tables
+# above: ``lines`` holds a chained line's ``records`` row and its words
+# (``n``: its order in the range), ``line_links`` the links it makes (named
+# apart from ``links``, so that no statement can mistake one for the other).
+BULK_TABLES = f"""
+CREATE TABLE lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
+CREATE TABLE line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
+"""
+
+DROP = """
+DROP TABLE IF EXISTS fts;
+DROP TABLE IF EXISTS links;
+DROP TABLE IF EXISTS records;
+DROP TABLE IF EXISTS meta;
+"""
+
+# The vectors ``hybrid`` keeps beside the index's own tables (one row per
+# record and model); ``DROP`` leaves them alone, so a rebuild keeps them.
+VECTORS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS vectors (
+    id INTEGER PRIMARY KEY,
+    model TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    v BLOB NOT NULL,
+    UNIQUE (model, seq)
+);
+CREATE TABLE IF NOT EXISTS vectors_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+"""
+
+
+def statements(script: str) -> list[str]:
+    """The statements of `SCHEMA`, `DROP` or `VECTORS_SCHEMA`, one per ``execute``."""
+    return [s for s in script.split(";") if s.strip()]
+
+
+# -- links and flags ---------------------------------------------------------------
+
+# The record fields that name earlier records; each becomes a ``links`` row
+# (its ``rel``) and sets a flag column on the record named.
+LINK_FIELDS = ("supersedes", "retracts", "redacts")
+FLAG_COLUMNS = {"supersedes": "superseded", "retracts": "retracted", "redacts": "redacted"}
+# How a record's links are reported on the record named (``superseded_by``...).
+LINKED_BY = {"supersedes": "superseded_by", "retracts": "retracted_by", "redacts": "redacted_by"}
+# The store's own kinds: they record a change to other records and are never listed as memories.
+BOOKKEEPING_KINDS = frozenset({"retract", "redaction", "quarantine"})
+_BOOKKEEPING_SQL = ", ".join(f"'{k}'" for k in sorted(BOOKKEEPING_KINDS))
+
+
+def client_name(value: Any) -> str | None:
+    """The name of the client that wrote a record (its ``client`` field), or None when it has none."""
+    name = value.get("name") if isinstance(value, dict) else None
+    return name if type(name) is str else None
+
+
+def link_targets(value: Any) -> list[int]:
+    """The seqs a link field names: one positive int or a list of them; anything else names none."""
+    if type(value) is int and value > 0:
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if type(v) is int and v > 0]
+    return []
+
+
+# -- the token estimate --------------------------------------------------------------
+
+TOKEN_BYTES = 4  # UTF-8 bytes per token: on the generous side for English and code
+
+
+def estimate_tokens(*parts: str | bytes) -> int:
+    """The one token estimate: ``ceil(UTF-8 bytes of the parts together / TOKEN_BYTES)``.
+
+    Search charges a result its text and body (``documents.estimate_tokens``),
+    the brief a record's rendered block; both count through here.
+    """
+    n = 0
+    for part in parts:
+        n += len(part) if isinstance(part, bytes) else len(part.encode("utf-8", "surrogatepass"))
+    return (n + TOKEN_BYTES - 1) // TOKEN_BYTES
+
+
+# -- the high-water mark ---------------------------------------------------------------
+
+# The mark's fields and the ``meta`` keys that hold them, in `Mark`'s order.
+_MARK_KEYS = ("hwm_offset", "hwm_seq", "hwm_hash", "hwm_line_offset", "hwm_line_length")
+# The rows of ``meta`` in an index that has read nothing yet.
+EMPTY_META = (("schema", SCHEMA_VERSION), *zip(_MARK_KEYS, (0, 0, "", -1, 0), strict=True))
+INSERT_META = "INSERT INTO meta (key, value) VALUES (?, ?)"
+_UPDATE_META = "UPDATE meta SET value = ? WHERE key = ?"
+
+
+class Mark:
+    """The high-water mark in ``meta``: how far the index has read the log.
+
+    ``offset``: the log byte the index has read to. ``seq``, ``hash``,
+    ``line_offset``, ``line_length``: the last record it indexed and where
+    its line is (``line_offset`` -1 when none yet). ``schema``: the version
+    the tables were made for.
+    """
+
+    __slots__ = ("hash", "line_length", "line_offset", "offset", "schema", "seq")
+
+    def __init__(self, schema: str | None, offset: int, seq: int, h: str, line_offset: int, line_length: int) -> None:
+        self.schema = schema
+        self.offset = offset
+        self.seq = seq
+        self.hash = h
+        self.line_offset = line_offset
+        self.line_length = line_length
+
+
+def schema_version(db: sqlite3.Connection) -> Any:
+    """The ``schema`` value in ``meta`` as stored, or None when there is no such row or table."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return row[0] if row else None
+
+
+def read_mark(db: sqlite3.Connection, versions: frozenset[str] | None = None) -> Mark:
+    """The mark in ``meta``.
+
+    Raises:
+        ValueError: a row is missing or not a number, or the schema is not in
+            ``versions`` (when given).
+        sqlite3.Error: no ``meta`` table, or the file is not an index.
+    """
+    meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    schema = None if meta.get("schema") is None else str(meta["schema"])
+    if versions is not None and schema not in versions:
+        raise ValueError(f"schema {schema!r}, expected one of {sorted(versions)}")
+    missing = [k for k in _MARK_KEYS if k not in meta]
+    if missing:
+        raise ValueError(f"meta has no {', '.join(missing)}; run `retained rebuild`")
+    offset, seq, h, line_offset, line_length = (meta[k] for k in _MARK_KEYS)
+    try:
+        return Mark(schema, int(offset), int(seq), str(h), int(line_offset), int(line_length))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"meta holds a mark that is not a number ({exc}); run `retained rebuild`") from None
+
+
+def write_mark(db: sqlite3.Connection, offset: int, last: Any = None) -> None:
+    """Move the mark to ``offset``; ``last`` (with ``seq``, ``hash``, ``offset``, ``length``) is the newest record indexed.
+
+    For the writer (``index``), inside its write transaction.
+    """
+    values: list[tuple[Any, str]] = [(offset, "hwm_offset")]
+    if last is not None:
+        values += [(last.seq, "hwm_seq"), (last.hash, "hwm_hash"), (last.offset, "hwm_line_offset"),
+                   (last.length, "hwm_line_length")]
+    db.executemany(_UPDATE_META, values)
+
+
+def line_has_hash(raw: bytes, h: str) -> bool:
+    """Whether ``raw`` is a whole line holding the chain hash ``h``.
+
+    Canonical lines hold ``"hash":"<64 hex>"`` exactly once at top level; a
+    nested caller field can never be named "hash" at top level, so the check
+    is exact enough to tell a replaced log from the one indexed.
+    """
+    return raw.endswith(b"\n") and (b'"hash":"' + h.encode("ascii", "replace") + b'"') in raw
+
+
+def mark_state(mark: Mark, size: int, read_at: Callable[[int, int], bytes]) -> str:
+    """Where the log of ``size`` bytes stands against the mark.
+
+    ``ok`` (the index has read it all), ``behind`` (the log grew since),
+    ``log_shorter`` (the index read past the log's end) or ``log_other`` (the
+    line at the mark no longer holds the hash indexed): the last two mean the
+    log was replaced (restored from a copy, redacted, truncated by hand).
+    ``read_at(offset, length)`` reads the log's bytes.
+    """
+    if mark.offset > size:
+        return "log_shorter"
+    if mark.line_offset >= 0 and not line_has_hash(read_at(mark.line_offset, mark.line_length), mark.hash):
+        return "log_other"
+    return "ok" if mark.offset == size else "behind"
+
+
+# -- reading ---------------------------------------------------------------------
+
+def refuse_links(path: Path) -> None:
+    """Raise LinkRefused if the index at ``path`` or its ``-wal`` or ``-shm`` is a symbolic link.
+
+    SQLite follows links and cannot be told not to (its no-follow flag is not
+    reachable from Python's sqlite3), so every connection to the index is
+    made through `connect` or `connect_read_only`, which look first. A link
+    planted between the look and SQLite's open is a race the platform offers
+    no way to close.
+    """
+    files.refuse_links(path, *(f"{path}{suffix}" for suffix in INDEX_SUFFIXES))
+
+
+def connect(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-write connection to the index at ``path``, in autocommit mode; the file is created 0600 if absent.
+
+    Raises:
+        LinkRefused: the index or one of its companions is a symbolic link.
+        sqlite3.Error: SQLite cannot open it.
+    """
+    refuse_links(path)
+    if not os.path.lexists(path):
+        # Create it 0600 ourselves (never through a link: a dangling one would
+        # create its target); SQLite gives -wal and -shm the same mode.
+        os.close(files.open_fd(path, os.O_WRONLY | os.O_CREAT))
+    return sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+
+
+def connect_read_only(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-only connection to the index at ``path`` (SQLite may still create ``-wal`` and ``-shm``).
+
+    In autocommit mode: ``BEGIN`` makes one snapshot of several reads.
+
+    Raises:
+        LinkRefused: the index or one of its companions is a symbolic link.
+        sqlite3.Error: SQLite cannot open it.
+    """
+    refuse_links(path)
+    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout_s,
+                           isolation_level=None, check_same_thread=False)
+
+
+def place(db: sqlite3.Connection, seq: int) -> tuple[int, int, str] | None:
+    """``(offset, length, hash)`` of the line indexed for ``seq``, or None."""
+    row = db.execute("SELECT offset, length, hash FROM records WHERE seq = ?", (seq,)).fetchone()
+    return (row[0], row[1], row[2]) if row else None
+
+
+def places(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, tuple[int, int, str]]:
+    """``{seq: (offset, length, hash)}`` for those of ``seqs`` the index holds."""
+    out: dict[int, tuple[int, int, str]] = {}
+    for i in range(0, len(seqs), IN_ROWS_MAX):
+        part = seqs[i : i + IN_ROWS_MAX]
+        out.update((r[0], r[1:]) for r in db.execute(
+            f"SELECT seq, offset, length, hash FROM records WHERE seq IN ({','.join('?' * len(part))})", part
+        ))
+    return out
+
+
+def places_between(db: sqlite3.Connection, lo: int, hi: int) -> list[tuple[int, int, int, str]]:
+    """``(seq, offset, length, hash)`` of the records with a seq from ``lo`` to ``hi``, in seq order."""
+    return db.execute(
+        "SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi)
+    ).fetchall()
+
+
+def row_count(db: sqlite3.Connection) -> int:
+    """Rows in ``records``, redacted ones included."""
+    return int(db.execute("SELECT count(*) FROM records").fetchone()[0])
+
+
+def rows_beyond(db: sqlite3.Connection, head_seq: int, size: int) -> int:
+    """Rows with a seq above ``head_seq`` whose line does not end within the log's first ``size`` bytes.
+
+    Verify's snapshot: the lines of such rows were appended after it fixed
+    the log's size and head (a walk by seq from ``head_seq``, not a scan).
+    """
+    return int(db.execute(
+        "SELECT count(*) FROM records WHERE seq > ? AND offset + length > ?", (head_seq, size)
+    ).fetchone()[0])
+
+
+def places_within(db: sqlite3.Connection, size: int | None) -> Iterator[tuple[int, int, str]]:
+    """``(seq, offset, hash)`` of every row in seq order; with ``size``, only rows whose line ends by it."""
+    if size is None:
+        return iter(db.execute("SELECT seq, offset, hash FROM records ORDER BY seq"))
+    return iter(db.execute("SELECT seq, offset, hash FROM records WHERE offset + length <= ? ORDER BY seq", (size,)))
+
+
+def links_to(db: sqlite3.Connection, seq: int) -> dict[str, list[int]]:
+    """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``, oldest first."""
+    out: dict[str, list[int]] = {}
+    for source, rel in db.execute("SELECT source, rel FROM links WHERE target = ? ORDER BY source", (seq,)):
+        out.setdefault(LINKED_BY[rel], []).append(source)
+    return out
+
+
+class Listed:
+    """What `newest` and `count_listed` select: unredacted records, and any of these filters.
+
+    ``below`` / ``above``: seq bounds (exclusive). ``kind``: equal to one;
+    ``kinds_not``: not in these (a record with no kind never matches).
+    ``scope``; ``client``: the writer's name. ``ts_from`` / ``ts_before``:
+    the record's ts from one (inclusive) and before the other (exclusive),
+    compared as text (RFC 3339 times in UTC sort as text). ``current``:
+    neither superseded nor retracted.
+    """
+
+    __slots__ = ("above", "below", "client", "current", "kind", "kinds_not", "scope", "ts_before", "ts_from")
+
+    def __init__(self, *, below: int | None = None, above: int | None = None, kind: str | None = None,
+                 kinds_not: Sequence[str] = (), scope: str | None = None, client: str | None = None,
+                 ts_from: str | None = None, ts_before: str | None = None, current: bool = False) -> None:
+        self.below, self.above, self.kind, self.kinds_not = below, above, kind, tuple(kinds_not)
+        self.scope, self.client, self.ts_from, self.ts_before, self.current = scope, client, ts_from, ts_before, current
+
+    def admits(self, seq: int, rec: dict[str, Any]) -> bool:
+        """Whether a record read from the log passes the filters `where` puts in SQL (for a reader without
+        an index). ``current`` is not judged here: it needs the flags only the index keeps."""
+        kind, ts = rec.get("kind"), rec.get("ts")
+        if self.kind is not None and kind != self.kind:
+            return False
+        if self.kinds_not and (type(kind) is not str or kind in self.kinds_not):
+            return False
+        if self.scope is not None and rec.get("scope") != self.scope:
+            return False
+        if self.client is not None and client_name(rec.get("client")) != self.client:
+            return False
+        if (self.below is not None and seq >= self.below) or (self.above is not None and seq <= self.above):
+            return False
+        if self.ts_from is not None and not (type(ts) is str and ts >= self.ts_from):
+            return False
+        return self.ts_before is None or (type(ts) is str and ts < self.ts_before)
+
+    def where(self) -> tuple[str, list[Any]]:
+        where = ["redacted = 0"]
+        args: list[Any] = []
+        if self.current:
+            where += ["superseded = 0", "retracted = 0"]
+        if self.kinds_not:
+            where.append(f"kind NOT IN ({', '.join('?' * len(self.kinds_not))})")
+            args.extend(self.kinds_not)
+        for condition, value in (("kind = ?", self.kind), ("scope = ?", self.scope), ("client = ?", self.client),
+                                 ("seq < ?", self.below), ("seq > ?", self.above), ("ts >= ?", self.ts_from),
+                                 ("ts < ?", self.ts_before)):
+            if value is not None:
+                where.append(condition)
+                args.append(value)
+        return " AND ".join(where), args
+
+
+def count_listed(db: sqlite3.Connection, *, below: int | None = None, kind: str | None = None,
+                 kinds_not: Sequence[str] = (), scope: str | None = None, current: bool = False,
+                 listed: Listed | None = None) -> int:
+    """How many unredacted records `newest` would list with no limit (same filters)."""
+    cond, args = (listed or Listed(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)).where()
+    return int(db.execute(f"SELECT count(*) FROM records WHERE {cond}", args).fetchone()[0])
+
+
+def newest(db: sqlite3.Connection, limit: int, *, below: int | None = None, kind: str | None = None,
+           kinds_not: Sequence[str] = (), scope: str | None = None,
+           current: bool = False, listed: Listed | None = None) -> list[tuple[int, int, int, str]]:
+    """``(seq, offset, length, hash)`` of unredacted records, newest first, at most ``limit``.
+
+    The filters are `Listed`'s (``listed``, or the keyword arguments). With
+    an ``above`` bound the ``limit`` records nearest above it are taken (the
+    page after it), still returned newest first; otherwise the newest.
+    """
+    listed = listed or Listed(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
+    cond, args = listed.where()
+    if listed.above is not None:
+        rows = db.execute(
+            f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq LIMIT ?", [*args, limit]
+        ).fetchall()
+        return rows[::-1]
+    return db.execute(
+        f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq DESC LIMIT ?", [*args, limit]
+    ).fetchall()
+
+
+def head(db: sqlite3.Connection) -> tuple[int, Any] | None:
+    """``(seq, ts)`` of the newest record indexed, or None."""
+    row = db.execute("SELECT seq, ts FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def count_below(db: sqlite3.Connection, boundary: int, scope: str | None = None) -> tuple[int, int]:
+    """``(records, unlisted)`` with a seq below ``boundary`` (in ``scope``).
+
+    ``unlisted``: those with no string kind (redacted lines) or a bookkeeping kind.
+    """
+    if scope is None:
+        # count(*) without a condition walks the smallest b-tree; the
+        # records at or above the boundary are few.
+        total = row_count(db) - db.execute("SELECT count(*) FROM records WHERE seq >= ?", (boundary,)).fetchone()[0]
+        scope_sql, scope_args = "", []
+    else:
+        total = db.execute("SELECT count(*) FROM records WHERE scope = ? AND seq < ?", (scope, boundary)).fetchone()[0]
+        # For the two rare kinds, walk records_kind and test the scope row by
+        # row (the unary + keeps SQLite from walking every row of the scope).
+        scope_sql, scope_args = " AND +scope = ?", [scope]
+    unlisted = db.execute(
+        f"SELECT count(*) FROM records WHERE kind IS NULL AND seq < ?{scope_sql}", [boundary, *scope_args]
+    ).fetchone()[0]
+    unlisted += db.execute(
+        f"SELECT count(*) FROM records WHERE kind IN ({_BOOKKEEPING_SQL}) AND seq < ?{scope_sql}",
+        [boundary, *scope_args],
+    ).fetchone()[0]
+    return int(total), int(unlisted)
+
+
+def links_below(db: sqlite3.Connection, boundary: int) -> Iterator[tuple[int, str, Any, Any, int]]:
+    """``(target, rel, kind, scope, redacted)`` for each link to a record below ``boundary``."""
+    return iter(db.execute(
+        "SELECT l.target, l.rel, m.kind, m.scope, m.redacted FROM links AS l"
+        " CROSS JOIN records AS m ON m.seq = l.target WHERE l.target < ?",
+        (boundary,),
+    ))
+
+
+def kinds_of(db: sqlite3.Connection, seqs: Sequence[int]) -> Iterator[tuple[int, Any, Any, int]]:
+    """``(seq, kind, scope, redacted)`` for those of ``seqs`` the index holds."""
+    for i in range(0, len(seqs), IN_ROWS_MAX):
+        part = seqs[i : i + IN_ROWS_MAX]
+        yield from db.execute(
+            f"SELECT seq, kind, scope, redacted FROM records WHERE seq IN ({','.join('?' * len(part))})", part
+        )
+
+
+def vector_counts(db: sqlite3.Connection) -> dict[str, tuple[int, int]] | None:
+    """``{model: (rows, rows with a vector)}``; None when there is no vectors table.
+
+    A record with no text gets a row with an empty vector (considered, never
+    ranked): it counts in ``rows`` only.
+    """
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vectors'").fetchone():
+        return None
+    return {str(m): (int(n), int(v)) for m, n, v in db.execute(
+        "SELECT model, count(*), coalesce(sum(dim > 0), 0) FROM vectors GROUP BY model"
+    )}

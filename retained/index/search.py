@@ -1,0 +1,773 @@
+"""Ranked search over the index, with honest accounting (invariant I2).
+
+Search: bm25 over the text, the body and the string values of other caller
+fields, with porter stemming over unicode61 (diacritics folded) and CJK runs
+segmented into bigrams by ``query.segment``, then a bounded re-rank of the
+best 50 (`Ranking`: coverage of the query's terms, the rarer counting for
+more; turns of a conversation read with their neighbours and with the
+other matching turns near them; newer first on the same subject; see
+docs/retrieval.md). Every reply accounts for what it matched (invariant I2):
+``returned + sum(left_out.values()) == total_matches``. Also here: the
+records around each result (`attach_context`) and the earlier records a new
+one may correct (`related`).
+
+`Search` is mixed into ``index.Index``, which supplies the connection, its
+lock, catch-up and the checked read of a record from the log.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from itertools import zip_longest
+from typing import TYPE_CHECKING, Any
+
+from retained import limits
+from retained.core import record
+from retained.errors import InvalidRecord, InvariantBroken
+from retained.index import query
+from retained.index.documents import estimate_tokens, replies, turn
+
+if TYPE_CHECKING:
+    import sqlite3
+    import threading
+
+    from retained.core.log import Log
+
+# Column weights for bm25 (text, body, fields). Measured on LoCoMo with
+# harness/eval_locomo.py: weights between 0.3 and 3 move recall@5 by under
+# 0.01, so the columns count alike.
+WEIGHTS = (1.0, 1.0, 1.0)
+K_MAX = 1000  # results one search may return; more is a listing, not a search
+CONTEXT_MAX = limits.CONTEXT_MAX
+RELATED_MAX = 3  # earlier records a write's reply names as ones it may correct
+RELATED_CANDIDATES = 10  # best-ranked earlier records compared with a new one for that
+RELATED_CHARS = 160  # of each one's text in the reply
+# The rows a write's related-records query may rank (its rarest words'
+# matches): it runs on every MCP and command-line write, after the ack but
+# before the reply, so it must cost little however common the write's words
+# are. A record on the same subject shares the rare words.
+RELATED_ROWS_MAX = 200
+# bm25 scores every matching row in FTS5, so ranking every row that shares
+# one common word with a question is slow at 100k records (a name or "new" in
+# thousands of rows). Terms are ranked rarest first while the rows they match
+# add up to this; a commoner term still counts in total_matches but does not
+# widen the ranking (its bm25 weight is the smallest in the query anyway).
+RANK_ROWS_MAX = 2000
+# The bm25 top RERANK_N are re-ordered by how many distinct query terms each
+# record contains (COVERAGE_WEIGHT per term, added to the bm25 score). bm25
+# alone lets one repeated word outrank a record that has three of the
+# question's words; on LoCoMo this step adds about 0.025 to recall@5
+# (harness/eval_locomo.py --ablation).
+RERANK_N = 50
+COVERAGE_WEIGHT = 2.0
+NEAR = 2  # seqs either side of a candidate read at once to find its neighbours in its scope
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The re-ranking steps after bm25, each with its weight (0, or 1.0 for a factor, turns a step off).
+
+    The defaults were chosen on half of the LoCoMo conversations and
+    reported on the other half (harness/eval_locomo.py, docs/retrieval.md).
+    """
+
+    coverage_weight: float = COVERAGE_WEIGHT  # added per distinct query term a record contains
+    rerank_n: int = RERANK_N  # bm25 candidates re-ranked
+    reply_credit: float = 0.7  # share of an asking turn's score its answer (the other speaker's next turn) gains
+    prev_credit: float = 0.2  # share of a turn's score the other speaker's turn before it gains
+    name_factor: float = 0.25  # share of a term a speaker's name counts in a turn someone else says
+    recency_band: float = 0.4  # a newer record on the same subject may score this share less and still go first
+    # A question's words are not alike: a speaker's name is in half of a
+    # conversation, "roadtrip" in one turn. Each term's share of the coverage
+    # is its idf to this power, scaled so the shares add up to the number of
+    # terms (0: every term alike, as before): coverage weighs as much as
+    # before, but goes to the turn holding the rare word rather than to one
+    # holding several common ones.
+    rarity: float = 1.0
+    # A turn gains this share of the best score among the other candidate
+    # turns of its scope within `session_window` seqs (its session, when both
+    # carry one): the place where several turns match is likelier the one
+    # asked about than a lone match among unrelated talk. Only turns: notes
+    # are never read with their neighbours.
+    session_credit: float = 0.3
+    session_window: int = 10
+
+
+RANKING = Ranking()
+
+
+class _Candidate:
+    """One record being re-ranked: its row, its score (higher is better), whether it matched, its turn."""
+
+    __slots__ = ("_words", "asks", "good", "matched", "row", "scope", "text", "turn")
+
+    def __init__(self, row: tuple[Any, ...], good: float, matched: bool | None = True) -> None:
+        self.row = row
+        self.good = good
+        self.matched = matched
+        self.turn: tuple[str, Any] | None = None
+        self.asks = False
+        self.scope: Any = None
+        self.text = ""
+        self._words: frozenset[str] | None = None
+
+    @property
+    def words(self) -> frozenset[str]:
+        """The record's subject words (`query.subject`), computed when first compared."""
+        if self._words is None:
+            self._words = query.subject(self.text)
+        return self._words
+
+
+class _Weigher:
+    """The coverage score of a record: ``coverage_weight`` per distinct query term it contains.
+
+    Each term counts its share (`shares`: by rarity, 1.0 each when not
+    given). A speaker's name counts ``name_factor`` of that in a turn
+    someone else says (a greeting, "Thanks, Caroline!"): the name is then
+    who is spoken to, not who the turn is about.
+    """
+
+    def __init__(self, terms: list[str], cover: dict[int, set[int]], ranking: Ranking, speakers: list[str],
+                 shares: list[float] | None = None) -> None:
+        self.cover = cover
+        self.shares = shares or [1.0] * len(terms)
+        self.weight = ranking.coverage_weight
+        self.factor = ranking.name_factor
+        self.spoken: dict[str, frozenset[int]] = {}  # speaker -> indexes of the query terms naming them
+        for name in speakers:
+            if name not in self.spoken:
+                words = set(query.terms(name, stop_words=frozenset()))
+                self.spoken[name] = frozenset(i for i, term in enumerate(terms) if term in words)
+        self.names = frozenset().union(*self.spoken.values()) if self.spoken else frozenset()
+
+    def __call__(self, seq: int, turn: tuple[str, Any] | None) -> float:
+        got = self.cover.get(seq)
+        if not got:
+            return 0.0
+        share = self.shares
+        if not self.names or self.factor == 1.0:
+            return self.weight * sum(share[i] for i in got)
+        own = self.spoken.get(turn[0], frozenset()) if turn else frozenset()
+        return self.weight * sum(share[i] * (self.factor if i in self.names and i not in own else 1.0) for i in got)
+
+
+def shares(counts: list[int], rows: int, power: float) -> list[float] | None:
+    """Each term's share of the coverage: its idf (as bm25 computes it) to ``power``, scaled to add up to the terms.
+
+    ``counts`` are the rows each term matches, ``rows`` the rows in the
+    index. None (every term alike) for fewer than two terms or ``power`` 0.
+
+    >>> [round(x, 2) for x in shares([300, 3], 600, 1.0)]
+    [0.24, 1.76]
+    """
+    if len(counts) < 2 or not power:
+        return None
+    idf = [math.log((max(rows, n) - n + 0.5) / (n + 0.5) + 1.0) ** power for n in counts]
+    total = sum(idf)
+    return [len(idf) * x / total for x in idf]
+
+
+def _session_gain(cand: dict[int, _Candidate], credit: float, window: int) -> None:
+    """Give each candidate turn ``credit`` of the best score among the other candidate turns near it, in place.
+
+    Near: the same scope, at most ``window`` seqs away, and the same
+    session when both name one. Scores are read before any gain, so the
+    order of the walk does not matter; each turn looks only at the turns
+    within its window (the candidates in seq order), so the step is
+    bounded by the candidates times the window.
+    """
+    turns = sorted(((c, t[1]) for c in cand.values() if (t := c.turn) is not None and c.good > 0),
+                   key=lambda pair: pair[0].row[0])
+    seqs = [c.row[0] for c, _ in turns]
+    before = [c.good for c, _ in turns]
+    for i, (c, session) in enumerate(turns):
+        best = 0.0
+        for j in range(bisect_left(seqs, seqs[i] - window), bisect_right(seqs, seqs[i] + window)):
+            o, other = turns[j]
+            if j != i and o.scope == c.scope and (session is None or other is None or session == other):
+                best = max(best, before[j])
+        c.good += credit * best
+
+
+def _newer_first(ranked: list[_Candidate], band: float, limit: int) -> list[_Candidate]:
+    """The first ``limit`` of the ranking, each record put above older records on its subject that score about as well.
+
+    Walking down the ranking, a record moves above the first record ahead of
+    it that is older (a lower seq), said by the same speaker (or both notes),
+    on the same subject (`query.same_subject`) and scores less than ``band``
+    (a share of that record's score) better. A correction written without
+    ``supersedes`` then ranks above the statement it corrects, while records
+    on other subjects keep their order. A record can only enter the first
+    ``limit`` by moving above one of them, so only those are compared.
+    """
+    out: list[_Candidate] = []
+    for c in ranked:
+        at = len(out)
+        for i, o in enumerate(out[:limit]):
+            if (o.row[0] < c.row[0] and c.good >= o.good - band * abs(o.good)
+                    and (o.turn and o.turn[0]) == (c.turn and c.turn[0])
+                    and query.same_subject(o.words, c.words)):
+                at = i
+                break
+        out.insert(at, c)
+    return out[:limit]
+
+
+class Search:
+    """The search methods of ``Index``: `ranked`, `search`, `empty_reply` and their helpers."""
+
+    ranking: Ranking = RANKING
+
+    if TYPE_CHECKING:
+        # Supplied by Index.
+        _mutex: threading.RLock
+        log: Log
+        busy_timeout_s: float
+
+        def connection(self) -> sqlite3.Connection: ...
+        def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]: ...
+        def links(self, seq: int) -> dict[str, list[int]]: ...
+        def _read_checked(self, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None: ...
+
+    def _filters(self, scope: str | None, include_superseded: bool, include_retracted: bool) -> tuple[str, list[Any]]:
+        where = ["m.redacted = 0"]
+        args: list[Any] = []
+        if scope is not None:
+            where.append("m.scope = ?")
+            args.append(scope)
+        if not include_superseded:
+            where.append("m.superseded = 0")
+        if not include_retracted:
+            where.append("m.retracted = 0")
+        return " AND ".join(where), args
+
+    def _ranked_rows(
+        self, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
+    ) -> list[tuple[int, float, int, int, str]]:
+        w = ", ".join(str(x) for x in WEIGHTS)
+        db = self.connection()
+        if scope is None:
+            # Rank in FTS5 alone and drop hidden rows afterwards: asking for
+            # as many extra rows as there are flagged matches guarantees
+            # `limit` visible ones, and flagged records are few.
+            extra = db.execute(
+                "SELECT count(*) FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
+                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
+                (expr,),
+            ).fetchone()[0]
+            out = []
+            ranked = db.execute(
+                f"SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ? ORDER BY score, rowid DESC LIMIT ?",
+                (expr, limit + extra),
+            ).fetchall()
+            meta = {r[0]: r[1:] for r in db.execute(
+                "SELECT seq, offset, length, hash, superseded, retracted, redacted FROM records"
+                f" WHERE seq IN ({','.join(str(seq) for seq, _ in ranked)})"
+            )} if ranked else {}
+            for seq, score in ranked:
+                m = meta.get(seq)
+                if m is None or m[5] or (m[3] and not include_superseded) or (m[4] and not include_retracted):
+                    continue
+                out.append((seq, score, m[0], m[1], m[2]))
+                if len(out) == limit:
+                    break
+            return out
+        cond, args = self._filters(scope, include_superseded, include_retracted)
+        # The subquery with CROSS JOIN keeps SQLite from driving the join from
+        # `records` and scanning the whole FTS5 table per row (DESIGN, "the
+        # fast path").
+        sql = (
+            f"SELECT f.rowid, f.score, m.offset, m.length, m.hash FROM"
+            f" (SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ?) AS f"
+            f" CROSS JOIN records AS m ON m.seq = f.rowid WHERE {cond} ORDER BY f.score, f.rowid DESC LIMIT ?"
+        )
+        return db.execute(sql, [expr, *args, limit]).fetchall()
+
+    def ranked(
+        self,
+        text: str,
+        *,
+        limit: int = 100,
+        scope: str | None = None,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+        with_matched: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """The lexical ranking: ``[(seq, score)]``, best first (higher score is better).
+
+        The hook for hybrid search, to fuse with a vector ranking. Does not
+        catch up; call `catch_up` first. ``with_matched`` adds a third item,
+        False for a reply no query word matched (it ranks through the turn it
+        answers; the caller's accounting must count it).
+        """
+        expr = query.build(text)
+        if expr is None or limit <= 0:
+            return []
+        with self._mutex:
+            rows = self._top(text, expr, limit, scope, include_superseded, include_retracted)
+        if with_matched:
+            return [(r[0], -r[1], r[5]) for r in rows]
+        return [(r[0], -r[1]) for r in rows]
+
+    def _rank_terms(self, text: str, budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
+        """``(kept, matching, counts)``: the rarest terms whose matches add up to ``budget`` rows, all that match,
+        and the rows each kept term matches (empty for a query of one term).
+
+        Each term's match count is taken with a LIMIT, so a common term costs
+        at most ``budget`` rows to recognise. The rarest term is always
+        kept (its count may stop at that cap).
+        """
+        found = query.terms(text)
+        if len(found) <= 1:
+            return found, found, []
+        db = self.connection()
+
+        def capped(term: str, cap: int) -> int:
+            return db.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)", (term, cap)
+            ).fetchone()[0]
+
+        # A first pass with a quarter of the budget tells rare terms from
+        # common ones cheaply; a term at that cap is counted further only if
+        # what is left of the budget could still take it.
+        first_cap = budget // 4 + 1
+        sized = sorted((n, term) for term in found if (n := capped(term, first_cap)))
+        if not sized:
+            return [], [], []
+        kept = [sized[0][1]]
+        rows = sized[0][0] if sized[0][0] < first_cap else capped(sized[0][1], budget + 1)
+        counts = [rows]
+        for n, term in sized[1:]:
+            if n >= first_cap:
+                left = budget - rows
+                if left < first_cap:
+                    break
+                n = capped(term, left + 1)
+            if rows + n > budget:
+                break
+            kept.append(term)
+            counts.append(n)
+            rows += n
+        return kept, [term for _, term in sized], counts
+
+    def _top(
+        self, text: str, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
+    ) -> list[tuple[int, float, int, int, str, bool]]:
+        """The best `limit` visible rows, best first: ``(seq, score, offset, length, hash, matched)``.
+
+        bm25 over the rows with a rare term, then re-ordered (`Ranking`):
+        coverage, then the conversation, then recency. Scores are
+        lower-is-better, like bm25. ``matched`` is False for a reply that
+        reached the list only through the turn it answers.
+        """
+        r = self.ranking
+        terms, matching, counts = self._rank_terms(text)
+        if len(terms) < len(matching):
+            # Common terms were left out of the candidate set: rank the rows
+            # that have a rare term, by bm25 over every term (the rare ones
+            # count twice), which keeps recall where ranking the rare terms
+            # alone loses it (harness/bench_search.py).
+            rank_expr = "(" + " OR ".join(terms) + ") AND (" + " OR ".join(matching) + ")"
+        else:
+            rank_expr = " OR ".join(terms) if terms else expr
+        rows = self._ranked_rows(rank_expr, max(limit, r.rerank_n), scope, include_superseded, include_retracted)
+        if not rows:
+            return []
+        cand = {row[0]: _Candidate(row, -row[1]) for row in rows}
+        talk = bool(r.reply_credit or r.prev_credit or r.name_factor != 1.0)
+        if talk or r.recency_band:
+            self._read_into(list(cand.values()))
+            talk = talk and any(c.turn for c in cand.values())
+        # With turns among the candidates, their neighbours may join: the
+        # coverage of the seqs around each candidate is counted in the same pass.
+        near = NEAR if talk and (r.reply_credit or r.prev_credit) else 0
+        cover = self._cover(terms, {s + d for s in cand for d in range(-near, near + 1)})
+        share = None
+        if r.rarity and len(counts) > 1:
+            share = shares(counts, self.connection().execute("SELECT max(seq) FROM records").fetchone()[0] or 0,
+                           r.rarity)
+        weigh = _Weigher(terms, cover, r, [c.turn[0] for c in cand.values() if c.turn], share)
+        for seq, c in cand.items():
+            c.good += weigh(seq, c.turn)
+        if near:
+            self._neighbours(cand, weigh, include_superseded, include_retracted)
+        if talk and r.session_credit:
+            _session_gain(cand, r.session_credit, r.session_window)
+        ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
+        top = _newer_first(ranked, r.recency_band, limit) if r.recency_band else ranked[:limit]
+        db = self.connection()
+        for c in top:
+            if c.matched is None:  # a neighbour none of the rare terms matched: does any term?
+                c.matched = db.execute("SELECT 1 FROM fts WHERE fts MATCH ? AND rowid = ?",
+                                       (expr, c.row[0])).fetchone() is not None
+        return [(c.row[0], -c.good, *c.row[2:5], bool(c.matched)) for c in top]
+
+    def _cover(self, terms: list[str], ids: set[int]) -> dict[int, set[int]]:
+        """For each of ``ids`` that contains a term, the indexes into ``terms`` of the terms it contains."""
+        cover: dict[int, set[int]] = {}
+        if not ids or not terms:
+            return cover
+        db = self.connection()
+        lo, hi = min(ids), max(ids)
+        for i, term in enumerate(terms):
+            # A rowid range, not `rowid IN (...)`: FTS5 re-runs the whole
+            # MATCH for each IN value. The terms here were kept because they
+            # match few rows, so the range is cheap.
+            for (rowid,) in db.execute(
+                "SELECT rowid FROM fts WHERE fts MATCH ? AND rowid BETWEEN ? AND ?", (term, lo, hi)
+            ):
+                if rowid in ids:
+                    cover.setdefault(rowid, set()).add(i)
+        return cover
+
+    def _neighbours(
+        self, cand: dict[int, _Candidate], weigh: _Weigher, include_superseded: bool, include_retracted: bool
+    ) -> None:
+        """Read each candidate turn with its neighbours in its scope (issue 18), in place.
+
+        A turn that asks something passes ``reply_credit`` of its score to the
+        next turn, when the other speaker says it (the answer); any turn
+        passes ``prev_credit`` of its score to the turn before it, when the
+        other speaker said it and it asked nothing (what the turn reacts to).
+        A neighbour that gains joins the candidates, scored by the query terms
+        it contains.
+        """
+        r = self.ranking
+        db = self.connection()
+        turns = [c for c in cand.values() if c.turn is not None and c.good > 0]
+        if not turns:
+            return
+        # One read of every record within NEAR seqs of a turn: a conversation
+        # is usually written in order, so a turn's neighbours in its scope
+        # are among them; a scope interleaved with others falls back to a
+        # query per turn.
+        near = {c.row[0] + d for c in turns for d in range(-NEAR, NEAR + 1)}
+        places = {row[0]: row[1:] for row in db.execute(
+            "SELECT seq, scope, offset, length, hash, superseded, retracted, redacted FROM records"
+            f" WHERE seq IN ({','.join(str(x) for x in sorted(near))})"
+        )}
+        fresh: dict[int, _Candidate] = {}
+
+        def neighbour(seq: int, step: int) -> _Candidate | None:
+            scope = places[seq][0]
+            found = next((x for x in range(seq + step, seq + step * (NEAR + 1), step)
+                          if x in places and places[x][0] == scope), None)
+            if found is None and (seq + step * NEAR) in places:
+                row = db.execute(
+                    "SELECT seq, scope, offset, length, hash, superseded, retracted, redacted FROM records"
+                    + (" WHERE scope IS ? AND seq > ? ORDER BY seq LIMIT 1" if step > 0
+                       else " WHERE scope IS ? AND seq < ? ORDER BY seq DESC LIMIT 1"),
+                    (scope, seq),
+                ).fetchone()
+                if row is not None:
+                    found = row[0]
+                    places[found] = row[1:]
+            if found is None:
+                return None
+            got = cand.get(found) or fresh.get(found)
+            if got is None:
+                _scope, offset, length, h, sup, ret, red = places[found]
+                if red or (sup and not include_superseded) or (ret and not include_retracted):
+                    return None
+                got = fresh[found] = _Candidate((found, 0.0, offset, length, h), 0.0, None)
+            return got
+
+        pairs = [(c, neighbour(c.row[0], 1) if c.asks and r.reply_credit else None,
+                  neighbour(c.row[0], -1) if r.prev_credit else None) for c in turns]
+        self._read_into(list(fresh.values()))
+        gains: dict[int, float] = {}
+        for c, answer, before in pairs:
+            if answer is not None and replies(c.turn, answer.turn):
+                gains[answer.row[0]] = gains.get(answer.row[0], 0.0) + r.reply_credit * c.good
+            if before is not None and not before.asks and replies(before.turn, c.turn):
+                gains[before.row[0]] = gains.get(before.row[0], 0.0) + r.prev_credit * c.good
+        for seq, gain in gains.items():
+            got = cand.get(seq)
+            if got is None:
+                got = cand[seq] = fresh[seq]
+                got.good = weigh(seq, got.turn)
+                if weigh.cover.get(seq):
+                    got.matched = True
+            got.good += gain
+
+    def _read_into(self, found: list[_Candidate]) -> None:
+        """Read candidates' records: each one's turn (speaker, session), whether it asks, its text.
+
+        Read for ranking only: a result is still read and checked against
+        its hash before it is returned. An unreadable line ranks as a note.
+        """
+        for c, raw in zip(found, self.log.read_many([(c.row[2], c.row[3]) for c in found]), strict=True):
+            try:
+                rec = record.orjson.loads(raw)
+            except ValueError:
+                continue
+            text = rec.get("text") if type(rec) is dict else None
+            if type(text) is str:
+                c.turn = turn(rec)
+                c.scope = rec.get("scope")
+                c.asks = "?" in text
+                c.text = text
+
+    def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
+        """(matches, superseded only, retracted only, both) among unredacted records.
+
+        Redacted records are not matches: their words are gone from the log.
+        Counting joins only the flags, never ranks: far cheaper than bm25.
+        """
+        db = self.connection()
+        if scope is None:
+            # Count in FTS5 alone (no join per row) and look only at the few
+            # flagged records, instead of joining every match to `records`.
+            total = db.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (expr,)).fetchone()[0]
+            red, sup, ret, both = db.execute(
+                "SELECT coalesce(sum(m.redacted), 0),"
+                " coalesce(sum(NOT m.redacted AND m.superseded AND NOT m.retracted), 0),"
+                " coalesce(sum(NOT m.redacted AND m.retracted AND NOT m.superseded), 0),"
+                " coalesce(sum(NOT m.redacted AND m.superseded AND m.retracted), 0)"
+                " FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
+                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
+                (expr,),
+            ).fetchone()
+            return int(total) - int(red), int(sup), int(ret), int(both)
+        cond, args = self._filters(scope, True, True)
+        sql = (
+            "SELECT count(*), coalesce(sum(m.superseded AND NOT m.retracted), 0),"
+            " coalesce(sum(m.retracted AND NOT m.superseded), 0), coalesce(sum(m.superseded AND m.retracted), 0)"
+            " FROM (SELECT rowid FROM fts WHERE fts MATCH ?) AS f CROSS JOIN records AS m ON m.seq = f.rowid"
+            f" WHERE {cond}"
+        )
+        row = db.execute(sql, [expr, *args]).fetchone()
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+    def search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        max_tokens: int | None = None,
+        scope: str | None = None,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+        context: int = 0,
+    ) -> dict[str, Any]:
+        """Ranked records for ``text`` with the I2 accounting.
+
+        Returns ``{"query", "results", "total_matches", "returned",
+        "left_out", "tokens", "index"}`` where ``returned +
+        sum(left_out.values()) == total_matches`` always. ``left_out`` says
+        why each of the rest is missing: ``beyond_k`` (ranked below k),
+        ``over_budget`` (in the top k but past ``max_tokens``: results are a
+        prefix of the ranking, so the first that does not fit ends the list),
+        ``superseded`` and ``retracted`` (hidden unless asked for; a record
+        that is both counts as retracted), ``unreadable`` (the log no longer
+        holds the indexed line; verify explains, rebuild clears). Each result
+        is ``{"seq", "offset", "length", "record", "score", "tokens"}``, the
+        record read from the log and checked against the indexed hash.
+        ``total_matches`` counts the records the query matched plus any reply
+        that reached the top k only through the turn it answers (see
+        `Ranking`), so the sum holds in both cases.
+
+        With ``context`` N > 0 each result also carries ``context``: up to N
+        records of its scope next to it (see `attach_context`), and the reply
+        a ``context`` count of what was included and what the budget left out.
+
+        Raises:
+            InvalidRecord: the query is not a string, or k / max_tokens is out of range.
+        """
+        check_search_args(text, k, max_tokens, context)
+        caught = self.catch_up()
+        expr = query.build(text)
+        total = sup_only = ret_only = both = 0
+        top: list[tuple[int, float, int, int, str, bool]] = []
+        if expr is not None:
+            with self._mutex:
+                db = self.connection()
+                db.execute("BEGIN")  # one snapshot for the count and the ranking
+                try:
+                    total, sup_only, ret_only, both = self._count(expr, scope)
+                    hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
+                    hidden_ret = 0 if include_retracted else ret_only + both
+                    visible = total - hidden_sup - hidden_ret
+                    if visible > 0 and k > 0:
+                        top = self._top(text, expr, k, scope, include_superseded, include_retracted)
+                finally:
+                    db.execute("COMMIT")
+        total += sum(1 for row in top if not row[5])  # replies that no query word matched
+        hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
+        hidden_ret = 0 if include_retracted else ret_only + both
+        visible = total - hidden_sup - hidden_ret
+        results: list[dict[str, Any]] = []
+        used = over_budget = unreadable = 0
+        for seq, score, offset, length, h, _matched in top:
+            if over_budget:
+                over_budget += 1
+                continue
+            entry = self._read_checked(seq, offset, length, h)
+            if entry is None:
+                unreadable += 1
+                continue
+            cost = estimate_tokens(entry["record"])
+            if max_tokens is not None and used + cost > max_tokens:
+                over_budget += 1
+                continue
+            used += cost
+            entry["score"] = -score  # lower-is-better inside; report higher-is-better
+            entry["tokens"] = cost
+            entry.update(self.links(seq))
+            results.append(entry)
+        left_out = {
+            "beyond_k": visible - len(top),
+            "over_budget": over_budget,
+            "superseded": hidden_sup,
+            "retracted": hidden_ret,
+            "unreadable": unreadable,
+        }
+        if len(results) + sum(left_out.values()) != total:
+            raise InvariantBroken(f"search: {len(results)} returned + {left_out} left out != {total} matched (I2)")
+        reply: dict[str, Any] = {
+            "query": expr or "",
+            "results": results,
+            "total_matches": total,
+            "returned": len(results),
+            "left_out": left_out,
+            "tokens": used,
+            "index": caught,
+        }
+        if context:
+            reply["context"] = self.attach_context(results, context, max_tokens, used,
+                                                   include_superseded=include_superseded,
+                                                   include_retracted=include_retracted)
+            reply["tokens"] += reply["context"]["tokens"]
+        return reply
+
+    def attach_context(
+        self,
+        results: list[dict[str, Any]],
+        n: int,
+        max_tokens: int | None,
+        used: int,
+        *,
+        include_superseded: bool = False,
+        include_retracted: bool = False,
+    ) -> dict[str, Any]:
+        """Give each result ``context``: up to ``n`` records of its scope around it, nearest first, in place.
+
+        The records just before and just after a result alternate (before
+        first: in a conversation it is what the result answers); each list is
+        in seq order. Hidden records (retracted, superseded unless asked for,
+        redacted) are passed over, and so is a record already in the reply (a
+        result, or an earlier result's context): the next one takes its place. Context is charged
+        to ``max_tokens`` after every result (``used`` tokens), in rank order;
+        what does not fit is left out and counted.
+
+        Returns ``{"asked", "included", "tokens", "over_budget"}``.
+        """
+        hidden = ["redacted = 0"]
+        if not include_superseded:
+            hidden.append("superseded = 0")
+        if not include_retracted:
+            hidden.append("retracted = 0")
+        cond = " AND ".join(hidden)
+        seen = {r["seq"] for r in results}
+        included = tokens = over_budget = 0
+        for entry in results:
+            scope = entry["record"].get("scope") if isinstance(entry.get("record"), dict) else None
+            scope = scope if type(scope) is str else None
+            with self._mutex:
+                db = self.connection()
+                sides = [db.execute(
+                    f"SELECT seq, offset, length, hash FROM records WHERE scope IS ? AND seq {op} ? AND {cond}"
+                    f" ORDER BY seq {order} LIMIT ?", (scope, entry["seq"], n + len(results)),
+                ).fetchall() for op, order in (("<", "DESC"), (">", "ASC"))]
+            nearest = [row for pair in zip_longest(*sides) for row in pair if row is not None and row[0] not in seen]
+            got: list[dict[str, Any]] = []
+            for seq, offset, length, h in nearest[:n]:
+                near = self._read_checked(seq, offset, length, h)
+                if near is None:
+                    continue
+                cost = estimate_tokens(near["record"])
+                if max_tokens is not None and used + tokens + cost > max_tokens:
+                    over_budget += 1
+                    continue
+                seen.add(seq)
+                near["tokens"] = cost
+                tokens += cost
+                got.append(near)
+            entry["context"] = sorted(got, key=lambda e: e["seq"])
+            included += len(got)
+        return {"asked": n, "included": included, "tokens": tokens, "over_budget": over_budget}
+
+    def related(self, seq: int, text: str, *, scope: str | None = None, limit: int = RELATED_MAX) -> list[dict[str, Any]]:
+        """Up to ``limit`` earlier visible records of ``scope`` that look like the subject of ``text`` (record ``seq``).
+
+        For a write's reply, after its acknowledgement: records it may
+        correct, so the writer can decide to supersede them. The index
+        catches up (usually the new record alone) without waiting for
+        another process that holds it and without rebuilding a replaced log
+        (either leaves it as it is: the answer then comes from what it
+        holds), then one bounded ranking (the rare terms of `_rank_terms`,
+        at most ``RELATED_CANDIDATES`` rows) and `query.same_subject` on
+        each. Each is ``{"seq", "ts", "text"}``, the text cut to
+        ``RELATED_CHARS`` characters.
+        """
+        expr = query.build(text)
+        if expr is None or limit <= 0:
+            return []
+        with self._mutex:
+            db = self.connection()
+            db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self.catch_up(on_replaced="report")
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        mine = query.subject(text)
+        out: list[dict[str, Any]] = []
+        with self._mutex:
+            terms, _, _ = self._rank_terms(text, RELATED_ROWS_MAX)
+            if not terms:
+                return []
+            rows = self._ranked_rows(" OR ".join(terms), RELATED_CANDIDATES + 1, scope, False, False)
+        for row in rows:
+            if row[0] >= seq:
+                continue
+            entry = self._read_checked(row[0], row[2], row[3], row[4])
+            rec = entry["record"] if entry else None
+            if not rec or rec.get("scope") != scope or rec.get("kind") in ("retract", "redaction"):
+                continue
+            said = rec.get("text")
+            if type(said) is str and query.same_subject(mine, query.subject(said)):
+                short = said if len(said) <= RELATED_CHARS else said[: RELATED_CHARS - 1] + "…"
+                out.append({"seq": row[0], "ts": rec.get("ts"), "text": short})
+                if len(out) == limit:
+                    break
+        return out
+
+    @staticmethod
+    def empty_reply(text: str, *, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
+        """The reply for a store with no log yet: nothing matched, nothing left out."""
+        check_search_args(text, k, max_tokens)
+        return {
+            "query": query.build(text) or "",
+            "results": [],
+            "total_matches": 0,
+            "returned": 0,
+            "left_out": {"beyond_k": 0, "over_budget": 0, "superseded": 0, "retracted": 0, "unreadable": 0},
+            "tokens": 0,
+            "index": {"state": "absent", "indexed": 0},
+        }
+
+
+def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:
+    """Refuse a query that is not a string, or k, max_tokens or context out of range (InvalidRecord)."""
+    if not isinstance(text, str):
+        raise InvalidRecord(f"field query: must be a string, got {type(text).__name__}", path="query")
+    if type(k) is not int or not 0 <= k <= K_MAX:
+        raise InvalidRecord(f"field k: must be a whole number from 0 to {K_MAX}, got {k!r}", path="k")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
+        raise InvalidRecord(f"field max_tokens: must be a whole number from 0, got {max_tokens!r}", path="max_tokens")
+    if type(context) is not int or not 0 <= context <= CONTEXT_MAX:
+        raise InvalidRecord(f"field context: must be a whole number from 0 to {CONTEXT_MAX}, got {context!r}",
+                            path="context")

@@ -1,0 +1,742 @@
+"""The derived index beside the log, written here (L5: rebuilt from the log alone).
+
+What it holds: an FTS5 table for lexical search (contentless: the log has the
+text) and a ``records`` table with each chained record's place in the log
+(offset, length, hash) and the flags the log implies (superseded, retracted,
+redacted). Nothing here is the truth: results are read back from the log by
+offset and checked against the hash before they are returned.
+
+Catch-up: the index keeps a high-water mark (the log offset it has read to,
+and the seq, hash and place of the last record it indexed). Every read first
+indexes whatever the log gained since, whoever wrote it. Catch-up runs in a
+``BEGIN IMMEDIATE`` transaction that re-reads the mark inside it, so two
+processes catching up at once never index a record twice. If the line at the
+mark no longer carries the recorded hash, or the log is shorter than the mark,
+the log was replaced (restored from a copy, redacted, truncated by hand):
+reads then rebuild, and ``verify`` reports it first.
+
+The file name, the tables, the mark and the read-only queries are defined
+once in ``index_schema``; what the index stores for a record (its words,
+links and token cost) is in ``documents``; ranked search, mixed into `Index`,
+is in ``index_search``; the two-way verify is in ``index_verify``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+from contextlib import closing
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import blake3
+
+from retained.core import chain, record
+from retained.core.log import Line, Log
+from retained.errors import InvalidRecord, RetainedError
+from retained.index import schema
+from retained.index.documents import FIELDS_CHARS_MAX, documents, estimate_tokens
+from retained.index.schema import (
+    BATCH_ROWS,
+    FLAG_COLUMNS,
+    INDEX_NAME,
+    LINK_FIELDS,
+    SCHEMA_VERSION,
+    TOKENIZER,
+    link_targets,
+)
+from retained.index.search import (
+    COVERAGE_WEIGHT,
+    K_MAX,
+    RANK_ROWS_MAX,
+    RERANK_N,
+    WEIGHTS,
+    Search,
+)
+
+# The names callers import from here, those defined in documents and index_search included.
+__all__ = [
+    "BATCH_ROWS", "COVERAGE_WEIGHT", "FIELDS_CHARS_MAX", "INDEX_NAME", "K_MAX", "RANK_ROWS_MAX", "RERANK_N",
+    "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
+]
+
+_INSERT_ROW = f"INSERT OR IGNORE INTO records ({schema.ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})"
+_INSERT_WORDS = "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)"
+
+
+def _entry(
+    offset: int, length: int, status: str, rec: dict[str, Any], seq: int, h: str
+) -> tuple[tuple[Any, ...], tuple[str, str, str] | None, list[tuple[int, int, str]]]:
+    """What the index stores for one chained line: its ``records`` row, its words, its links.
+
+    The one definition, for catch-up and rebuild alike. A redacted line has
+    no words and no links (None and ``[]``); a link names an earlier seq only.
+    """
+    kind, scope, ts, op = rec.get("kind"), rec.get("scope"), rec.get("ts"), rec.get("client_op_id")
+    redacted = 1 if status == record.REDACTED else 0
+    row = (
+        seq, offset, length, h,
+        kind if type(kind) is str else None,
+        scope if type(scope) is str else None,
+        ts if type(ts) is str else None,
+        op if type(op) is str else None,
+        schema.client_name(rec.get("client")),
+        redacted,
+    )
+    if redacted:
+        return row, None, []
+    links = []
+    if "supersedes" in rec or "retracts" in rec or "redacts" in rec:
+        for rel in LINK_FIELDS:
+            for target in link_targets(rec.get(rel)):
+                if target < seq:
+                    links.append((target, seq, rel))
+    return row, documents(rec), links
+
+
+# -- a rebuild's rows, made in worker processes --------------------------------------
+#
+# A rebuild indexes the whole log: byte ranges of it are turned into rows in
+# worker processes (the per-line work: classify, which re-checks every hash
+# and the canonical bytes, and the words), each range into a small in-memory
+# SQLite database, which this process attaches and copies into the index
+# with INSERT ... SELECT: the only per-row work left here is SQLite's own
+# (FTS5 tokenising), in one transaction.
+
+_BULK = "rebuild_rows"  # the schema name a range's database is attached as
+# Ranges of at most this many bytes: a range's database is most of its size
+# again, and each worker holds about two (see chain.map_ranges).
+REBUILD_RANGE_BYTES = 4 * 1024 * 1024
+_NO_WORDS = (None, None, None)
+
+
+class _Place(NamedTuple):
+    """A chained line's place, as `schema.write_mark` reads the last one indexed."""
+
+    offset: int
+    length: int
+    seq: int
+    hash: str
+
+
+class _Range(NamedTuple):
+    """What `_index_range` found in a range of the log: its rows (a serialized database) and what the copy needs."""
+
+    rows: bytes  # empty when no line is chained
+    lines: int  # chained lines
+    first_seq: int  # 0 when none
+    max_seq: int
+    ascending: bool  # every chained line's seq above the one before
+    end: int  # where its complete lines end (a torn tail after)
+    last: _Place | None  # its last chained line
+    links: bool  # some line names an earlier record
+
+
+def _index_range(path: str, start: int, stop: int) -> _Range:
+    """The index's rows for the lines in ``[start, stop)`` of the log at ``path`` (a worker's task).
+
+    ``start`` is a line boundary; so is ``stop`` unless it is the end of the
+    log, where bytes after the last newline are a torn tail (an append in
+    progress): not indexed, and the range's ``end`` stops before them.
+    Only chained lines are indexed: foreign and damaged lines are verify's
+    to report, exactly as in `Index._ingest`.
+    """
+    parts, _ = chain.range_lines(path, start, stop)  # a torn tail is not indexed
+    classify = record.classify
+    hasher = blake3.blake3()  # lent to classify for every line of the range
+    RECORD, REDACTED = record.RECORD, record.REDACTED
+    rows: list[tuple[Any, ...]] = []
+    links: list[tuple[int, int, int, str]] = []
+    first_seq = last_seq = max_seq = 0
+    ascending = True
+    last = None
+    offset = start
+    for raw in parts:
+        length = len(raw) + 1
+        status, rec, seq, h, _ = classify(raw, hasher)
+        if status in (RECORD, REDACTED):
+            row, words, named = _entry(offset, length, status, rec, seq, h)  # type: ignore[arg-type]
+            rows.append((*row, *(words or _NO_WORDS)))
+            for target, source, rel in named:
+                links.append((offset, target, source, rel))
+            if seq <= last_seq:  # type: ignore[operator]
+                ascending = False
+            elif seq > max_seq:  # type: ignore[operator]
+                max_seq = seq  # type: ignore[assignment]
+            if not first_seq:
+                first_seq = seq  # type: ignore[assignment]
+            last_seq = seq  # type: ignore[assignment]
+            last = _Place(offset, length, seq, h)  # type: ignore[arg-type]
+        offset += length
+    if not rows:
+        return _Range(b"", 0, 0, 0, True, offset, None, False)
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for stmt in schema.statements(schema.BULK_TABLES):
+            db.execute(stmt)
+        db.execute("BEGIN")
+        db.executemany(f"INSERT INTO lines ({schema.ROW_COLUMNS}, text, body, fields) VALUES ({', '.join('?' * 13)})", rows)
+        db.executemany("INSERT INTO line_links (offset, target, source, rel) VALUES (?, ?, ?, ?)", links)
+        db.execute("COMMIT")
+        blob = db.serialize()
+    finally:
+        db.close()
+    return _Range(blob, len(rows), first_seq, max_seq, ascending, offset, last, bool(links))
+
+
+class IndexError_(RetainedError):
+    """The index file cannot be used (not SQLite, locked past the timeout).
+
+    The log is untouched; ``retained rebuild`` (or deleting the index file)
+    recreates the index from it.
+    """
+
+    code = "index_unavailable"
+
+
+class IndexFull(IndexError_):
+    """The index could not be written: the disk (or the device) is full or failing.
+
+    The log is untouched and the index is not damaged: it holds what it held
+    before; free space and retry.
+    """
+
+    code = "index_disk_full"
+
+
+class _IndexDamaged(IndexError_):
+    """The file is not an SQLite database, or SQLite finds it corrupt: only then is it set aside."""
+
+
+def _failure(exc: sqlite3.Error, path: Path, doing: str) -> IndexError_:
+    """The retained error for an SQLite error while ``doing`` something with the index at ``path``.
+
+    Only a file SQLite calls not a database, or corrupt, is damaged; a full
+    disk or an I/O error says nothing about the file, which must then be left
+    where it is (issue 14: a full disk once moved a sound index aside).
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return _IndexDamaged(f"index {path} is damaged ({exc}); delete it or run `retained rebuild`; the log is untouched",
+                             path=str(path))
+    if primary in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+        return IndexFull(
+            f"{doing} the index {path} failed ({exc}): the disk is full or failing; free space, then retry; "
+            "the log is untouched and the index is not damaged",
+            path=str(path),
+        )
+    return IndexError_(f"{doing} the index {path} failed ({exc}); retry, or run `retained rebuild`; the log is untouched",
+                       path=str(path))
+
+
+class Index(Search):
+    """The FTS5 index of one log. Safe to delete; rebuilt from the log.
+
+    One SQLite connection per instance, guarded by a lock so threads can
+    share it. Other modules (vectors) reach the same database through
+    `connection()` and the lexical ranking through `ranked()`.
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout_s: float = 10.0,
+        witness: Callable[[int, str, int], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.path = Path(path) if path is not None else log.directory / INDEX_NAME
+        self.busy_timeout_s = busy_timeout_s
+        # Called with (seq, hash, log bytes) of the last record indexed when
+        # the log no longer holds it (replaced, cut back, re-chained), before
+        # anything is rebuilt: that head is evidence a rebuild would erase
+        # (the Store records it as an anchor).
+        self.witness = witness
+        self._db: sqlite3.Connection | None = None
+        self._mutex = threading.RLock()
+        self.last_catch_up: dict[str, Any] = {}
+        self.damaged_set_aside: str | None = None  # name of an unusable index file moved aside
+
+    # -- connection -----------------------------------------------------------
+
+    def connection(self) -> sqlite3.Connection:
+        """The open connection (created on first use, schema in place).
+
+        Callers outside this module must hold `lock` while using it and must
+        not write to the tables this module owns.
+        """
+        with self._mutex:
+            if self._db is None:
+                try:
+                    self._db = self._open()
+                except _IndexDamaged:
+                    # Derived and safe to delete: set the damaged file aside
+                    # (kept for inspection) and start again from the log.
+                    self._set_aside()
+                    self._db = self._open()
+            return self._db
+
+    def _set_aside(self) -> None:
+        n = 0
+        while (aside := self.path.with_name(f"{self.path.name}.damaged-{n}")).exists():
+            n += 1
+        os.replace(self.path, aside)
+        for suffix in schema.INDEX_SUFFIXES:
+            try:
+                os.unlink(str(self.path) + suffix)
+            except FileNotFoundError:
+                pass
+        self.damaged_set_aside = aside.name
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._mutex
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            db = schema.connect(self.path, self.busy_timeout_s)
+        except sqlite3.Error as exc:
+            raise _failure(exc, self.path, "opening") from exc
+        except OSError as exc:
+            raise IndexError_(f"the index {self.path} cannot be created ({exc.strerror or exc}); free space or fix "
+                              "the directory, then retry; the log is untouched", path=str(self.path)) from exc
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            # bm25 reads each matching row's size from FTS5's docsize table:
+            # a page cache big enough for the whole index at 100k records
+            # (~30 MB) keeps those reads off the OS. Allocated only as used.
+            db.execute("PRAGMA cache_size=-65536")
+            if schema.schema_version(db) != SCHEMA_VERSION:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    if schema.schema_version(db) != SCHEMA_VERSION:  # another process may have made it meanwhile
+                        self._reset(db)
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            db.close()
+            raise _failure(exc, self.path, "opening") from exc
+        return db
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    @staticmethod
+    def _reset(db: sqlite3.Connection, *, records_indexes: bool = True) -> None:
+        """Drop the index's tables and make them empty, in the caller's write transaction.
+
+        Without ``records_indexes`` the caller makes them (`schema.RECORDS_INDEXES`) once the table is full.
+        """
+        for stmt in schema.statements(schema.DROP + (schema.SCHEMA if records_indexes else schema.TABLES)):
+            db.execute(stmt)
+        db.executemany(schema.INSERT_META, schema.EMPTY_META)
+
+    # -- high-water mark ------------------------------------------------------
+
+    def _witness(self, mark: schema.Mark) -> None:
+        if self.witness is not None and mark.seq > 0 and mark.hash:
+            self.witness(mark.seq, mark.hash, mark.line_offset + mark.line_length)
+
+    def _mark_state(self, mark: schema.Mark, size: int) -> str:
+        """``ok``, ``behind`` (the log grew) or ``replaced``."""
+        state = schema.mark_state(mark, size, self.log.read_at)
+        return "replaced" if state in ("log_shorter", "log_other") else state
+
+    def status(self) -> dict[str, Any]:
+        """The mark and whether the log moved past it (no catch-up)."""
+        with self._mutex:
+            db = self.connection()
+            mark = schema.read_mark(db)
+            size = self.log.size()
+            return {
+                "state": self._mark_state(mark, size),
+                "indexed_to": mark.offset,
+                "log_bytes": size,
+                "seq": mark.seq,
+                "hash": mark.hash,
+                "path": str(self.path),
+            }
+
+    def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]:
+        """Index whatever the log gained since the mark; returns what happened.
+
+        ``on_replaced`` is ``"rebuild"`` (reads: the answer must reflect the
+        log) or ``"report"`` (verify: keep the drift so it can be shown).
+        The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
+        not rebuilt) or ``stale`` (another process held the index past the
+        busy timeout, or the disk is full; the answer comes from the index as
+        it was, and ``reason`` says why).
+
+        Raises:
+            IndexFull / IndexError_: the index cannot be opened, or a rebuild failed.
+        """
+        with self._mutex:
+            db = self.connection()
+            mark = schema.read_mark(db)
+            size = self.log.size()
+            # Fast path without a write lock: nothing new (the common case).
+            if mark.offset == size and self._mark_state(mark, size) == "ok":
+                self.last_catch_up = {"state": "ok", "indexed": 0}
+                return self.last_catch_up
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                # Another process holds the index for longer than the busy
+                # timeout (a rebuild of a large log). Answer from the index
+                # as it is and say so; the next read catches up.
+                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
+                return self.last_catch_up
+            try:
+                mark = schema.read_mark(db)  # another process may have moved it meanwhile
+                size = self.log.size()
+                state = self._mark_state(mark, size)
+                if state == "replaced":
+                    db.execute("ROLLBACK")
+                    if on_replaced == "rebuild":
+                        result = self.rebuild()  # which keeps the mark as evidence first
+                        self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
+                    else:
+                        self._witness(mark)
+                        self.last_catch_up = {"state": "replaced", "indexed": 0}
+                    return self.last_catch_up
+                n = self._ingest(db, mark.offset, size, None)
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                failure = _failure(exc, self.path, "catching up")
+                if not isinstance(failure, IndexFull):
+                    raise failure from exc
+                # The index as it was is still sound, only behind: reads answer from it and say so.
+                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
+                return self.last_catch_up
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            self.last_catch_up = {"state": "ok", "indexed": n}
+            return self.last_catch_up
+
+    def _ingest(
+        self, db: sqlite3.Connection, start: int, stop: int, progress: Callable[[int, int], None] | None
+    ) -> int:
+        """Index the lines in [start, stop) line by line; the caller holds the write transaction."""
+        rows: list[tuple[Any, ...]] = []
+        docs: list[tuple[Any, ...]] = []
+        links: list[tuple[int, int, str]] = []
+        dupes: list[tuple[Any, ...]] = []
+        last: Line | None = None
+        end = start
+        count = 0
+        # A seq above the index's highest, seen once in this run, cannot
+        # collide: those rows take the bulk path. Anything else (a seq seen
+        # twice in a tampered log) goes row by row with OR IGNORE.
+        top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+        seen = bytearray()
+        TORN, CHAINED = record.TORN, (record.RECORD, record.REDACTED)
+        for line in self.log.scan(start=start, stop=stop):
+            status = line.status
+            if status == TORN:
+                break  # an append in progress, or a tail the next writer sets aside
+            offset, length = line.offset, len(line.raw)
+            end = offset + length
+            if status not in CHAINED:
+                continue  # foreign and damaged lines are verify's to report
+            last = line
+            seq = line.seq
+            fresh = seq > top
+            if fresh:
+                i = seq - top
+                if i >> 3 >= len(seen):
+                    seen.extend(bytes((i >> 3) + 1024 - len(seen)))
+                fresh = not seen[i >> 3] & (1 << (i & 7))
+                seen[i >> 3] |= 1 << (i & 7)
+            row, words, named = _entry(offset, length, status, line.record, seq, line.hash)
+            if not fresh:
+                dupes.append((row, words, named))
+            else:
+                rows.append(row)
+                if words is not None:
+                    docs.append((seq, *words))
+                    if named:
+                        links.extend(named)
+            count += 1
+            if len(rows) + len(dupes) >= BATCH_ROWS:
+                self._flush(db, rows, docs, links, dupes)
+                if progress is not None:
+                    progress(end, stop)
+        self._flush(db, rows, docs, links, dupes)
+        schema.write_mark(db, end, last)
+        if progress is not None:
+            progress(end, stop)
+        return count
+
+    def _flush(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], docs: list[tuple[Any, ...]],
+               links: list[tuple[int, int, str]], dupes: list[tuple[Any, ...]]) -> None:
+        """Insert a batch: ``rows`` (seqs new to the index) with their ``docs`` and ``links``, then ``dupes``.
+
+        ``dupes`` are ``(row, words, links)`` of lines whose seq the index
+        may already hold: the first line that claimed a seq is kept, with
+        its words and links; verify reports the rest.
+        """
+        db.executemany(_INSERT_ROW, rows)
+        for row, words, named in dupes:
+            if db.execute(_INSERT_ROW, row).rowcount == 1 and words is not None:
+                docs.append((row[0], *words))
+                links.extend(named)
+        db.executemany(_INSERT_WORDS, docs)
+        if links:
+            self._link(db, links)
+        rows.clear()
+        docs.clear()
+        links.clear()
+        dupes.clear()
+
+    def _link(self, db: sqlite3.Connection, links: list[tuple[int, int, str]]) -> None:
+        """Record ``(target, source, rel)`` links of indexed lines: the rows, the targets' flags, a redacted target's words gone."""
+        db.executemany("INSERT OR IGNORE INTO links (target, source, rel) VALUES (?, ?, ?)", links)
+        for rel, column in FLAG_COLUMNS.items():
+            targets = [(t,) for t, _, r in links if r == rel]
+            if targets:
+                db.executemany(f"UPDATE records SET {column} = 1 WHERE seq = ?", targets)
+        # Once each: a contentless FTS5 row deleted twice would corrupt its counts.
+        self._drop_redacted_words(db, list(dict.fromkeys(t for t, _, r in links if r == "redacts")))
+
+    def _drop_redacted_words(self, db: sqlite3.Connection, targets: list[int]) -> None:
+        """Remove a redacted record's words from FTS5 while its line still holds them.
+
+        A contentless table deletes a row only given the values it indexed,
+        so they are read back from the log; if the line was already rewritten
+        the log was replaced and the next read rebuilds without them.
+        """
+        for seq in targets:
+            row = schema.place(db, seq)
+            if row is None:
+                continue
+            line = self.log.line_at(row[0], row[1])
+            if line.status == record.RECORD and line.hash == row[2]:
+                db.execute(
+                    "INSERT INTO fts (fts, rowid, text, body, fields) VALUES ('delete', ?, ?, ?, ?)",
+                    (seq, *documents(line.record)),
+                )
+
+    # -- rebuild --------------------------------------------------------------
+
+    def rebuild(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        workers: int | None = None,
+        range_bytes: int = REBUILD_RANGE_BYTES,
+        parallel_min_bytes: int = chain.PARALLEL_MIN_BYTES,
+        mp_context: Any = None,
+    ) -> dict[str, Any]:
+        """Drop every table and index the whole log again, in one transaction.
+
+        Every line is classified as it is indexed (its hash recomputed, its
+        bytes checked canonical), so a damaged or foreign line is never
+        indexed as a record. A log of ``parallel_min_bytes`` or more is cut
+        into ranges of at most ``range_bytes``, turned into rows in
+        ``workers`` processes (``workers``, ``parallel_min_bytes`` and
+        ``mp_context`` as for ``chain.verify_file``) and written here; a
+        smaller one is indexed line by line in this process. Either way the
+        index holds the same rows, words and mark, and a failure or a crash
+        before the commit leaves it as it was.
+
+        ``progress(done_bytes, total_bytes)`` is called after each range, or
+        every `BATCH_ROWS` records in this process. Returns ``{"records", "bytes"}``.
+
+        Raises:
+            IndexFull: the disk is full; the index is left as it was.
+            IndexError_: SQLite failed otherwise (busy past the timeout...).
+        """
+        with self._mutex:
+            db = self.connection()
+            # Python's sqlite3 has deserialize where SQLite was built with it
+            # (the default since 3.36); elsewhere the lines go in one by one.
+            bulk = hasattr(db, "deserialize")
+            try:
+                if bulk:
+                    db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")  # not allowed inside a transaction
+                db.execute("BEGIN IMMEDIATE")
+                if self.witness is not None:
+                    try:
+                        mark = schema.read_mark(db)
+                    except (ValueError, sqlite3.Error):
+                        pass  # no mark to keep: the tables are not this version's
+                    else:
+                        if self._mark_state(mark, self.log.size()) == "replaced":
+                            self._witness(mark)
+                # The records' indexes are made once the table is full: one sort each, not one insert per row each.
+                self._reset(db, records_indexes=False)
+                size = self.log.size()
+                n = self._rebuild_rows(db, size, progress, bulk, workers, range_bytes, parallel_min_bytes, mp_context)
+                for stmt in schema.statements(schema.RECORDS_INDEXES):
+                    db.execute(stmt)
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise _failure(exc, self.path, "rebuilding") from exc
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                if bulk:
+                    self._detach_bulk(db)
+            return {"records": n, "bytes": size}
+
+    @staticmethod
+    def _detach_bulk(db: sqlite3.Connection) -> None:
+        """Let go of the last range's rows (the attached database holds them until detached)."""
+        try:
+            db.execute(f"DETACH DATABASE {_BULK}")
+        except sqlite3.OperationalError:
+            pass  # never attached (the attach itself failed): nothing to let go of
+
+    def _rebuild_rows(
+        self, db: sqlite3.Connection, size: int, progress: Callable[[int, int], None] | None, bulk: bool,
+        workers: int | None, range_bytes: int, parallel_min_bytes: int, mp_context: Any,
+    ) -> int:
+        """Index the log's first ``size`` bytes into the empty tables (see ``rebuild``); returns the chained lines."""
+        f = self.log.open_read()
+        if f is None:
+            schema.write_mark(db, 0, None)
+            return 0
+        with f:
+            bounds, workers, parallel = chain.plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
+        if not (bulk and parallel and len(bounds) > 2):
+            return self._ingest(db, 0, size, progress)
+        top = count = end = 0
+        last = None
+        with closing(chain.map_ranges(_index_range, str(self.log.path), bounds, workers, parallel, mp_context)) as parts:
+            for part in parts:
+                if part.lines:
+                    db.deserialize(part.rows, name=_BULK)
+                    # Clean: every seq is above those indexed so far and comes once.
+                    self._copy_range(db, clean=part.ascending and part.first_seq > top, links=part.links)
+                    top = max(top, part.max_seq)
+                    last = part.last
+                    count += part.lines
+                end = part.end
+                if progress is not None:
+                    progress(end, size)
+        schema.write_mark(db, end, last)
+        return count
+
+    def _copy_range(self, db: sqlite3.Connection, *, clean: bool, links: bool) -> None:
+        """Copy the attached range's rows, words and links into the index; the caller holds the write transaction.
+
+        Where a seq is claimed twice (a tampered log) the first line that
+        claims it is kept, with its words and links, as `_flush` keeps it;
+        verify reports the rest.
+        """
+        lines = f"{_BULK}.lines"
+        columns = schema.ROW_COLUMNS
+        if clean:
+            db.execute(f"INSERT INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT seq, text, body, fields FROM {lines} "
+                       "WHERE redacted = 0 ORDER BY n")
+        else:
+            db.execute(f"INSERT OR IGNORE INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT l.seq, l.text, l.body, l.fields "
+                       f"FROM {lines} AS l JOIN main.records AS r ON r.seq = l.seq AND r.offset = l.offset "
+                       "WHERE l.redacted = 0 ORDER BY l.n")
+        if links:
+            kept = db.execute(
+                f"SELECT l.target, l.source, l.rel FROM {_BULK}.line_links AS l "
+                "JOIN main.records AS r ON r.seq = l.source AND r.offset = l.offset ORDER BY l.rowid"
+            ).fetchall()
+            if kept:
+                self._link(db, kept)
+
+    # -- lookups --------------------------------------------------------------
+
+    def lookup(self, seq: int) -> tuple[int, int, str] | None:
+        """``(offset, length, hash)`` of a record, or None if the index has no such seq."""
+        self.catch_up()
+        with self._mutex:
+            return schema.place(self.connection(), seq)
+
+    def links(self, seq: int) -> dict[str, list[int]]:
+        """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``."""
+        with self._mutex:
+            return schema.links_to(self.connection(), seq)
+
+    def read(self, seq: int) -> dict[str, Any] | None:
+        """The record read from the log at its indexed place, checked against its hash.
+
+        None when the index has no such seq or the line there no longer holds it.
+        """
+        found = self.lookup(seq)
+        if found is None:
+            return None
+        return self._read_checked(seq, *found)
+
+    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None:
+        line = self.log.line_at(offset, length)
+        if not line.chained or line.seq != seq or line.hash != h:
+            return None
+        return {"seq": seq, "offset": offset, "length": length, "record": line.record}
+
+    def recent(self, limit: int = 20, *, listed: schema.Listed | None = None) -> dict[str, Any]:
+        """Newest records first (for ``list``) with the I2 count of what matched; ``listed`` filters (`schema.Listed`)."""
+        if type(limit) is not int or limit < 0:
+            raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        listed = listed or schema.Listed()
+        self.catch_up()
+        with self._mutex:
+            db = self.connection()
+            total = schema.count_listed(db, listed=listed)
+            rows = schema.newest(db, limit, listed=listed)
+        out = []
+        for seq, offset, length, h in rows:
+            entry = self._read_checked(seq, offset, length, h)
+            if entry is not None:
+                out.append(entry)
+        return {"records": out, "returned": len(out), "total_matches": total,
+                "left_out": {"beyond_limit": total - len(rows), "unreadable": len(rows) - len(out)}}
+
+    # -- verify ---------------------------------------------------------------
+
+    def verify(
+        self, lines: Iterable[tuple[Any, ...]] | None = None, *, snapshot: tuple[int, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """Compare the index with the log in both directions; every finding, none if clean.
+
+        ``lines``, if given, are the log's complete lines in file order as the
+        chain walk passes them (``chain.verify_file``'s ``check``), so the log
+        is read once for both checks: ``(offset, length, seq, hash)`` for a
+        record the walk verified, ``(offset, raw)`` for any other line. None
+        reads the log here. ``snapshot``: ``(size, head seq)`` of the log
+        verify judges; the index is compared with that prefix only, so rows
+        for lines appended since are not ghosts.
+
+        Findings are dicts with ``kind``, ``seq``, ``offset``, ``expected``,
+        ``observed`` and ``message``. Kinds: ``index_log_replaced`` (the mark
+        no longer matches the log), ``index_missing`` (a log record the index
+        lacks), ``index_ghost`` (an index row no log record matches),
+        ``index_offset_mismatch``, ``index_hash_mismatch``,
+        ``index_words_missing`` / ``index_words_ghost`` (records and FTS5 rows
+        disagree), ``index_integrity`` (FTS5's own check). Memory: one bit
+        per seq.
+        """
+        # Imported here, not at the top: verify is rare, and its module (with
+        # orjson) would otherwise load with every reader of the index.
+        from retained.index.verify import verify
+
+        caught = self.catch_up(on_replaced="report")
+        return verify(self.log, self.connection, self._mutex, self.path, self.busy_timeout_s,
+                      replaced=caught["state"] == "replaced", lines=lines, snapshot=snapshot)

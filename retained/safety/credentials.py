@@ -1,0 +1,742 @@
+"""Credential detection: which parts of a string are secrets, and of what kind.
+
+Pure: no I/O, no environment. :func:`find_secrets` finds, in one string,
+provider formats (AWS, GCP, Azure, GitHub, GitLab, Slack, Stripe, OpenAI,
+Anthropic, npm, PyPI, Hugging Face, SendGrid, Mailgun, Shopify, webhook
+URLs), JWTs, PEM private-key blocks, passwords in URLs and in ``curl -u``,
+values assigned to secret-looking names (``password=``, ``"api_key": ...``,
+``Authorization: Bearer ...``, "the password is X" for a password-shaped X),
+and long random-looking tokens (:func:`looks_random`). The write guard
+(guard.py) applies it to every string of a record.
+
+Known limits, stated rather than hidden: a random token shorter than
+``GENERIC_CHARS_MIN`` is found only in a secret-looking context; hex-only
+strings (digests, SHAs, ids) are never taken as secrets by shape alone; a
+random token inside a URL path is taken for an id, not a secret (webhook URLs
+excepted); a password made of words, assigned in code rather than in an env
+file or a JSON field, reads as a variable name; and long base64 runs
+(``GENERIC_CHARS_MAX`` and over, or wrapped lines of it) are taken for data.
+
+>>> [(f.kind, f.end - f.start) for f in find_secrets("deploy key AKIA" + "ABCDEFGHIJ234567 today")]
+[('aws_access_key', 20)]
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import itertools
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from retained.errors import InvariantBroken
+
+__all__ = ["GENERIC_CHARS_MAX", "GENERIC_CHARS_MIN", "Finding", "find_secrets", "looks_random"]
+
+# A random-looking token shorter than this is not flagged by shape alone:
+# Stripe object ids, ULIDs, YouTube ids and short hashes live below it, and
+# generic API keys (32, 40, 64 chars) above it.
+GENERIC_CHARS_MIN = 32
+# A base64 run this long or longer is taken for data (an image, a file), not a
+# credential; the credentials this long (PEM keys, JWTs) have their own rules.
+GENERIC_CHARS_MAX = 160
+
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One secret in one string: where it is (``start``/``end``) and what it is."""
+
+    start: int
+    end: int
+    kind: str
+
+
+def _entropy(token: str) -> float:
+    counts: dict[str, int] = {}
+    for ch in token:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(token)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+_CAMEL_PIECES = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+_HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
+
+# Letter pairs common in English (and so in names made of English words):
+# about a third of all pairs, yet nine in ten of the pairs in ordinary words.
+# A piece of random letters rarely has most of its pairs in this set.
+_COMMON_PAIRS = frozenset(
+    "th he in er an re on at en nd ti es or te of ed is it al ar st to nt ng se ha as ou io le "
+    "ve co me de hi ri ro ic ne ea ra ce li ch ll be ma si om ur ca el ta la ns di fo ho pe ec "
+    "pr no ct us ac ot il tr ly nc et ut ss so rs un lo wa ge ie wh ee wi em ad ol rt po we na "
+    "ul ni ts mo ow pa im mi ai sh ir su id os iv ia am fi ci vi pl ig tu ev ld ry mp fe bl ab "
+    "gh ty op wo sa ay ex ke fr oo av ag if ap gr od bo sp rd do uc bu ei ov by rm ep tt oc fa "
+    "ef cu rn sc gi da yo cr cl du ga qu ue ff ba ey ls va um pp ua up lu go ht ru ug ds lt pi "
+    "rc rr eg au ck ew mu br bi pt ak pu ui rg ib tl ny ki rk ys ob mm fu ph og ms ye ud mb ip "
+    "ub oi rl gu dr hr cc tw ft wn nu xt ks lb rv nk sk sl sm sn sw ze iz oa oe ya yp bj oj je "
+    "ax ix ox yn ym xp ps dl nv ky ws sy".split()
+)
+
+
+def _word_chars(token: str, piece_min: int = 4, common_min: float = 0.75) -> int:
+    """How many letters of ``token`` sit in word-like pieces (identifier parts).
+
+    Pieces are split at case changes and non-letters (``getUserID2fa`` gives
+    get, User, ID, fa). Pieces of random text are short, a case flip or a
+    digit every two or three characters, and their letter pairs are mostly
+    uncommon; a piece of ``piece_min`` or more letters whose pairs are mostly
+    common ones is taken for a word.
+    """
+    total = 0
+    for piece in _CAMEL_PIECES.findall(token):
+        n = len(piece)
+        if n < piece_min:
+            continue
+        low = piece.lower()
+        common = sum(low[i : i + 2] in _COMMON_PAIRS for i in range(n - 1))
+        if common >= common_min * (n - 1):
+            total += n
+    return total
+
+
+_SEPARATORS = re.compile(r"[/\-_]+")
+
+
+def _structured(token: str) -> bool:
+    """Whether a token with separators is mostly words, numbers, hex digests and short parts.
+
+    A path or a name (``pytest-of-dev/pytest-12``, ``ThinkPad-X1-Carbon``) is
+    made of such parts; a random base64url string that happens to contain a
+    ``-`` or ``_`` is not.
+    """
+    parts = [p for p in _SEPARATORS.split(token) if p]
+    if len(parts) < 3:
+        return False
+    plain = 0
+    for part in parts:
+        letters = sum(ch.isalpha() for ch in part)
+        if letters <= 3 or _HEX_ONLY.fullmatch(part) or _word_chars(part, 3) >= letters * 0.6:
+            plain += len(part)
+    return plain >= 0.6 * sum(len(p) for p in parts)
+
+
+def looks_random(token: str, min_chars: int = GENERIC_CHARS_MIN) -> bool:
+    """Whether ``token`` looks like a machine-made secret rather than an identifier.
+
+    True for long strings that mix character classes with high entropy and few
+    word-like pieces; False for hex-only strings (digests, SHAs, UUIDs) and
+    for identifiers (snake, camel, kebab case), paths and prose.
+
+    >>> looks_random("q8Xr2LmZ0vTn5KfWb7YcJd4HsPa1GeUi")
+    True
+    >>> looks_random("getUserAccountPreferencesForTenant2Factor")
+    False
+    """
+    n = len(token)
+    if n < min_chars:
+        return False
+    if _HEX_ONLY.fullmatch(token):
+        return False
+    lower = upper = digit = 0
+    for ch in token:
+        if "a" <= ch <= "z":
+            lower += 1
+        elif "A" <= ch <= "Z":
+            upper += 1
+        elif "0" <= ch <= "9":
+            digit += 1
+    letters = lower + upper
+    classes = (lower > 0) + (upper > 0) + (digit > 0)
+    if classes < 2 or letters == 0:
+        return False
+    if classes == 2 and digit == 0:
+        # Letters only in two cases: random only if the case flips often.
+        flips = sum(1 for a, b in itertools.pairwise(token) if a.isalpha() and b.isalpha() and a.islower() != b.islower())
+        if flips < n * 0.3:
+            return False
+    if _word_chars(token) > letters * 0.45:
+        return False
+    if _structured(token):
+        return False
+    steps = sum(1 for a, b in itertools.pairwise(token) if ord(b) - ord(a) in (1, -1))
+    if steps > n * 0.3:
+        return False  # runs such as ABCDEF... or 0123456789: an alphabet, not a key
+    return _entropy(token) >= min(4.2, 0.78 * math.log2(n))
+
+
+def _random_body(token: str, before: str = "") -> bool:
+    """A looser test for the body of a token whose prefix already says "key"."""
+    return looks_random(token, min_chars=16) or (
+        len(token) >= 16 and _entropy(token) >= 3.5 and _word_chars(token) <= len(token) * 0.3
+    )
+
+
+# A check gets the secret part of a match and, separately, what the match
+# holds before it (a name and an operator, for the rules that have context).
+_Check = Callable[[str, str], bool]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: str
+    pattern: re.Pattern[str]
+    pattern_ci: re.Pattern[str] | None  # for ``fold`` rules: the same pattern, ignoring case
+    check: _Check | None  # applied to the secret span; False drops the match
+    hints: tuple[str, ...]  # the rule runs only if one of these occurs in the text
+    gate: bool  # check the hints on long texts too (False: the pattern's literal prefix is as fast)
+    fold: bool  # hints are lower case and checked on the lower-cased text
+    span_back: int  # the secret starts this many characters before the match
+    anchored: bool  # matched only where a hint occurs (found with str.find), not searched
+
+
+def _rule(
+    kind: str,
+    pattern: str,
+    check: _Check | None = None,
+    *,
+    hints: tuple[str, ...],
+    fold: bool = False,
+    gate: bool = True,
+    span_back: int = 0,
+    anchored: bool = False,
+    flags: int = 0,
+) -> _Rule:
+    # Each pattern starts with a literal so that the regex engine can skip
+    # ahead to it; boundaries are lookbehinds placed after the literal.
+    # A ``fold`` rule is written in lower case and runs on the lower-cased
+    # text (the engine then compares plain characters, not case classes); pattern_ci is for text
+    # whose length changes when lower-cased (a few non-ASCII letters).
+    ci = re.compile(pattern, flags | re.IGNORECASE) if fold else None
+    return _Rule(kind, re.compile(pattern, flags), ci, check, hints, gate, fold, span_back, anchored)
+
+
+_PLACEHOLDER = re.compile(
+    r"(?i)(?:x+|\*+|\.+|_+|-+|#+|0+|1234(?:5678?)?9?|changeme|dummy|redacted|hidden"
+    r"|password|passwd|pass|pwd|secret|token|none|null|nil|true|false|undefined"
+    r"|(?:your|insert|enter|replace|put|add|my|some|fake|dummy|test)[_\-.][\w.\-]*"
+    r"|[\w.\-]*(?:here|example|placeholder|changeme|not[_\-]?needed|not[_\-]?used|unused)[\w.\-]*"
+    r"|\$\{?\w+\}?|\$\(.*\)|%\(?\w*\)?[sd]|\{\{.*\}\}|<[^<>]*>|\[secret:\w+\])"
+)
+
+
+def _not_placeholder(value: str, before: str = "") -> bool:
+    stripped = value.strip("'\"`")
+    if _PLACEHOLDER.fullmatch(stripped):
+        return False  # x-es, "changeme", ${VAR}, %(x)s, {{ var }}, <your-key>, [secret:...]
+    if stripped[:1] in "${<[(" or stripped[-1:] in "}>)":
+        return False  # the start or end of a template expression
+    return len(set(stripped)) > 2
+
+
+_PATH_LIKE = re.compile(r"(?:\.{0,2}/|~/|[A-Za-z]:\\)[\w.\-/\\]*")
+
+
+def _looks_like_path(value: str) -> bool:
+    """./password.txt, /run/secrets/db, ~/.ssh/id_ed25519: a file name, not its content."""
+    if not _PATH_LIKE.fullmatch(value):
+        return False
+    parts = [p for p in re.split(r"[/\\.]", value) if p]
+    return all(len(p) < 4 or _word_chars(p, 3, 0.6) >= sum(ch.isalpha() for ch in p) * 0.6 for p in parts)
+
+
+def _decoded(token: str) -> str | None:
+    """The text a base64 token encodes, if it encodes printable UTF-8 text."""
+    body = token.rstrip("=")
+    if len(body) % 4 == 1:
+        return None
+    padded = body + "=" * (-len(body) % 4)
+    try:
+        raw = base64.b64decode(padded, altchars=b"-_" if ("-" in body or "_" in body) else None, validate=True)
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    if not text or not all(ch.isprintable() or ch in "\n\r\t" for ch in text):
+        return None
+    return text
+
+
+def _basic_credentials(token: str, before: str = "") -> bool:
+    decoded = _decoded(token)
+    return decoded is not None and ":" in decoded and len(decoded) > 2
+
+
+_URL_PLACEHOLDER = re.compile(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test|guest|demo|admin|user(?:name)?)")
+
+
+def _url_password(value: str, before: str = "") -> bool:
+    return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value)
+
+
+_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
+
+
+_PASSWORD_LIKE = re.compile(r"[A-Za-z0-9!@#$%^&*_\-+.~?]{8,}")
+
+
+def _mixed(value: str) -> bool:
+    """Upper and lower case, and a digit or a symbol: the shape of a password."""
+    upper = any(ch.isupper() for ch in value)
+    lower = any(ch.islower() for ch in value)
+    other = any(not ch.isalpha() for ch in value)
+    return upper and lower and other and _word_chars(value, 3, 0.6) < sum(ch.isalpha() for ch in value) * 0.6
+
+
+_ENV_NAME = re.compile(r"[A-Z0-9_]+=[\"']?\Z")
+
+
+def _assigned_value(value: str, before: str = "", *, literal: bool = False) -> bool:
+    """Whether a value assigned to a secret-looking name is itself a secret.
+
+    ``literal``: the value cannot be code (a JSON value under a key named like
+    a secret); an env-file line (``DB_PASSWORD=...``) counts as literal too.
+    Without an operator ("password is X", "passwd X") only a value that mixes
+    cases and digits or symbols counts: prose and commands follow such names.
+    """
+    value = value.rstrip(".,:;!?")
+    if len(value) < 8 or not _not_placeholder(value):
+        return False
+    if before and not any(op in before for op in ":="):
+        return _PASSWORD_LIKE.fullmatch(value) is not None and _mixed(value)
+    if any(ch in value for ch in "()[]{}<>"):
+        return False  # a call or an expression, not a literal
+    if literal or _ENV_NAME.match(before):
+        return True
+    if _looks_like_path(value):
+        return False
+    if len(value) >= 16 and _HEX_ONLY.fullmatch(value) and not value.isdigit():
+        return True  # a hex key: its letters can spell pieces such as "bead" or "face"
+    # os.environ, settings.API_KEY, rsa.RSAPrivateKey, get_secret: identifiers, not keys.
+    return not (_IDENTIFIER_PATH.fullmatch(value) and _word_chars(value, 3, 0.6) >= sum(ch.isalpha() for ch in value) * 0.6)
+
+
+# Secret-looking names: the end of an identifier such as DB_PASSWORD or
+# stripe.api_key. Matched case-insensitively.
+_SECRET_NAME = (
+    r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.-]?key)?|api[_.-]?key|apikey|access[_.-]?key(?:[_.-]?id)?"
+    r"|(?:auth|access|refresh|bearer|session|api|bot|oauth)[_.-]?token|token|client[_.-]?secret"
+    r"|private[_.-]?key|credentials?|signing[_.-]?key|encryption[_.-]?key)"
+)
+_SECRET_KEY_NAME = re.compile(r"(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z", re.IGNORECASE)
+
+_B64 = r"A-Za-z0-9+/"
+_URLSAFE = r"A-Za-z0-9_\-"
+
+# Ordered: the first rule to claim a span keeps it, so specific rules come
+# before the general ones. ``(?P<s>...)`` marks the secret part of a match
+# when the match carries context around it. ``hints`` are substrings a match
+# must contain (checked on the lower-cased text when ``fold``): a rule whose
+# hints are all absent is not run, which keeps the cost per write low.
+_W = r"A-Za-z0-9_"  # an ASCII word character, for boundaries
+_RULES: tuple[_Rule, ...] = (
+    _rule(
+        "private_key",
+        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----.{0,400}?[A-Za-z0-9+/=]{32}"
+        r".*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        hints=("PRIVATE KEY",),
+        flags=re.DOTALL,
+    ),
+    _rule(
+        "aws_access_key",
+        r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])(?<![A-Za-z0-9]....)[A-Z0-9]{16}(?![A-Za-z0-9])",
+        hints=("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), gate=False,
+    ),
+    _rule(
+        "aws_secret_key",
+        r"(?:aws|amazon)[\w.\-]{0,30}?secret[\w.\-]{0,20}[\"']?\s*(?:[:=]|=>|:=)?\s*[\"']?"
+        r"(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        hints=("aws", "amazon"),
+        fold=True,
+    ),
+    _rule("gcp_api_key", rf"AIza(?<![{_W}\-]AIza)[{_URLSAFE}]{{35}}(?![{_W}\-])", hints=("AIza",), gate=False),
+    _rule("gcp_oauth_secret", rf"GOCSPX-(?<![{_W}\-]GOCSPX-)[{_URLSAFE}]{{28}}(?![{_W}\-])", hints=("GOCSPX-",), gate=False),
+    _rule(
+        "azure_storage_key",
+        rf"accountkey=(?P<s>[{_B64}]{{20,}}={{0,2}})",
+        hints=("accountkey=",),
+        fold=True,
+    ),
+    _rule(
+        "azure_shared_access_key",
+        rf"sharedaccesskey=(?P<s>[{_B64}]{{20,}}={{0,2}})",
+        hints=("sharedaccesskey=",),
+        fold=True,
+    ),
+    _rule("azure_sas_token", r"sig=(?<=[?&;]sig=)(?P<s>[A-Za-z0-9%+/=]{20,})", hints=("sig=",), fold=True),
+    _rule(
+        "azure_storage_key",
+        rf"==(?<![{_B64}][{_B64}]{{86}}==)(?<=(?<!sha512-)(?<!sha384-)(?<!base64,)[{_B64}]{{86}}==)(?![{_B64}=])",
+        _random_body,
+        hints=("==",), gate=False,
+        span_back=86,
+    ),
+    _rule(
+        "azure_client_secret",
+        r"Q~(?<=(?<![\w~.\-])[A-Za-z0-9_~.\-]{3}[0-9]Q~)[A-Za-z0-9_~.\-]{31,34}(?![\w~.\-])",
+        hints=("Q~",), gate=False,
+        span_back=4,
+    ),
+    _rule(
+        "github_token",
+        rf"gh[pousr]_(?<![{_W}]....)[A-Za-z0-9]{{36,251}}(?![{_W}])",
+        hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), gate=False,
+    ),
+    _rule("github_token", rf"github_pat_(?<![{_W}]github_pat_)[{_W}]{{40,251}}(?![{_W}])", hints=("github_pat_",), gate=False),
+    _rule(
+        "gitlab_token",
+        rf"gl(?<![{_W}\-]gl)(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}",
+        hints=("gl",), gate=False,
+    ),
+    _rule(
+        "slack_webhook",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+\-]{20,}",
+        hints=("hooks.slack.com",), gate=False,
+    ),
+    _rule(
+        "slack_token",
+        r"(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})",
+        hints=("xox", "xapp-"), gate=False,
+    ),
+    _rule(
+        "stripe_key",
+        rf"[sr]k_(?:live|test)_(?<![{_W}]...(?:live|test)_)[A-Za-z0-9]{{16,}}(?![{_W}])",
+        hints=("k_live_", "k_test_"),
+    ),
+    _rule("stripe_key", rf"whsec_(?<![{_W}]whsec_)[A-Za-z0-9]{{24,}}(?![{_W}])", hints=("whsec_",), gate=False),
+    _rule("anthropic_key", rf"sk-ant-(?<![{_W}\-]sk-ant-)[{_URLSAFE}]{{32,}}", hints=("sk-ant-",), gate=False),
+    _rule(
+        "openai_key",
+        rf"sk-(?<![{_W}\-]sk-)[A-Za-z0-9]{{20}}T3BlbkFJ[A-Za-z0-9]{{20}}(?![{_W}\-])",
+        hints=("T3BlbkFJ",), gate=False,
+    ),
+    _rule(
+        "openai_key",
+        rf"sk-(?<![{_W}\-]sk-)(?:proj-|svcacct-|admin-|None-)?(?P<s>[{_URLSAFE}]{{20,}})",
+        _random_body,
+        hints=("sk-",), gate=False,
+    ),
+    _rule("npm_token", rf"npm_(?<![{_W}]npm_)[A-Za-z0-9]{{36}}(?![{_W}])", hints=("npm_",), gate=False),
+    _rule("pypi_token", rf"pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}", hints=("pypi-AgEI",), gate=False),
+    _rule("huggingface_token", rf"hf_(?<![{_W}]hf_)[A-Za-z]{{34}}(?![{_W}])", hints=("hf_",), gate=False),
+    _rule(
+        "sendgrid_key",
+        rf"SG\.(?<![{_W}.]SG\.)[{_URLSAFE}]{{22}}\.[{_URLSAFE}]{{43}}(?![{_W}])",
+        hints=("SG.",), gate=False,
+    ),
+    _rule(
+        "jwt",
+        rf"eyJ(?<![{_W}\-]eyJ)[{_URLSAFE}]{{10,}}\.eyJ[{_URLSAFE}]{{10,}}\.[{_URLSAFE}]{{10,}}",
+        hints=("eyJ",), gate=False,
+    ),
+    _rule(
+        "url_password",
+        r"://(?<=[A-Za-z0-9]://)[^\s:/?#@\"'<>]{1,256}:(?P<s>[^\s/?#@\"'<>]{1,256})@",
+        _url_password,
+        hints=("://",), gate=False,
+    ),
+    _rule(
+        "basic_auth",
+        r"-u[ \t]+(?<![\w-]-u[ \t])[^\s:'\"]+:(?P<s>[^\s'\"]{4,})",
+        _not_placeholder,
+        hints=("-u ",),
+    ),
+    _rule("mailgun_key", rf"key-(?<![{_W}\-]key-)[0-9a-f]{{32}}(?![{_W}])", hints=("key-",)),
+    _rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shp",)),
+    _rule(
+        "basic_auth",
+        r"basic\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])",
+        _basic_credentials,
+        hints=("basic",),
+        fold=True,
+    ),
+    _rule(
+        "bearer_token",
+        r"bearer\s+(?P<s>[A-Za-z0-9._~+/\-]{16,}=*)",
+        _not_placeholder,
+        hints=("bearer",),
+        fold=True,
+    ),
+    _rule(
+        "assigned_secret",
+        r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|key(?:[_.\-]?id)?|token|credentials?)"
+        r"[\"'`]?(?:\s*(?:=>|:=|[:=])\s*|[ \t]+(?:(?:is|was)[ \t]+)?)[\"'`]?(?P<s>[^\s\"'`,;]{8,200})",
+        _assigned_value,
+        hints=("pass", "pwd", "secret", "key", "token", "credential"),
+        fold=True,
+        anchored=True,
+    ),
+)
+
+# Candidate tokens for the generic rule: runs of base64 / base64url letters.
+_TOKEN = re.compile(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
+# Tokens that look random but are public by design, or are hashes: Stripe
+# publishable keys, SRI hashes, file headers in base64 (PNG, JPEG, GIF, WebP,
+# PDF, SVG), SSH public keys, IPFS content ids, bech32 addresses.
+_PUBLIC_TOKEN = re.compile(
+    r"(?:pk_(?:live|test)_|sha(?:1|256|384|512)[-:=]|iVBORw0KGgo|/9j/|R0lGOD|UklGR|JVBERi0|PHN2Zy"
+    r"|AAAA(?:B3NzaC1|C3NzaC1|E2VjZHNh)|Qm[1-9A-HJ-NP-Za-km-z]{44}\Z|bafy[a-z2-7]{50,}\Z|bc1[qp][a-z0-9]{38,58}\Z)"
+)
+# What may precede a public token: a data URI, a hash algorithm (SRI, go.sum
+# "h1:"), an integrity attribute, an AWS request id header.
+_PUBLIC_BEFORE = re.compile(
+    r"(?:base64,|sha(?:1|256|384|512)[-:=]|\bh1:|integrity=[\"']?|x-amz-id-2:\s?)\Z", re.IGNORECASE
+)
+_URL_REST = re.compile(r"://[^\s\"'<>]+")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+# Public keys and certificates are not secrets: their bodies are skipped.
+_PUBLIC_PEM = re.compile(
+    r"-----BEGIN (?![A-Z0-9 ]*PRIVATE)[A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
+)
+_URL_QUERY_SECRET = re.compile(
+    r"(?i)[?&#](?:[\w.\-]*(?:token|secret|key|sig|signature|password|auth|credential)[\w.\-]*)=([^&#\s\"'<>]+)"
+)
+
+
+def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Iterable[Finding]:
+    """Long random-looking tokens no specific rule claimed."""
+    in_url: list[tuple[int, int]] = []
+    if "-----BEGIN" in text:
+        in_url.extend(m.span() for m in _PUBLIC_PEM.finditer(text))
+    for url in _URL_REST.finditer(text) if "://" in text else ():
+        begin = url.start()
+        while begin > 0 and url.start() - begin < 20 and text[begin - 1] in _SCHEME_CHARS:
+            begin -= 1  # back over the scheme: https, git+ssh
+        if begin == url.start():
+            continue
+        in_url.append((begin, url.end()))
+        if "hook" in url.group().lower():
+            # A webhook URL's path is its credential (Discord, Teams, ...).
+            at = url.start()
+            for part in re.split(r"([/?#&=])", url.group()):
+                if len(part) >= 20 and _random_body(part):
+                    yield Finding(at, at + len(part), "webhook_token")
+                at += len(part)
+        for q in _URL_QUERY_SECRET.finditer(url.group()):
+            value = q.group(1)
+            if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
+                yield Finding(url.start() + q.start(1), url.start() + q.end(1), "high_entropy")
+    if len(text) < _LONG_TEXT_CHARS and not any(len(word) >= GENERIC_CHARS_MIN for word in text.split()):
+        return  # no run long enough; on a short text this test is cheaper than the regex
+    in_url.sort()
+    skip_starts = [a for a, _ in in_url]
+    skip_ends = list(itertools.accumulate((b for _, b in in_url), max))  # spans may nest: a running max
+    for tok in _TOKEN.finditer(text):
+        start, end = tok.span()
+        token = tok.group()
+        if len(token) >= GENERIC_CHARS_MAX:
+            continue
+        i = bisect.bisect_right(skip_starts, start)
+        if i > 0 and skip_ends[i - 1] > start:
+            continue  # ids in URL paths (secrets in URLs are checked above), public PEM bodies
+        if _HEX_ONLY.fullmatch(token) or taken.overlaps(start, end):
+            continue  # digests and ids; or already found by a specific rule
+        if _PUBLIC_TOKEN.match(token) or _PUBLIC_BEFORE.search(text, max(0, start - 16), start):
+            continue
+        if _in_blob(text, start, end):
+            continue
+        if _path_like(token):
+            # A path: each part is judged on its own (a key can still sit in one).
+            at = start
+            for part in token.split("/"):
+                if looks_random(part):
+                    yield Finding(at, at + len(part), "high_entropy")
+                at += len(part) + 1
+            continue
+        if not looks_random(token.rstrip("=")):
+            continue
+        decoded = _decoded(token)
+        if decoded is None:
+            yield Finding(start, end, "high_entropy")
+        elif depth < 1:
+            # Base64 of text is encoded text, not a key; it counts only when
+            # what it encodes holds a secret (a Kubernetes Secret's data).
+            inner = find_secrets(decoded, allow, depth + 1)
+            if inner:
+                yield Finding(start, end, f"base64_{inner[0].kind}")
+
+
+def _path_like(token: str) -> bool:
+    """A token with two or more ``/`` that starts like a path or holds words between them."""
+    if token.count("/") < 2:
+        return False
+    if token.startswith(("/", "~", "./", "../")):
+        return True
+    parts = token.split("/")
+    return sum(1 for p in parts if len(p) >= 4 and _word_chars(p, 4) >= 0.6 * len(p)) >= 2
+
+
+def _in_blob(text: str, start: int, end: int) -> bool:
+    """Whether the token is one line of a wrapped base64 block (data, or a PEM body).
+
+    Wrapped base64 has lines of one width (64, 76) and a shorter last line:
+    the token must be alone on its line, and the line above must be as long
+    (or longer, for a last line), or the line below exactly as long.
+    """
+    line_start = start
+    while line_start > 0 and text[line_start - 1] in " \t\r":
+        line_start -= 1
+    line_end = end
+    while line_end < len(text) and text[line_end] in " \t\r":
+        line_end += 1
+    if (line_start > 0 and text[line_start - 1] != "\n") or (line_end < len(text) and text[line_end] != "\n"):
+        return False  # not alone on its line
+    width = end - start
+    if line_start > 0:
+        above_start = text.rfind("\n", 0, line_start - 1) + 1
+        above = text[above_start : line_start - 1].strip()
+        if len(above) >= max(48, width) and _TOKEN.fullmatch(above):
+            return True
+    if line_end < len(text):
+        stop = text.find("\n", line_end + 1)
+        below = text[line_end + 1 : len(text) if stop == -1 else stop].strip()
+        if len(below) == width and width >= 48 and _TOKEN.fullmatch(below):
+            return True
+    return False
+
+
+# A bare "key" counts as a secret's name only after one of these words.
+_KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
+
+
+_LONG_TEXT_CHARS = 4096
+# Every rule needs a ":" or "=" (a name and its value, a URL), a secret's
+# name ("password is ...") or a run of 16 or more token characters; a short
+# text with none of them is done at once.
+_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
+_NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
+
+
+def _has_long_run(text: str) -> bool:
+    """``_LONG_RUN.search(text)``, answered without the regex for ordinary prose.
+
+    Whitespace is outside the token class, so a run of 16 token characters
+    needs a whitespace-free piece at least that long; ``str.split`` finds the
+    longest piece in C, where the regex would try every start position.
+    """
+    return max(map(len, text.split()), default=0) >= 16 and _LONG_RUN.search(text) is not None
+
+_HINTS = frozenset(h for rule in _RULES if not rule.fold for h in rule.hints)
+_GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
+_FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
+
+
+def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
+    """Matches of ``rule`` starting where one of its hints occurs.
+
+    Finding the hints with ``str.find`` and matching only there spares the
+    regex a search from every position of the whole text.
+    """
+    if len(folded) != len(text):
+        # Lower-casing changed the length (a few non-ASCII letters): search.
+        if rule.pattern_ci is None:
+            raise InvariantBroken(f"secret rule {rule.kind}: has hints but no case-insensitive pattern")
+        for m in rule.pattern_ci.finditer(text):
+            if not m.group().lower().startswith("key") or _KEY_PREFIX.search(text[max(0, m.start() - 14) : m.start()].lower()):
+                yield m
+        return
+    for hint in rule.hints:
+        at = folded.find(hint)
+        while at != -1:
+            if hint != "key" or _KEY_PREFIX.search(folded, max(0, at - 14), at):
+                found = rule.pattern.match(folded, at)
+                if found is not None:
+                    yield found
+            at = folded.find(hint, at + 1)
+
+
+class _Spans:
+    """Non-overlapping findings kept in order, so an overlap test is a binary search.
+
+    A text with thousands of matches (pasted logs, a hostile write) then
+    costs n log n, not n squared.
+    """
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.findings: list[Finding] = []
+
+    def overlaps(self, start: int, end: int) -> bool:
+        i = bisect.bisect_right(self.starts, start)
+        if i > 0 and self.findings[i - 1].end > start:
+            return True
+        return i < len(self.starts) and self.starts[i] < end
+
+    def add(self, finding: Finding) -> None:
+        i = bisect.bisect_right(self.starts, finding.start)
+        self.starts.insert(i, finding.start)
+        self.findings.insert(i, finding)
+
+
+def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0) -> list[Finding]:
+    """Every secret in ``text``, in order, without overlaps.
+
+    ``allow`` holds literal values that are never reported: a finding whose
+    secret part, or whose whole string, is in it is dropped.
+    """
+    if len(text) < 8 or text in allow:
+        return []
+    folded = text.lower()
+    if (
+        len(text) < _LONG_TEXT_CHARS
+        and ":" not in text
+        and "=" not in text
+        and not _has_long_run(text)
+        and not any(name in folded for name in _NAMES)
+    ):
+        return []  # no "name: value", URL, "password is ..." or run long enough for a token
+    found = _Spans()
+    # Which hints occur, found once for all rules. On a short text every rule
+    # is gated (a substring test is far cheaper than starting a regex); on a
+    # long one, rules whose pattern starts with a literal just search.
+    long = len(text) >= _LONG_TEXT_CHARS
+    present = {h for h in (_GATE_HINTS if long else _HINTS) if h in text}
+    present.update(h for h in _FOLDED_HINTS if h in folded)
+    for rule in _RULES:
+        if (rule.gate or not long) and present.isdisjoint(rule.hints):
+            continue
+        if rule.anchored:
+            matches: Iterable[re.Match[str]] = _anchored_matches(rule, text, folded)
+        elif rule.fold:
+            if rule.pattern_ci is None:
+                raise InvariantBroken(f"secret rule {rule.kind}: folds case but has no case-insensitive pattern")
+            matches = rule.pattern.finditer(folded) if len(folded) == len(text) else rule.pattern_ci.finditer(text)
+        else:
+            matches = rule.pattern.finditer(text)
+        for m in matches:
+            start, end = m.span("s") if "s" in rule.pattern.groupindex else m.span()
+            start -= rule.span_back
+            if start == end or found.overlaps(start, end):
+                continue
+            value = text[start:end]
+            if rule.check is not None and not rule.check(value, text[m.start() : start]):
+                continue
+            if value in allow:
+                continue
+            found.add(Finding(start, end, rule.kind))
+    for f in _generic(text, found, allow, depth):
+        if not found.overlaps(f.start, f.end) and text[f.start : f.end] not in allow:
+            found.add(f)
+    if not found.findings:
+        return []
+    return _relabel(text, found.findings)
+
+
+_SERVICE_ACCOUNT = re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")
+
+
+def _relabel(text: str, found: list[Finding]) -> list[Finding]:
+    """Name a generic finding by its company: a key in a service-account file, a key beside an AWS key id."""
+    kinds = {f.kind for f in found}
+    if "private_key" in kinds and _SERVICE_ACCOUNT.search(text):
+        found = [Finding(f.start, f.end, "gcp_service_account") if f.kind == "private_key" else f for f in found]
+    if "aws_access_key" in kinds:
+        found = [
+            Finding(f.start, f.end, "aws_secret_key")
+            if f.kind == "high_entropy" and f.end - f.start == 40 and "-" not in text[f.start : f.end]
+            else f
+            for f in found
+        ]
+    return found

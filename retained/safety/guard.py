@@ -1,0 +1,356 @@
+"""The write guard: credentials and ``<private>`` spans, checked before anything is written.
+
+Pure: no I/O, no environment, no printing. The store builds one :class:`Guard`
+from its settings and calls :meth:`Guard.apply` on the caller-set part of a
+record (``text``, ``body``, ``scope``, ... and every caller field) before the
+record is encoded. What it does, in this order, on every string anywhere in
+the fields (dict values, list items and dict keys):
+
+1. Private spans. Text between ``<private>`` and ``</private>`` (any case,
+   spaces allowed inside the tag, attributes allowed on the opening tag) is
+   removed with its tags, whatever the policy. Spans nest: only the outermost
+   span is counted. An opening tag with no closing tag removes everything to
+   the end of that string, so a forgotten close never leaks; a closing tag
+   with no opening tag is left as it is (nothing before it can be told apart
+   from ordinary text).
+2. Credentials, on what is left, found by credentials.find_secrets (provider
+   formats, JWTs, PEM keys, passwords in URLs, values assigned to
+   secret-looking names, long random-looking tokens), plus a value stored
+   under a secret-named dict key (``{"token": "..."}``). Policy ``refuse``
+   raises :class:`~retained.errors.SecretDetected`; ``redact`` replaces each
+   secret with ``[secret:<kind>]``; ``off`` only removes private spans.
+
+Field paths in findings and errors: ``text``, ``body``, ``scope`` ... for the
+API fields, ``fields.<key>.<key>[i]`` for the caller's own; a dict key that
+is itself a secret appears in a path in its redacted form. ``client_op_id``
+is passed through unscanned: an idempotency key is random by design.
+
+:meth:`Guard.untouched` answers, from a record's JSON and exactly, that most
+ordinary records hold nothing to act on, so they skip the full scan.
+
+>>> g = Guard(policy="redact")
+>>> r = g.apply({"text": "deploy key AKIA" + "ABCDEFGHIJ234567 <private>my pin</private>ok"})
+>>> r.fields["text"], r.private_spans_removed, r.redactions
+('deploy key [secret:aws_access_key] ok', 1, [{'path': 'text', 'kind': 'aws_access_key'}])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from retained import limits
+from retained.errors import InvalidRecord, SecretDetected
+from retained.safety.credentials import (
+    _LONG_TEXT_CHARS,
+    _SECRET_KEY_NAME,
+    Finding,
+    _assigned_value,
+    find_secrets,
+    looks_random,
+)
+
+__all__ = ["POLICIES", "Finding", "Guard", "GuardResult", "find_secrets", "looks_random", "remove_private"]
+
+POLICIES = ("refuse", "redact", "off")
+
+# Caller fields set through named API arguments; every other key is reported
+# as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
+_API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
+# Passed through as they are: an idempotency key is random by design, and
+# scanning it would refuse writes from clients that make good ones.
+_UNSCANNED = frozenset({"client_op_id"})
+
+
+# -- private spans -----------------------------------------------------------
+
+_PRIVATE_TAG = re.compile(r"<\s*(/)?\s*private(?:\s[^<>]*)?\s*>", re.IGNORECASE)
+
+
+def remove_private(text: str) -> tuple[str, int]:
+    """Remove ``<private>…</private>`` spans; return the text and how many were removed.
+
+    >>> remove_private("a<private>b</private>c<PRIVATE >d")
+    ('ac', 2)
+    """
+    if "<" not in text:
+        return text, 0
+    out: list[str] = []
+    depth = 0
+    spans = 0
+    kept_from = 0
+    for tag in _PRIVATE_TAG.finditer(text):
+        closing = tag.group(1) is not None
+        if not closing:
+            if depth == 0:
+                out.append(text[kept_from : tag.start()])
+                spans += 1
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                kept_from = tag.end()
+        # A closing tag at depth 0 has no opener: it is kept as ordinary text.
+    if spans == 0:
+        return text, 0
+    if depth == 0:
+        out.append(text[kept_from:])
+    # depth > 0: the span never closed, so everything after it is private.
+    return "".join(out), spans
+
+
+# -- the fast test for untouched records --------------------------------------
+
+
+_NESTED = (dict, list, tuple)
+_DIGEST_STRING = re.compile(rb'"[0-9a-f]{64}"')
+_TIMESTAMP_STRING = re.compile(rb'"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"')
+
+
+def _keys_inside(value: Any, depth: int) -> int | None:
+    """How many dict keys a nested value holds.
+
+    None past the nesting ``apply`` accepts, or for a secret-named key (whose
+    value the secret-name rule judges).
+    """
+    if depth > limits.DEPTH_MAX - 1:
+        return None
+    n = 0
+    if isinstance(value, dict):
+        for key in value:
+            if type(key) is not str or _SECRET_KEY_NAME.search(key):
+                return None
+        n = len(value)
+        items: Iterable[Any] = value.values()
+    else:
+        items = value
+    for item in items:
+        if type(item) in _NESTED:
+            inner = _keys_inside(item, depth + 1)
+            if inner is None:
+                return None
+            n += inner
+    return n
+_RUN_BREAKS = b' \t\n\r\x0b\x0c{}[]":,'
+_RUN_CHARS = bytes(b" "[0] if i in _RUN_BREAKS else b"a"[0] for i in range(256))
+_RUN_16 = b"a" * 16
+
+
+def _orjson_dumps(obj: Any) -> bytes:
+    # Imported here: the guard module stays importable without orjson (the brief path).
+    import orjson
+
+    return orjson.dumps(obj)
+
+
+# -- the guard ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    """What the guard made of a record's caller fields.
+
+    ``fields`` is a new dict (the input is never changed); ``redactions`` lists
+    ``{"path", "kind"}`` for each secret replaced under ``redact``.
+    """
+
+    fields: dict[str, Any]
+    private_spans_removed: int = 0
+    redactions: list[dict[str, str]] = field(default_factory=list)
+
+
+class Guard:
+    """Checks a record's caller fields before they are written.
+
+    Args:
+        policy: ``"refuse"`` (the default: raise on any secret), ``"redact"``
+            (replace each secret with ``[secret:<kind>]``) or ``"off"`` (only
+            private spans are removed).
+        allow: literal values never reported as secrets (false positives).
+
+    Raises:
+        InvalidRecord: an unknown policy.
+    """
+
+    def __init__(self, policy: str = "refuse", allow: Iterable[str] = frozenset()) -> None:
+        if policy not in POLICIES:
+            raise InvalidRecord(
+                f"secrets policy {policy!r} is not known; expected one of {', '.join(POLICIES)}",
+                path="policy",
+            )
+        self.policy = policy
+        self.allow = frozenset(allow)
+
+    def untouched(self, fields: dict[str, Any], encoded: bytes | None = None) -> bool:
+        """Whether :meth:`apply` would return ``fields`` as they are: no span, no finding.
+
+        A cheap test on the record's JSON that answers for the common case
+        (ASCII prose, ids, digests) in a few microseconds; False means "run
+        :meth:`apply`", never "there is a secret". ``encoded`` is
+        ``orjson.dumps(fields)`` when the caller has it already.
+
+        It is exact by construction: every rule of :func:`find_secrets` needs
+        a ``:`` or ``=`` in the string, a secret's name, a run of 16 token
+        characters, or 4,096 characters; a private span needs ``<``; the
+        secret-name rule for values needs a nested key with a secret's name.
+        In the JSON the only ``:`` are one per key, and the punctuation
+        (quotes, commas, braces) splits runs. Let through besides: a whole
+        string that is an RFC 3339 UTC timestamp (its two ``:``), and a whole
+        string of 64 lowercase hex digits (a digest, as in an import's
+        provenance); no rule reports either outside a secret-named key.
+        """
+        if "client_op_id" in fields:
+            fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}
+            encoded = None
+        try:
+            data = encoded if encoded is not None else _orjson_dumps(fields)
+        except TypeError:  # a non-string key, a bad string: apply() or validation names it
+            return False
+        # The byte tests first, most telling first: a record that needs the
+        # full scan should pay as little as possible for having been tested.
+        if len(data) >= _LONG_TEXT_CHARS or not data.isascii() or b"<" in data or b"\\" in data:
+            return False
+        if self.policy != "off":
+            if b"=" in data:
+                return False
+            # Runs of characters other than whitespace and JSON punctuation, as
+            # "a"s: a substring test finds one of 16 without splitting the text.
+            if _RUN_16 in data.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS):
+                return False
+            folded = data.lower()
+            if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
+                return False
+        keys = len(fields)
+        for value in fields.values():
+            if type(value) in _NESTED:
+                inner = _keys_inside(value, 1)
+                if inner is None:
+                    return False  # too deep (apply() says so) or a secret-named key
+                keys += inner
+        if self.policy == "off":
+            return True
+        colons = data.count(b":")
+        return colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data))
+
+    def apply(self, fields: dict[str, Any]) -> GuardResult:
+        """Remove private spans and act on secrets; return the fields to store.
+
+        Raises:
+            SecretDetected: under ``refuse``, naming the first field path and
+                kind found (never the value); nothing else happens.
+            InvalidRecord: nesting deeper than ``limits.DEPTH_MAX``.
+        """
+        walk = _Walk(self)
+        out: dict[str, Any] = {}
+        for key, value in fields.items():
+            if key in _UNSCANNED:
+                out[key] = value
+                continue
+            if key in _API_FIELDS:
+                new_key, path = key, key
+            elif isinstance(key, str):
+                new_key, shown = walk.key(key, "fields")
+                path = f"fields.{shown}"
+            else:
+                new_key, path = key, f"fields.{key}"
+            out[_unique(out, new_key)] = walk.value(value, path, 0)
+        if walk.findings and self.policy == "refuse":
+            path, kind = walk.findings[0]
+            more = len(walk.findings) - 1
+            others = f" and {more} more" if more else ""
+            raise SecretDetected(
+                f"secret detected in {path}: looks like {kind}{others}; nothing was written; "
+                "remove it, wrap it in <private>…</private>, or store it redacted (RETAINED_SECRETS=redact)",
+                path=path,
+                kind=kind,
+                findings=[{"path": p, "kind": k} for p, k in walk.findings],
+            )
+        redactions = [{"path": p, "kind": k} for p, k in walk.findings] if self.policy == "redact" else []
+        return GuardResult(out, walk.spans, redactions)
+
+
+class _Walk:
+    """One pass over a record's fields: builds the cleaned copy and collects findings."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.spans = 0
+        self.findings: list[tuple[str, str]] = []
+
+    def text(self, text: str, path: str, name: str | None = None) -> tuple[str, str]:
+        """Return the string to store and the string safe to show in a path."""
+        if len(text) < 8 and "<" not in text:
+            # Nothing to remove, and no rule reports a value this short (find_secrets
+            # and the secret-name rule both start at 8 characters): most fields
+            # of a record (kind, scope, short names) end here.
+            return text, text
+        text, spans = remove_private(text)
+        self.spans += spans
+        if self.guard.policy == "off":
+            return text, text
+        found = find_secrets(text, self.guard.allow)
+        # A value stored under a secret-looking key: {"password": "..."}.
+        # A JSON value is a literal, never code; prose (with spaces) is not a secret.
+        if (
+            name is not None
+            and not found
+            and _SECRET_KEY_NAME.search(name)
+            and text not in self.guard.allow
+            and not any(ch.isspace() for ch in text)
+            and _assigned_value(text, literal=True)
+        ):
+            found = [Finding(0, len(text), "assigned_secret")]
+        if not found:
+            return text, text
+        self.findings.extend((path, f.kind) for f in found)
+        parts: list[str] = []
+        at = 0
+        for f in found:
+            parts.append(text[at : f.start])
+            parts.append(f"[secret:{f.kind}]")
+            at = f.end
+        parts.append(text[at:])
+        redacted = "".join(parts)
+        return (redacted if self.guard.policy == "redact" else text), redacted
+
+    def key(self, key: str, path: str) -> tuple[str, str]:
+        return self.text(key, f"{path} (a key)")
+
+    def value(self, value: Any, path: str, depth: int, name: str | None = None) -> Any:
+        if isinstance(value, str):
+            return self.text(value, path, name)[0]
+        if isinstance(value, dict):
+            self._check_depth(path, depth)
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if isinstance(key, str):
+                    new_key, shown = self.key(key, path)
+                    out[_unique(out, new_key)] = self.value(item, f"{path}.{shown}", depth + 1, key)
+                else:
+                    out[key] = self.value(item, f"{path}.{key}", depth + 1)
+            return out
+        if isinstance(value, (list, tuple)):
+            self._check_depth(path, depth)
+            items = [self.value(item, f"{path}[{i}]", depth + 1, name) for i, item in enumerate(value)]
+            return items if isinstance(value, list) else tuple(items)
+        return value
+
+    @staticmethod
+    def _check_depth(path: str, depth: int) -> None:
+        if depth >= limits.DEPTH_MAX:
+            raise InvalidRecord(
+                f"field {path}: nested deeper than {limits.DEPTH_MAX} levels; flatten the value; nothing was written",
+                path=path,
+            )
+
+
+def _unique(out: dict[Any, Any], key: Any) -> Any:
+    """A redacted key that collides with one already there gets a numbered suffix."""
+    if key not in out:
+        return key
+    n = 2
+    while f"{key}#{n}" in out:
+        n += 1
+    return f"{key}#{n}"

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from retained import limits, paths, render
-from retained.core import json_input
+from retained.core import json_input, pool
 from retained.errors import RetainedError
 from retained.version import __version__
 
@@ -222,14 +222,14 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             progress(f"rebuild: {done}/{total} bytes ({100 * done // max(total, 1)}%)")
 
     with open_store(args) as store:
-        result = store.rebuild(progress=report)
+        result = store.rebuild(progress=report, workers=pool.cpu_workers())
     emit(args, result, lambda: render.rebuild(result))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        report = store.verify(anchor=args.anchor)
+        report = store.verify(anchor=args.anchor, workers=pool.cpu_workers())
     emit(args, report, lambda: render.verify(report))
     return 0 if report["ok"] else 1
 
@@ -349,7 +349,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.stats(progress=_every_second("stats", "bytes"))
+        result = store.stats(progress=_every_second("stats", "bytes"), workers=pool.cpu_workers())
     emit(args, result, lambda: render.stats(result))
     return 1 if result["findings"] else 0
 

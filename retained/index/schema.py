@@ -39,7 +39,7 @@ SCHEMA_VERSION = "3"
 # an index of any of them.
 READABLE_VERSIONS = frozenset({"1", "2", "3"})
 TOKENIZER = "porter unicode61 remove_diacritics 2"
-BATCH_ROWS = 2000  # rows per executemany in catch-up and rebuild, and lines per batch in verify
+BATCH_ROWS = 2000  # lines per batch in verify
 # SQLite's page cache per connection that reads the whole index (search, verify):
 # big enough for the whole index at 100k records (~30 MB); allocated only as used.
 CACHE_KIB = 64 * 1024
@@ -92,16 +92,6 @@ SCHEMA = TABLES + RECORDS_INDEXES
 
 # The columns of ``records`` a line fills (its flags are set by the lines that name it).
 ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted"
-# A rebuild's rows for one range of the log, made in a worker process in a
-# database of their own (in memory) and copied from there into the tables
-# above: ``lines`` holds a chained line's ``records`` row and its words
-# (``n``: its order in the range), ``line_links`` the links it makes (named
-# apart from ``links``, so that no statement can mistake one for the other).
-BULK_TABLES = f"""
-CREATE TABLE lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
-CREATE TABLE line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
-"""
-
 DROP = """
 DROP TABLE IF EXISTS fts;
 DROP TABLE IF EXISTS links;

@@ -114,10 +114,10 @@ def walk(lines: Iterable[Line], log_name: str = "log.jsonl", *, watch: Iterable[
     ``watch``: seqs whose chained lines' hashes the report keeps in ``watched``.
     """
     linker = _Linker(log_name, watch)
-    feed = ((line.offset, len(line.raw), line.raw, line.status, line.record, line.seq, line.hash, line.problem)
-            for line in lines)
-    while batch := list(islice(feed, WALK_BATCH)):
-        _link(linker, _items(batch))
+    lines = iter(lines)
+    # Each batch is consumed as it is read: only its compact items are held, never its lines.
+    while items := _items(islice(lines, WALK_BATCH)):
+        _link(linker, items)
     return linker.finish()
 
 
@@ -295,7 +295,7 @@ _LINE = 1
 # costs far more than handing it over, small enough that the ranges in flight
 # (two per worker) stay a few MiB each.
 RANGE_BYTES = 8 * 1024 * 1024
-# Lines `walk` links per batch: items for a batch are held at once.
+# Lines `walk` turns into items at a time: the items of one batch are held at once.
 WALK_BATCH = 4096
 
 
@@ -317,19 +317,23 @@ def _classify_range(path: str, start: int, stop: int, tally: type | None = None)
 
 
 def _classified(parts: list[bytes], offset: int) -> Iterator[tuple[Any, ...]]:
-    """Each complete line of a range as `_items` takes it; a record's bytes are left out (no check needs them)."""
+    """Each complete line of a range as `_items` takes it: a `Line`'s fields, in its order."""
     classify = record.classify
     hasher = blake3.blake3()  # lent to classify for every line of the range
-    RECORD = record.RECORD
     for raw in parts:
-        status, obj, seq, h, problem = classify(raw, hasher)
-        length = len(raw) + 1
-        yield offset, length, None if status == RECORD else raw + b"\n", status, obj, seq, h, problem
-        offset += length
+        line = raw + b"\n"
+        yield offset, line, *classify(raw, hasher)
+        offset += len(line)
+
+
+def _run(offset: int, seq: int, prev: str, count: int, lengths: array[int], hashes: list[str],
+         redactions: list[tuple[int, int]], end: int) -> tuple[Any, ...]:
+    """A `_RUN` item (see above)."""
+    return (_RUN, offset, seq, prev, count, lengths.tobytes(), "".join(hashes), redactions, end)
 
 
 def _items(lines: Iterable[tuple[Any, ...]], counter: Any = None) -> list[tuple[Any, ...]]:
-    """The items (see above) for classified lines ``(offset, length, raw, status, record, seq, hash, problem)``.
+    """The items (see above) for classified lines: `Line` s, or tuples of its fields ``(offset, raw, status, record, seq, hash, problem)``.
 
     The one place lines become runs: a file's ranges (`_classify_range`) and
     any lines (`walk`) alike. ``counter.add(record, length)`` is called for
@@ -337,6 +341,7 @@ def _items(lines: Iterable[tuple[Any, ...]], counter: Any = None) -> list[tuple[
     """
     RECORD, REDACTED = record.RECORD, record.REDACTED
     items: list[tuple[Any, ...]] = []
+    # The open run's fields; plain locals (no closure over them), as this loop runs once per line.
     run_offset = run_seq = run_count = 0
     run_prev = ""
     last_seq, last_hash = -1, ""
@@ -344,36 +349,33 @@ def _items(lines: Iterable[tuple[Any, ...]], counter: Any = None) -> list[tuple[
     hashes: list[str] = []
     redactions: list[tuple[int, int]] = []
     end = 0
-
-    def close_run(end: int) -> None:
-        items.append((_RUN, run_offset, run_seq, run_prev, run_count, lengths.tobytes(), "".join(hashes), redactions, end))
-
-    for offset, length, raw, status, obj, seq, h, problem in lines:
+    for offset, raw, status, obj, seq, h, problem in lines:
+        length = len(raw)
         if status == RECORD:
             # A record always carries its seq and hash (classify's contract).
             prev = obj["prev"]
             if not (run_count and seq == last_seq + 1 and prev == last_hash and offset == end):
                 if run_count:
-                    close_run(end)
+                    items.append(_run(run_offset, run_seq, run_prev, run_count, lengths, hashes, redactions, end))
                 run_offset, run_seq, run_prev, run_count = offset, seq, prev, 0
                 lengths, hashes, redactions = array("Q"), [], []
             run_count += 1
             lengths.append(length)
             hashes.append(h)
-            if obj.get("kind") == "redaction" and type(obj.get("redacts")) is int:
+            if "redacts" in obj and obj.get("kind") == "redaction" and type(obj["redacts"]) is int:
                 redactions.append((obj["redacts"], seq))
             last_seq, last_hash = seq, h
             if counter is not None:
                 counter.add(obj, length)
         else:
             if run_count:
-                close_run(end)
+                items.append(_run(run_offset, run_seq, run_prev, run_count, lengths, hashes, redactions, end))
                 run_count = 0
             prev = obj["prev"] if status == REDACTED else None
             items.append((_LINE, offset, length, status, seq, h, prev, problem, None, raw))
         end = offset + length
     if run_count:
-        close_run(end)
+        items.append(_run(run_offset, run_seq, run_prev, run_count, lengths, hashes, redactions, end))
     return items
 
 

@@ -92,6 +92,17 @@ SCHEMA = TABLES + RECORDS_INDEXES
 
 # The columns of ``records`` a line fills (its flags are set by the lines that name it).
 ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted"
+# The rows of one range of the log, made where the range is read (a worker
+# process, or this one) in a database of their own (in memory) and copied from
+# there into the tables above: ``lines`` holds a chained line's ``records`` row
+# and its words (``n``: its order in the range), ``line_links`` the links it
+# makes (named apart from ``links``, so that no statement can mistake one for
+# the other).
+BULK_TABLES = f"""
+CREATE TABLE lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
+CREATE TABLE line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
+"""
+
 DROP = """
 DROP TABLE IF EXISTS fts;
 DROP TABLE IF EXISTS links;

@@ -63,8 +63,6 @@ __all__ = [
     "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
 ]
 
-_INSERT_ROW = f"INSERT OR IGNORE INTO records ({schema.ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})"
-_INSERT_WORDS = "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)"
 
 
 def _entry(
@@ -101,13 +99,20 @@ def _entry(
 #
 # Catch-up and rebuild index the log the same way: byte ranges of it are turned
 # into rows by `_index_range` (the per-line work: classify, which re-checks every
-# hash and the canonical bytes, and the words), through `pool.map_ranges` (in
-# worker processes only when a rebuild's caller asks for them), and written
-# here in file order by `Index._write_range`, in the caller's one transaction.
+# hash and the canonical bytes, and the words), each range into a small
+# in-memory SQLite database, through `pool.map_ranges` (in worker processes
+# only when a rebuild's caller asks for them). This process attaches each one
+# and copies it into the index with INSERT ... SELECT (`Index._copy_range`):
+# the only per-row work left here is SQLite's own (FTS5 tokenising), in the
+# caller's one transaction.
 
-# Ranges of at most this many bytes: a range's rows are about its size again,
-# and each worker holds about two (see pool.map_ranges).
+_BULK = "rebuild_rows"  # the schema name a range's database is attached as
+# Ranges of at most this many bytes: a range's database is most of its size
+# again, and each worker holds about two (see pool.map_ranges).
 INDEX_RANGE_BYTES = 4 * 1024 * 1024
+_NO_WORDS = (None, None, None)
+_INSERT_LINES = f"INSERT INTO lines ({schema.ROW_COLUMNS}, text, body, fields) VALUES ({', '.join('?' * 13)})"
+_INSERT_LINE_LINKS = "INSERT INTO line_links (offset, target, source, rel) VALUES (?, ?, ?, ?)"
 
 
 class _Place(NamedTuple):
@@ -120,18 +125,20 @@ class _Place(NamedTuple):
 
 
 class _Range(NamedTuple):
-    """What `_index_range` found in a range of the log: each chained line's entry (see `_entry`), in file order."""
+    """What `_index_range` found in a range of the log: its rows and what the copy needs."""
 
-    entries: list[tuple[tuple[Any, ...], tuple[str, str, str] | None, list[tuple[int, int, str]]]]
+    rows: Any  # a serialized database (bytes; empty when no line is chained), or its rows where SQLite cannot serialize
+    lines: int  # chained lines
     first_seq: int  # 0 when none
     max_seq: int
     ascending: bool  # every chained line's seq above the one before
     end: int  # where its complete lines end (a torn tail after)
     last: _Place | None  # its last chained line
+    links: bool  # some line names an earlier record
 
 
 def _index_range(path: str, start: int, stop: int) -> _Range:
-    """The index's entries for the lines in ``[start, stop)`` of the log at ``path`` (the pool's task).
+    """The index's rows for the lines in ``[start, stop)`` of the log at ``path`` (the pool's task).
 
     ``start`` is a line boundary; so is ``stop`` unless it is the end of the
     log, where bytes after the last newline are a torn tail (an append in
@@ -143,7 +150,8 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
     classify = record.classify
     hasher = blake3.blake3()  # lent to classify for every line of the range
     RECORD, REDACTED = record.RECORD, record.REDACTED
-    entries = []
+    rows: list[tuple[Any, ...]] = []
+    links: list[tuple[int, int, int, str]] = []
     first_seq = last_seq = max_seq = 0
     ascending = True
     last = None
@@ -152,7 +160,10 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
         length = len(raw) + 1
         status, rec, seq, h, _ = classify(raw, hasher)
         if status in (RECORD, REDACTED):
-            entries.append(_entry(offset, length, status, rec, seq, h))  # type: ignore[arg-type]
+            row, words, named = _entry(offset, length, status, rec, seq, h)  # type: ignore[arg-type]
+            rows.append((*row, *(words or _NO_WORDS)))
+            for target, source, rel in named:
+                links.append((offset, target, source, rel))
             if seq <= last_seq:  # type: ignore[operator]
                 ascending = False
             elif seq > max_seq:  # type: ignore[operator]
@@ -162,7 +173,27 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
             last_seq = seq  # type: ignore[assignment]
             last = _Place(offset, length, seq, h)  # type: ignore[arg-type]
         offset += length
-    return _Range(entries, first_seq, max_seq, ascending, offset, last)
+    if not rows:
+        return _Range(b"", 0, 0, 0, True, offset, None, False)
+    blob: Any = (rows, links)
+    if _SERIALIZE:
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            for stmt in schema.statements(schema.BULK_TABLES):
+                db.execute(stmt)
+            db.execute("BEGIN")
+            db.executemany(_INSERT_LINES, rows)
+            db.executemany(_INSERT_LINE_LINKS, links)
+            db.execute("COMMIT")
+            blob = db.serialize()
+        finally:
+            db.close()
+    return _Range(blob, len(rows), first_seq, max_seq, ascending, offset, last, bool(links))
+
+
+# Python's sqlite3 serializes where SQLite was built with it (the default since
+# 3.36); elsewhere a range's rows travel as lists and are inserted here.
+_SERIALIZE = hasattr(sqlite3.Connection, "serialize")
 
 
 class IndexError_(RetainedError):
@@ -368,44 +399,53 @@ class Index(Search):
             if mark.offset == size and self._mark_state(mark, size) == "ok":
                 self.last_catch_up = {"state": "ok", "indexed": 0}
                 return self.last_catch_up
+            attached = self._attach_bulk(db)
             try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                # Another process holds the index for longer than the busy
-                # timeout (a rebuild of a large log). Answer from the index
-                # as it is and say so; the next read catches up.
-                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
-                return self.last_catch_up
-            try:
-                mark = schema.read_mark(db)  # another process may have moved it meanwhile
-                size = self.log.size()
-                state = self._mark_state(mark, size)
-                if state == "replaced":
-                    db.execute("ROLLBACK")
-                    if on_replaced == "rebuild":
-                        result = self.rebuild()  # which keeps the mark as evidence first
-                        self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
-                    else:
-                        self._witness(mark)
-                        self.last_catch_up = {"state": "replaced", "indexed": 0}
-                    return self.last_catch_up
-                n = self._index_lines(db, mark.offset, size, None)
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                failure = _failure(exc, self.path, "catching up")
-                if not isinstance(failure, IndexFull):
-                    raise failure from exc
-                # The index as it was is still sound, only behind: reads answer from it and say so.
-                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
-                return self.last_catch_up
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            self.last_catch_up = {"state": "ok", "indexed": n}
+                return self._catch_up_written(db, on_replaced)
+            finally:
+                if attached:
+                    self._detach_bulk(db)
+
+    def _catch_up_written(self, db: sqlite3.Connection, on_replaced: str) -> dict[str, Any]:
+        """``catch_up`` past its fast path: under the write lock, with `_BULK` attached."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            # Another process holds the index for longer than the busy
+            # timeout (a rebuild of a large log). Answer from the index
+            # as it is and say so; the next read catches up.
+            self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
             return self.last_catch_up
+        try:
+            mark = schema.read_mark(db)  # another process may have moved it meanwhile
+            size = self.log.size()
+            state = self._mark_state(mark, size)
+            if state == "replaced":
+                db.execute("ROLLBACK")
+                if on_replaced == "rebuild":
+                    result = self.rebuild()  # which keeps the mark as evidence first
+                    self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
+                else:
+                    self._witness(mark)
+                    self.last_catch_up = {"state": "replaced", "indexed": 0}
+                return self.last_catch_up
+            n = self._index_lines(db, mark.offset, size, None)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            failure = _failure(exc, self.path, "catching up")
+            if not isinstance(failure, IndexFull):
+                raise failure from exc
+            # The index as it was is still sound, only behind: reads answer from it and say so.
+            self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
+            return self.last_catch_up
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self.last_catch_up = {"state": "ok", "indexed": n}
+        return self.last_catch_up
 
     def _index_lines(
         self, db: sqlite3.Connection, start: int, stop: int, progress: Callable[[int, int], None] | None,
@@ -415,10 +455,10 @@ class Index(Search):
         """Index the lines in ``[start, stop)`` and move the mark past them; returns the chained lines.
 
         The one way lines are indexed, for catch-up and rebuild alike; the
-        caller holds the write transaction. The ranges go through
-        ``pool.map_ranges`` (``workers``, ``parallel_min_bytes`` and
-        ``mp_context`` as there); ``progress(done_bytes, stop)`` is called
-        after each range.
+        caller holds the write transaction and has attached `_BULK`
+        (`_attach_bulk`). The ranges go through ``pool.map_ranges``
+        (``workers``, ``parallel_min_bytes`` and ``mp_context`` as there);
+        ``progress(done_bytes, stop)`` is called after each range.
         """
         f = self.log.open_read()
         if f is None:
@@ -432,42 +472,77 @@ class Index(Search):
         last = None
         with closing(pool.map_ranges(_index_range, str(self.log.path), bounds, workers, mp_context)) as parts:
             for part in parts:
-                if part.entries:
-                    self._write_range(db, part, clean=part.ascending and part.first_seq > top)
+                if part.lines:
+                    self._load_range(db, part.rows)
+                    # Clean: every seq is above those indexed so far and comes once.
+                    self._copy_range(db, clean=part.ascending and part.first_seq > top, links=part.links)
                     top = max(top, part.max_seq)
                     last = part.last
-                    count += len(part.entries)
+                    count += part.lines
                 end = part.end
                 if progress is not None:
                     progress(end, stop)
         schema.write_mark(db, end, last)
         return count
 
-    def _write_range(self, db: sqlite3.Connection, part: _Range, *, clean: bool) -> None:
-        """Write a range's entries; the caller holds the write transaction.
+    @staticmethod
+    def _attach_bulk(db: sqlite3.Connection) -> bool:
+        """Attach the in-memory database ranges are copied from, unless it is; True when attached here.
 
-        ``clean``: every seq is above those indexed so far and comes once in
-        the range, so the rows go in as they are. Otherwise (a tampered log:
-        a seq claimed twice) they go in one by one, and the first line that
-        claims a seq is kept, with its words and links; verify reports the rest.
+        Not allowed inside a transaction.
         """
-        docs: list[tuple[Any, ...]] = []
-        links: list[tuple[int, int, str]] = []
+        if db.execute("SELECT 1 FROM pragma_database_list WHERE name = ?", (_BULK,)).fetchone() is not None:
+            return False
+        db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")
+        if not _SERIALIZE:
+            for stmt in schema.statements(schema.BULK_TABLES):
+                db.execute(stmt.replace("CREATE TABLE ", f"CREATE TABLE {_BULK}.", 1))
+        return True
+
+    @staticmethod
+    def _detach_bulk(db: sqlite3.Connection) -> None:
+        """Let go of the last range's rows (the attached database holds them until detached)."""
+        try:
+            db.execute(f"DETACH DATABASE {_BULK}")
+        except sqlite3.OperationalError:
+            pass  # never attached (the attach itself failed): nothing to let go of
+
+    @staticmethod
+    def _load_range(db: sqlite3.Connection, rows: Any) -> None:
+        """Put a range's rows (see `_Range`) in the attached database, in place of the last range's."""
+        if _SERIALIZE:
+            db.deserialize(rows, name=_BULK)
+            return
+        lines, links = rows
+        db.execute(f"DELETE FROM {_BULK}.lines")
+        db.execute(f"DELETE FROM {_BULK}.line_links")
+        db.executemany(_INSERT_LINES.replace("INTO lines", f"INTO {_BULK}.lines"), lines)
+        db.executemany(_INSERT_LINE_LINKS.replace("INTO line_links", f"INTO {_BULK}.line_links"), links)
+
+    def _copy_range(self, db: sqlite3.Connection, *, clean: bool, links: bool) -> None:
+        """Copy the attached range's rows, words and links into the index; the caller holds the write transaction.
+
+        Where a seq is claimed twice (a tampered log) the first line that
+        claims it is kept, with its words and links; verify reports the rest.
+        """
+        lines = f"{_BULK}.lines"
+        columns = schema.ROW_COLUMNS
         if clean:
-            db.executemany(_INSERT_ROW, [row for row, _, _ in part.entries])
-            for row, words, named in part.entries:
-                if words is not None:
-                    docs.append((row[0], *words))
-                    if named:
-                        links.extend(named)
+            db.execute(f"INSERT INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT seq, text, body, fields FROM {lines} "
+                       "WHERE redacted = 0 ORDER BY n")
         else:
-            for row, words, named in part.entries:
-                if db.execute(_INSERT_ROW, row).rowcount == 1 and words is not None:
-                    docs.append((row[0], *words))
-                    links.extend(named)
-        db.executemany(_INSERT_WORDS, docs)
+            db.execute(f"INSERT OR IGNORE INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT l.seq, l.text, l.body, l.fields "
+                       f"FROM {lines} AS l JOIN main.records AS r ON r.seq = l.seq AND r.offset = l.offset "
+                       "WHERE l.redacted = 0 ORDER BY l.n")
         if links:
-            self._link(db, links)
+            kept = db.execute(
+                f"SELECT l.target, l.source, l.rel FROM {_BULK}.line_links AS l "
+                "JOIN main.records AS r ON r.seq = l.source AND r.offset = l.offset ORDER BY l.rowid"
+            ).fetchall()
+            if kept:
+                self._link(db, kept)
 
     def _link(self, db: sqlite3.Connection, links: list[tuple[int, int, str]]) -> None:
         """Record ``(target, source, rel)`` links of indexed lines: the rows, the targets' flags, a redacted target's words gone."""
@@ -528,7 +603,9 @@ class Index(Search):
         """
         with self._mutex:
             db = self.connection()
+            attached = False
             try:
+                attached = self._attach_bulk(db)
                 db.execute("BEGIN IMMEDIATE")
                 if self.witness is not None:
                     try:
@@ -553,6 +630,9 @@ class Index(Search):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            finally:
+                if attached:
+                    self._detach_bulk(db)
             return {"records": n, "bytes": size}
 
     # -- lookups --------------------------------------------------------------

@@ -184,6 +184,21 @@ def test_a_repeated_line_keeps_the_links_of_the_line_it_repeats(tmp_path: Path) 
         assert [r["seq"] for r in store.search("plan")["results"]] == [2]
 
 
+def test_where_sqlite_cannot_serialize_the_ranges_travel_as_rows_and_give_the_same_index(
+    tricky: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Python whose SQLite lacks serialize (built without it) indexes the same rows, catch-up and rebuild alike."""
+    from retained.index import writer
+
+    want = _caught_up(tricky)
+    monkeypatch.setattr(writer, "_SERIALIZE", False)
+    assert _caught_up(tricky) == want
+    assert _rebuilt(tricky, range_bytes=333) == want
+    if FORK:
+        assert _rebuilt(tricky, workers=2, range_bytes=700, parallel_min_bytes=0,
+                        mp_context=multiprocessing.get_context("fork")) == want
+
+
 @pytest.mark.skipif(not FORK, reason="needs the fork start method")
 def test_where_no_worker_can_start_the_rebuild_runs_here_and_gives_the_same_index(tricky: Path) -> None:
     want = _caught_up(tricky)

@@ -9,23 +9,19 @@ and the read-only queries the readers share. ``index`` writes the tables
 (catch-up, rebuild); ``index_search``, ``index_verify``, ``hybrid``, the
 brief, ``stats`` and the self-test read them through these names.
 
-Standard library only, and nothing from ``typing`` at import: the
-session-start brief imports this module on its fast path (it must not pay for
-the query parser, orjson or portalocker).
+Standard library only (with ``core.files``): the session-start brief's reader
+reads the index through here (see ``brief.reader``).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 from retained.core import files
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost the brief
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
-    from pathlib import Path
-    from typing import Any
 
 INDEX_NAME = "index.sqlite3"
 # SQLite's companions of the file in WAL mode; they belong to the index and go with it.

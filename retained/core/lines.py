@@ -1,0 +1,96 @@
+"""A line of the log as found on disk: its status, the `Line` that carries it, reading lines backwards, the time format.
+
+The log (``core.log``) and the session-start brief's reader
+(``brief.reader``) both read lines newest first through ``segments_reverse``
+and describe each as a `Line`; ``core.record`` decides a line's status.
+``utc_now`` is how every ``ts`` (and an anchor's ``time``) is written. This
+module needs only the standard library, like everything on the brief's path.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import BinaryIO
+
+from retained import limits
+
+LOG_NAME = "log.jsonl"
+
+# What a line is (``record.classify`` and the brief's reader decide it).
+RECORD = "record"
+REDACTED = "redacted"
+FOREIGN = "foreign"
+DAMAGED = "damaged"
+TORN = "torn"
+CHAINED = frozenset({RECORD, REDACTED})
+
+
+def utc_now() -> str:
+    """RFC 3339 UTC with microseconds and ``Z``, as every ``ts`` is written."""
+    # isoformat, not strftime: it parses no format string on the write path.
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class Line(namedtuple("Line", "offset raw status record seq hash problem")):
+    """One line of the log as found on disk, with what it is.
+
+    ``status`` is record / redacted (a valid chained line), foreign (JSON
+    without chain fields, written by another program), damaged (a complete
+    line that fails to parse or verify) or torn (bytes after the last
+    newline). ``seq`` and ``hash`` are what the line claims, also when damaged.
+    A named tuple: scans build one per line, and tuple construction is the
+    cheapest immutable record Python has.
+
+    Fields: offset (int), raw (bytes), status (str), record (the parsed
+    object or None), seq (int | None), hash (str | None), problem (str | None).
+    """
+
+    __slots__ = ()
+
+    @property
+    def length(self) -> int:
+        return len(self.raw)
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.raw)
+
+    @property
+    def chained(self) -> bool:
+        return self.status in CHAINED
+
+
+def segments_reverse(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, bytes)`` of each line before ``end``, newest first.
+
+    The first segment may lack its newline (a torn tail). Reads grow when a
+    line is longer than a chunk, so a 16 MiB line costs a few reads, not
+    hundreds.
+    """
+    pos = end
+    carry = b""
+    chunk = limits.TAIL_CHUNK_BYTES
+    while True:
+        n = min(chunk, pos)
+        pos -= n
+        f.seek(pos)
+        data = f.read(n) + carry
+        hi = len(data)
+        while True:
+            if hi == 0:
+                if pos == 0:
+                    return
+                carry = b""
+                break
+            nl = data.rfind(b"\n", 0, hi - 1)
+            if nl == -1:
+                if pos == 0:
+                    yield 0, data[:hi]
+                    return
+                carry = data[:hi]
+                chunk *= 2
+                break
+            yield pos + nl + 1, data[nl + 1 : hi]
+            hi = nl + 1

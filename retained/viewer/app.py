@@ -37,6 +37,7 @@ from starlette.routing import Route
 
 from retained import http_guard, paths
 from retained.brief import compose as brief
+from retained.core import pool
 from retained.errors import InvalidRecord, NotFound, RetainedError
 from retained.settings import store_options
 from retained.store import Store
@@ -118,7 +119,7 @@ class VerifyRun:
     def _run(self) -> None:
         try:
             with Store(self.directory, **self.options) as store:
-                self.report = store.verify(progress=self._progress)
+                self.report = store.verify(progress=self._progress, workers=pool.cpu_workers())
             self.state = "done"
         except Exception as exc:  # noqa: BLE001 - the page reports any failure of the run instead of losing it
             self.error = f"{type(exc).__name__}: {exc}"
@@ -251,7 +252,7 @@ class Viewer:
         return [found[s] for s in sorted(found)]
 
     def health(self, request: Request) -> Response:
-        return self._answer(lambda where: pages.health(self.store.stats(), self._run_state(), where))
+        return self._answer(lambda where: pages.health(self.store.stats(workers=pool.cpu_workers()), self._run_state(), where))
 
     def verify(self, request: Request) -> Response:
         if _text(request.query_params, "run"):

@@ -35,6 +35,7 @@ EDGE_MAY_USE = {
     "retained.core.json_input": "a --field value or a JSON-RPC line is parsed as the record parser does, integers exact",
     "retained.core.files": "the hook installer writes the host's settings file by the store's rules (no symlink, 0600)",
     "retained.core.anchors": "where anchors live is a setting the edges read from the environment, and list",
+    "retained.core.pool": "an edge asks for worker processes (one per CPU): a library call never starts one itself",
 }
 
 

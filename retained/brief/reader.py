@@ -31,9 +31,19 @@ from typing import Any, BinaryIO
 
 import blake3
 
-from retained.core.files import open_read
-from retained.core.lines import FOREIGN, LOG_NAME, RECORD, REDACTED, TORN, Line, segments_reverse
-from retained.errors import LinkRefused, StoreDamaged
+from retained.core.lines import (
+    FOREIGN,
+    LOG_NAME,
+    RECORD,
+    REDACTED,
+    TORN,
+    Line,
+    open_log,
+    read_at,
+    segments_reverse,
+    size_of,
+)
+from retained.errors import LinkRefused
 from retained.index import schema as index_schema
 from retained.index.schema import INDEX_NAME
 
@@ -106,28 +116,15 @@ class LogReader:
         self.path = directory / LOG_NAME
 
     def size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return size_of(self.path)
 
     def open(self) -> BinaryIO | None:
         """The log opened for reading (never through a link), or None when there is none."""
-        try:
-            return open_read(self.path)
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError as exc:
-            raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
+        return open_log(self.path)
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes at one place (``index.schema.mark_state`` reads the mark's line so)."""
-        f = self.open()
-        if f is None:
-            return b""
-        with f:
-            f.seek(offset)
-            return f.read(length)
+        return read_at(self.path, offset, length)
 
     def lines_reverse(self, stop: int) -> Iterator[Line]:
         """Every line before ``stop``, newest first (a torn tail first, if any)."""

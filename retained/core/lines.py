@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import BinaryIO
 
 from retained import limits
+from retained.core.files import open_read
+from retained.errors import StoreDamaged
 
 LOG_NAME = "log.jsonl"
 
@@ -60,6 +63,34 @@ class Line(namedtuple("Line", "offset raw status record seq hash problem")):
     @property
     def chained(self) -> bool:
         return self.status in CHAINED
+
+
+def size_of(path: Path) -> int:
+    """The log's size in bytes (0 when there is none yet)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def open_log(path: Path) -> BinaryIO | None:
+    """The log at ``path`` opened for reading (never through a link), or None when there is none yet."""
+    try:
+        return open_read(path)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError as exc:
+        raise StoreDamaged(f"{path} is a directory, not a log file; move it aside") from exc
+
+
+def read_at(path: Path, offset: int, length: int) -> bytes:
+    """The bytes at one place of the log at ``path`` (b"" when there is no log)."""
+    f = open_log(path)
+    if f is None:
+        return b""
+    with f:
+        f.seek(offset)
+        return f.read(length)
 
 
 def segments_reverse(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:

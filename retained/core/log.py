@@ -35,7 +35,8 @@ import orjson
 from retained import limits
 from retained.core import record, recovery
 from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
-from retained.core.lines import LOG_NAME, Line, segments_reverse
+from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size_of
+from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
 from retained.errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
 
@@ -122,22 +123,14 @@ class Log:
     # -- reading -----------------------------------------------------------
 
     def size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return size_of(self.path)
 
     def exists(self) -> bool:
         return self.path.exists()
 
     def open_read(self) -> BinaryIO | None:
         """The log opened for reading (never through a link), or None when there is none yet."""
-        try:
-            return open_read(self.path)
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError as exc:
-            raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
+        return open_log(self.path)
 
     def scan(self, start: int = 0, stop: int | None = None, *, containing: bytes | None = None) -> Iterator[Line]:
         """Every line from ``start`` (a line boundary) up to ``stop``, oldest first, classified.
@@ -201,12 +194,7 @@ class Log:
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
-        f = self.open_read()
-        if f is None:
-            return b""
-        with f:
-            f.seek(offset)
-            return f.read(length)
+        return read_bytes_at(self.path, offset, length)
 
     def read_many(self, places: list[tuple[int, int]]) -> list[bytes]:
         """The bytes at each ``(offset, length)``, read through one open file (b"" for each if there is no log)."""

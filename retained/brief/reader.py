@@ -32,10 +32,12 @@ from typing import Any, BinaryIO
 import blake3
 
 from retained.core.lines import (
+    CHAIN_FIELDS,
     FOREIGN,
     LOG_NAME,
     RECORD,
     REDACTED,
+    REDACTED_FIELDS,
     TORN,
     Line,
     open_log,
@@ -50,8 +52,6 @@ from retained.index.schema import INDEX_NAME
 # How long a read of the index may wait on SQLite's own locks.
 INDEX_BUSY_S = 0.2
 
-_REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
-_CHAIN_FIELDS = ("seq", "prev", "hash")
 
 
 def _canonical(obj: Any) -> bytes:
@@ -80,12 +80,12 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
         if _canonical(obj) != content:
             return _classify(content)
         if obj.get("redacted") is True:
-            if obj.keys() != _REDACTED_FIELDS or not isinstance(obj.get("cd"), str):
+            if obj.keys() != REDACTED_FIELDS or not isinstance(obj.get("cd"), str):
                 return _classify(content)
             cd, status = obj["cd"], REDACTED
         else:
             body = dict(obj)
-            for name in _CHAIN_FIELDS:
+            for name in CHAIN_FIELDS:
                 del body[name]
             cd, status = blake3.blake3(_canonical(body)).hexdigest(), RECORD
         if blake3.blake3(_canonical({"cd": cd, "prev": prev, "seq": seq})).hexdigest() != h:

@@ -28,6 +28,9 @@ FOREIGN = "foreign"
 DAMAGED = "damaged"
 TORN = "torn"
 CHAINED = frozenset({RECORD, REDACTED})
+# The fields that chain a line, and all a redacted line holds (``core.record`` says why).
+CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
+REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
 
 
 def utc_now() -> str:

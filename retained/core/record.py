@@ -37,8 +37,7 @@ RESERVED_FIELDS = frozenset({"v", "seq", "ts", "prev", "hash", "client", "cd", "
 API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
 # Kinds with a meaning to the store; written only through their own calls.
 STORE_KINDS = frozenset({"checkpoint", "retract", "redaction", "anchor_accept", "quarantine"})
-CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
-REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
+CHAIN_FIELDS, REDACTED_FIELDS = lines.CHAIN_FIELDS, lines.REDACTED_FIELDS
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX64_MATCH = _HEX64.fullmatch

@@ -1,8 +1,8 @@
 """The brief's reader: the store's log and index, read-only, the way the session-start brief reads them.
 
-The brief runs at every session start, within ``python -c pass`` + 60 ms
-(``python -m harness bench brief``). That budget is kept here and nowhere
-else: this module needs only the standard library (with ``blake3`` for the
+The brief runs at every session start, within the start-up budget that
+``python -m harness bench brief`` measures against ``python -c pass``. That
+budget is kept here and nowhere else: this module needs only the standard library (with ``blake3`` for the
 hashes and ``sqlite3`` for the index), and the brief's path imports nothing
 else of retained but the few leaf modules it must have: ``errors``,
 ``paths``, ``render`` (the one text form of a record), ``core.files``

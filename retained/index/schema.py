@@ -95,9 +95,14 @@ ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client,
 # makes (named apart from ``links``, so that no statement can mistake one for
 # the other).
 BULK_TABLES = f"""
-CREATE TABLE lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
-CREATE TABLE line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
+CREATE TABLE {{attached}}lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
+CREATE TABLE {{attached}}line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
 """
+
+
+def bulk_statements(attached: str | None = None) -> list[str]:
+    """`BULK_TABLES`, one statement each; in the attached database named ``attached`` when given."""
+    return statements(BULK_TABLES.format(attached=f"{attached}." if attached else ""))
 
 DROP = """
 DROP TABLE IF EXISTS fts;

@@ -179,7 +179,7 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
     if _SERIALIZE:
         db = sqlite3.connect(":memory:", isolation_level=None)
         try:
-            for stmt in schema.statements(schema.BULK_TABLES):
+            for stmt in schema.bulk_statements():
                 db.execute(stmt)
             db.execute("BEGIN")
             db.executemany(_INSERT_LINES, rows)
@@ -495,8 +495,8 @@ class Index(Search):
             return False
         db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")
         if not _SERIALIZE:
-            for stmt in schema.statements(schema.BULK_TABLES):
-                db.execute(stmt.replace("CREATE TABLE ", f"CREATE TABLE {_BULK}.", 1))
+            for stmt in schema.bulk_statements(_BULK):
+                db.execute(stmt)
         return True
 
     @staticmethod

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from retained import limits, render
+from retained.core import pool
 from retained.shapes import Found, Proof, Records, Report
 
 log = logging.getLogger("retained.mcp.server")
@@ -389,7 +390,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         no findings. It reads the whole log: use it when something looks wrong or
         before relying on the log as evidence, not on every turn.
         """
-        report = call("memory_verify", "verify")
+        # The server is an edge started by a guarded entry point: it asks for workers, as `retained verify` does.
+        report = call("memory_verify", "verify", workers=pool.cpu_workers())
         return result(report, render.verify(report))
 
     def memory_forget(

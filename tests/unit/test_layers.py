@@ -18,6 +18,7 @@ from typing import NamedTuple
 import pytest
 
 from ..conftest import REPO
+from .test_import_graph import _modules as modules  # {dotted name: file} of a package
 
 MAP = REPO / "docs" / "architecture.md"
 RULES_HEADING = "## What must never import what"
@@ -44,17 +45,6 @@ def rules(text: str) -> list[Rule]:
         number, importers, never, allowed, why = cells
         out.append(Rule(number, tuple(_CODE.findall(importers)), tuple(_CODE.findall(never)),
                         tuple(_CODE.findall(allowed)), why))
-    return out
-
-
-def modules(root: Path) -> dict[str, Path]:
-    """``{dotted name: file}`` for every module of the package at ``root`` (a package by its own name)."""
-    out = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
     return out
 
 

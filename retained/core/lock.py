@@ -3,8 +3,6 @@
 A thin layer over portalocker (flock on POSIX, LockFileEx/msvcrt on Windows):
 no hand-written platform code. Each acquisition opens its own descriptor, so
 two threads of one process exclude each other exactly as two processes do.
-portalocker is imported on first use: read-only paths (the brief) never pay
-for it.
 """
 
 from __future__ import annotations
@@ -13,6 +11,8 @@ import os
 import time
 from pathlib import Path
 from types import TracebackType
+
+import portalocker
 
 from retained import limits
 from retained.core.files import open_fd
@@ -33,8 +33,6 @@ def _lock_calls():
     """
     global _calls
     if _calls is None:
-        import portalocker
-
         flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
         flock = getattr(portalocker.portalocker, "FlockLocker", None)
         if flock is not None:
@@ -46,7 +44,7 @@ def _lock_calls():
 
 
 def load() -> None:
-    """Import portalocker and resolve its calls now, not on the first acquisition (a server warming up)."""
+    """Resolve portalocker's calls now, not on the first acquisition (a server warming up)."""
     _lock_calls()
 
 
@@ -64,8 +62,6 @@ class StoreLock:
         self._fd: int | None = None
 
     def __enter__(self) -> StoreLock:
-        import portalocker
-
         lock, _, flags = _lock_calls()
         # With keep_open the descriptor stays open between acquisitions
         # (opening and closing it on every append would add two system calls

@@ -19,7 +19,9 @@ uvicorn come with the mcp package; they are imported only here.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import os
 import sys
 import threading
@@ -33,8 +35,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from retained import paths
+from retained import http_guard, paths
+from retained.brief import compose as brief
+from retained.core import pool
 from retained.errors import InvalidRecord, NotFound, RetainedError
+from retained.settings import store_options
 from retained.store import Store
 from retained.viewer import pages
 
@@ -114,7 +119,7 @@ class VerifyRun:
     def _run(self) -> None:
         try:
             with Store(self.directory, **self.options) as store:
-                self.report = store.verify(progress=self._progress)
+                self.report = store.verify(progress=self._progress, workers=pool.cpu_workers())
             self.state = "done"
         except Exception as exc:  # noqa: BLE001 - the page reports any failure of the run instead of losing it
             self.error = f"{type(exc).__name__}: {exc}"
@@ -247,7 +252,7 @@ class Viewer:
         return [found[s] for s in sorted(found)]
 
     def health(self, request: Request) -> Response:
-        return self._answer(lambda where: pages.health(self.store.stats(), self._run_state(), where))
+        return self._answer(lambda where: pages.health(self.store.stats(workers=pool.cpu_workers()), self._run_state(), where))
 
     def verify(self, request: Request) -> Response:
         if _text(request.query_params, "run"):
@@ -263,8 +268,6 @@ class Viewer:
             return None if self.run is None else self.run.snapshot()
 
     def brief(self, request: Request) -> Response:
-        from retained.brief import compose as brief
-
         q = request.query_params
         budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, None), _text(q, "scope")
         params = {"budget": budget, "scope": scope}
@@ -314,8 +317,6 @@ def build_app(directory: Path | str, options: dict[str, Any] | None = None) -> A
 
     Not guarded: ``serve`` puts the access guard in front of it.
     """
-    import contextlib
-
     viewer = Viewer(Path(directory), dict(options or {}))
 
     @contextlib.asynccontextmanager
@@ -333,11 +334,6 @@ def build_app(directory: Path | str, options: dict[str, Any] | None = None) -> A
 
 def serve(args: Any) -> int:
     """``retained view``: serve the viewer until interrupted; print its URL (``--json``: as JSON)."""
-    import json
-
-    from retained import http_guard
-    from retained.settings import store_options
-
     token = os.environ.get("RETAINED_TOKEN") or None
     refusal = http_guard.refusal(args.host, token)
     if refusal:

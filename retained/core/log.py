@@ -451,12 +451,37 @@ class Log:
             return size
         ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
         row = recovery.decide(size == 0, ends_with_newline)
-        if row.action == "accept":
-            return size
-        with open_read(self.path) as f:
-            torn_offset, _ = next(segments_reverse(f, size))
-        self._set_aside(fd, torn_offset, size)
-        return torn_offset
+        if row.action != "accept":
+            with open_read(self.path) as f:
+                torn_offset, _ = next(segments_reverse(f, size))
+            self._set_aside(fd, torn_offset, size)
+            size = torn_offset
+        return self._drop_unlinked(fd, size)
+
+    def _drop_unlinked(self, fd: int, size: int) -> int:
+        """Set aside whole last lines that do not continue the chain; returns the size after it, tail cached.
+
+        A chained last line whose seq is not above the chained line before it
+        was never acknowledged: every acknowledged line was read back linked to
+        the last chained line before it (L3, ``_read_back``). Such a line is
+        left by a writer that ran beside another (a lock taken on a deleted
+        ``log.lock`` by an earlier version) and failed its read-back; chained
+        onto, it would make one permanent finding of an unacknowledged write.
+        """
+        while True:
+            last = before = None
+            for line in self.scan_reverse(size):
+                if line.chained:
+                    if last is not None:
+                        before = line
+                        break
+                    last = line
+            if last is None or before is None or last.seq > before.seq or last.end != size:
+                self._tail = (0, record.ZERO_HASH, -1, 0) if last is None else (last.seq, last.hash, last.offset, last.length)
+                self._tail_key = (self._ino or 0, size)
+                return size
+            self._set_aside(fd, last.offset, size)
+            size = last.offset
 
     def _current_tail(self, size: int) -> tuple[int, str, int, int]:
         """``(seq, hash, offset, length)`` of the last chained line before ``size`` (offset -1: none)."""
@@ -657,7 +682,7 @@ class Log:
             size = self._recover_tail(fd, os.fstat(fd).st_size)
         except OSError as exc:
             raise WriteFailed(
-                f"setting aside the unterminated tail of {self.path} failed ({exc.strerror or exc}); "
+                f"setting aside the unacknowledged tail of {self.path} failed ({exc.strerror or exc}); "
                 "nothing was written; free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc

@@ -230,3 +230,36 @@ def test_batch_with_one_bad_item_writes_nothing(store_dir):
         store.write_batch([{"text": "ok"}, {"text": "bad", "fields": {"hash": "x"}}])
     assert "batch item 1" in str(err.value)
     assert (store_dir / "log.jsonl").read_bytes() == before
+
+
+def test_issue_29_deleting_log_lock_while_a_writer_holds_it_does_not_let_a_second_writer_in(store_dir):
+    """Mutual exclusion does not depend on a file anyone can delete (L2, L3)."""
+    holder = Log(store_dir)
+    _append(holder, "one")
+    size = (store_dir / "log.jsonl").stat().st_size
+    with holder.exclusive():
+        (store_dir / "log.lock").unlink()
+        with pytest.raises(LockTimeout):
+            _append(Log(store_dir, lock_wait_s=0.2), "let in")
+    assert (store_dir / "log.jsonl").stat().st_size == size
+    # The lock file comes back: the next writers take turns on it again.
+    assert _append(Log(store_dir), "two")["seq"] == 2
+    assert _append(holder, "three")["seq"] == 3
+    assert (store_dir / "log.lock").exists()
+    assert chain.walk(holder.scan()).ok
+
+
+def test_issue_29_a_landed_line_that_does_not_link_is_never_the_parent_of_the_next_record(store_dir):
+    """A second line claiming seq 2 (a writer that raced and was never acknowledged) is set aside, not chained onto (L3)."""
+    log = Log(store_dir)
+    p1 = _append(log, "one")
+    p2 = _append(log, "two")
+    stray = record.seal(record.make_content(text="raced"), seq=2, prev=p1["hash"], ts=p2["ts"], client=CLIENT)
+    path = store_dir / "log.jsonl"
+    with open(path, "ab") as f:
+        f.write(stray.line)
+    proof = _append(Log(store_dir), "three")
+    assert proof["seq"] == 3 and proof["prev"] == p2["hash"]
+    assert chain.walk(Log(store_dir).scan()).ok
+    aside = store_dir / f"log.jsonl.torn-{p2['offset'] + p2['length']}"
+    assert aside.read_bytes() == stray.line

@@ -68,6 +68,16 @@ class NotFound(RetainedError):
     code = "not_found"
 
 
+class OpIdConflict(InvalidRecord):
+    """A client_op_id names an earlier record whose content differs from this one's.
+
+    Nothing was written for the request; ``seq`` and ``hash`` name the first
+    record. A retry resends the same content; a new record takes a new id.
+    """
+
+    code = "conflict"
+
+
 class LockTimeout(RetainedError):
     """Another writer held the store's lock for longer than ``lock_wait_s``.
 

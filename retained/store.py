@@ -178,12 +178,14 @@ class Store:
             notes["redactions"] = result.redactions
         return Guarded(record.Content(result.fields), notes)
 
-    def append(self, items: list[Guarded], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def append(
+        self, items: list[Guarded], *, client: dict[str, Any] | None = None, op_reuse: str = "conflict"
+    ) -> list[dict[str, Any]]:
         """Append records the guard has seen (``prepare``); one proof each, in order, once durable.
 
         Every write of the store comes through here and then ``Log.append``,
         the one pipeline into the file: write, checkpoint, forget,
-        write_batch and import alike.
+        write_batch and import alike. ``op_reuse`` as in ``Log.append``.
         """
         for i, item in enumerate(items):
             if not isinstance(item, Guarded):
@@ -197,7 +199,7 @@ class Store:
             self.log.reopen()
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
-        proofs = self.log.append([item.content for item in items], client=client or self.client)
+        proofs = self.log.append([item.content for item in items], client=client or self.client, op_reuse=op_reuse)
         if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]

@@ -24,7 +24,7 @@ from retained.errors import RetainedError
 from retained.version import __version__
 
 CLI_CLIENT = {"name": "retained-cli", "version": __version__}
-USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config"}
+USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config", "conflict"}
 
 
 # What a person types as an option's name ("--feild"), as opposed to a value

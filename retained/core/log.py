@@ -33,7 +33,15 @@ from retained import limits
 from retained.core import record, recovery
 from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
 from retained.core.lock import StoreLock
-from retained.errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
+from retained.errors import (
+    LogUnusable,
+    NotFound,
+    OpIdConflict,
+    ReadBackMismatch,
+    RetainedError,
+    StoreDamaged,
+    WriteFailed,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
 if TYPE_CHECKING:
@@ -537,6 +545,7 @@ class Log:
         *,
         client: dict[str, Any],
         ts: str | None = None,
+        op_reuse: str = "conflict",
     ) -> list[dict[str, Any]]:
         """Append records and return their proofs once they are durable.
 
@@ -548,7 +557,11 @@ class Log:
         re-reads the chain fields of every record, and of the record before
         them, from the bytes read back (L3, L4). A record whose client_op_id
         is already in the log (or earlier in the batch) is not appended
-        again: its first proof comes back with ``duplicate`` true.
+        again: with the same content (text, kind, scope, every field) its
+        first proof comes back with ``duplicate`` true; with other content
+        it is refused (OpIdConflict, naming the first record) unless
+        ``op_reuse`` is ``"duplicate"`` (import, whose ids name a source
+        record whatever is asked of its copy).
 
         With ``group_commit`` (the default), calls from other threads of this
         process that arrive while one is writing join the next write: one
@@ -564,11 +577,12 @@ class Log:
         Raises:
             InvalidRecord / RecordTooLarge: nothing written.
             NotFound: a ``supersedes`` seq does not exist yet; nothing written.
+            OpIdConflict: a client_op_id names an earlier record with other content; that record's request wrote nothing.
             LockTimeout: nothing written.
             WriteFailed / ReadBackMismatch: nothing acknowledged; handle unusable.
             LogUnusable: an earlier failure on this handle; call reopen().
         """
-        req = _Request(contents, client, ts)
+        req = _Request(contents, client, ts, op_reuse == "conflict")
         if self.group_commit:
             self._commit_grouped(req)
         else:
@@ -744,6 +758,8 @@ class Log:
             if op is not None:
                 earlier = new_ops.get(op) or self._ops_lookup(op, size)
                 if earlier is not None:
+                    if req.conflicts:
+                        self._check_same(op, earlier, fields, lines, size)
                     proofs.append({**earlier, "duplicate": True})
                     continue
             for target in fields.get("supersedes", ()):
@@ -767,6 +783,33 @@ class Log:
             lines.append(line)
             seq, prev, offset = seq + 1, sealed.hash, offset + len(line)
         return proofs, (seq, prev, offset)
+
+    def _check_same(self, op: str, earlier: dict[str, Any], fields: dict[str, Any], lines: list[bytes], size: int) -> None:
+        """Raise OpIdConflict when the record ``earlier`` proves holds other caller content than ``fields``.
+
+        The first record is read from the file, or from this batch's lines
+        when it is one of them; one that cannot be read as a record any more
+        (damaged since) is left as the duplicate it was.
+        """
+        offset = earlier["offset"]
+        if offset >= size:
+            found = make_line(offset, b"".join(lines)[offset - size : offset - size + earlier["length"]])
+        else:
+            found = self.line_at(offset, earlier["length"])
+        if found.status != record.RECORD:
+            return
+        first = {k: v for k, v in found.record.items() if k not in record.RESERVED_FIELDS}
+        if record.canonical(first) == record.canonical(fields):
+            return
+        differ = sorted(k for k in first.keys() | fields.keys() if k not in first or k not in fields or first[k] != fields[k])
+        raise OpIdConflict(
+            f"client_op_id {op!r} was already used by seq {earlier['seq']} (hash {earlier['hash'][:12]}…) "
+            f"with other content (differs in {', '.join(differ) or 'encoding'}); nothing was written; "
+            "a retry must resend the same record, a new record needs a new client_op_id",
+            seq=earlier["seq"],
+            hash=earlier["hash"],
+            path="client_op_id",
+        )
 
     def _write_durable(self, fd: int, data: bytes, created: bool, what: str) -> None:
         """Write ``data`` at the end with one ``os.write`` (pieces only past 1 GiB), then fsync.
@@ -920,10 +963,11 @@ class Log:
 class _Request:
     """One caller's records on their way into the file, and what came of them."""
 
-    __slots__ = ("client", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
+    __slots__ = ("client", "conflicts", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
 
-    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
+    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None, conflicts: bool = True) -> None:
         self.contents = contents
+        self.conflicts = conflicts
         self.client = client
         self.ts = ts
         self.proofs: list[dict[str, Any]] | None = None

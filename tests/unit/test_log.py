@@ -14,7 +14,7 @@ from retained import Store
 from retained.core import chain, record
 from retained.core.lock import StoreLock
 from retained.core.log import Log
-from retained.errors import LockTimeout, NotFound
+from retained.errors import LockTimeout, NotFound, OpIdConflict
 
 CLIENT = {"name": "test", "version": "0"}
 
@@ -124,7 +124,7 @@ def test_client_op_id_lookup_finds_every_earlier_id_among_records_without_one(st
     firsts = {}
     for i in range(60):
         if i % 7 == 0:
-            firsts[f"op-{i}"] = _append(log, f"with an id {i}", client_op_id=f"op-{i}")
+            firsts[f"op-{i}"] = _append(log, "retry", client_op_id=f"op-{i}")
         else:
             # Lines that mention the field without having it must not confuse the lookup.
             _append(log, f'text says "client_op_id": op-{i}', fields={"meta": {"client_op_id": f"op-{i}"}})
@@ -146,7 +146,7 @@ def test_client_op_id_is_recognised_by_another_process(store_dir):
         f"""
         import json
         from retained import Store
-        print(json.dumps(Store({str(store_dir)!r}).write("from the child", client_op_id="shared-op")))
+        print(json.dumps(Store({str(store_dir)!r}).write("from the parent", client_op_id="shared-op")))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -209,8 +209,8 @@ def test_a_log_replaced_on_disk_is_reopened_before_the_next_append(store_dir):
 def test_batch_append_chains_reads_back_and_dedupes(store_dir):
     """One lock, one fsync: every record still chained (L3) and read back (L4)."""
     store = Store(store_dir)
-    store.write("before", client_op_id="op-0")
-    items = [{"text": f"batch {i}", "client_op_id": f"op-{i % 50}"} for i in range(100)]
+    store.write("batch 0", client_op_id="op-0")
+    items = [{"text": f"batch {i % 50}", "client_op_id": f"op-{i % 50}"} for i in range(100)]
     proofs = store.write_batch(items)
     fresh = [p for p in proofs if not p["duplicate"]]
     assert [p["seq"] for p in fresh] == list(range(2, 51))
@@ -263,3 +263,24 @@ def test_issue_29_a_landed_line_that_does_not_link_is_never_the_parent_of_the_ne
     assert chain.walk(Log(store_dir).scan()).ok
     aside = store_dir / f"log.jsonl.torn-{p2['offset'] + p2['length']}"
     assert aside.read_bytes() == stray.line
+
+
+def test_issue_29_a_reused_client_op_id_with_other_content_is_refused_naming_the_first_record(store_dir):
+    log = Log(store_dir)
+    first = _append(log, "deploy to staging", client_op_id="op-1", scope="a")
+    size = (store_dir / "log.jsonl").stat().st_size
+    for other in ({"text": "deploy to production"}, {"text": "deploy to staging", "scope": "b"},
+                  {"text": "deploy to staging", "scope": "a", "kind": "fact"}):
+        with pytest.raises(OpIdConflict) as err:
+            log.append([record.make_content(client_op_id="op-1", **{"scope": None, **other})], client=CLIENT)
+        assert err.value.code == "conflict" and err.value.seq == first["seq"] and "seq 1" in err.value.message
+    # Another process, and a conflict inside one batch, alike.
+    with pytest.raises(OpIdConflict):
+        _append(Log(store_dir), "something else", client_op_id="op-1")
+    with pytest.raises(OpIdConflict):
+        log.append([record.make_content(text="x", client_op_id="op-2"), record.make_content(text="y", client_op_id="op-2")],
+                   client=CLIENT)
+    assert (store_dir / "log.jsonl").stat().st_size == size
+    # The same content again: the first proof, as before.
+    again = _append(Log(store_dir), "deploy to staging", client_op_id="op-1", scope="a")
+    assert again["duplicate"] and again["seq"] == first["seq"] and again["hash"] == first["hash"]

@@ -186,7 +186,8 @@ class HttpGuard:
         if len(given) != 1 or not self._same(given[0]):
             return False
         rest = urlencode([(k, v) for k, v in pairs if k != "token"])
-        location = quote(scope.get("path", "/")) + (f"?{rest}" if rest else "")
+        # One leading slash: "//evil.example" would be a link to another host (an open redirect).
+        location = "/" + quote(scope.get("path", "/").lstrip("/\\")) + (f"?{rest}" if rest else "")
         cookie = f"{TOKEN_COOKIE}={quote(given[0], safe='')}; HttpOnly; SameSite=Strict; Path=/"
         await _reply(send, 303, "token accepted; the browser keeps it in a cookie",
                      {"location": location, "set-cookie": cookie, "cache-control": "no-store"})

@@ -386,6 +386,14 @@ def cmd_view(args: argparse.Namespace) -> int:
     return app.serve(args)
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    import secrets
+
+    token = secrets.token_urlsafe(32)  # 43 characters of a 256-bit secret, no whitespace
+    emit(args, {"token": token}, token)
+    return 0
+
+
 def cmd_brief(args: argparse.Namespace) -> int:
     from retained.brief import compose as brief
 
@@ -573,6 +581,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
                    help="another browser origin (scheme://host[:port]) allowed to call an --http server (repeatable)")
 
+    command("token", "print a fresh random token for RETAINED_TOKEN (the HTTP servers need at least 16 characters)",
+            "retained token  # e.g. export RETAINED_TOKEN=$(retained token)", cmd_token)
     p = command("view", "serve a read-only web viewer of the store on 127.0.0.1 and print its URL",
                 "retained view --open", cmd_view)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs RETAINED_TOKEN)")

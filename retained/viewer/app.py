@@ -373,7 +373,7 @@ def serve(args: Any) -> int:
     import json
 
     from retained import http_guard
-    from retained.settings import store_options
+    from retained.settings import http_settings, store_options
 
     token = os.environ.get("RETAINED_TOKEN") or None
     refusal = http_guard.refusal(args.host, token)
@@ -382,6 +382,7 @@ def serve(args: Any) -> int:
         return 2
     try:
         options = store_options()
+        bounds, _ = http_settings()
         http_guard.allowed_origins((), 0, args.allow_origin or ())  # a malformed --allow-origin is a usage error
     except (InvalidRecord, ValueError) as exc:
         print(f"retained: {_message(exc)}", file=sys.stderr)
@@ -420,7 +421,7 @@ def serve(args: Any) -> int:
     try:
         http_guard.serve(lambda _listening: build_app(directory, options), sock, token=token,
                          allow_hosts=args.allow_host or (), allow_origins=args.allow_origin or (),
-                         token_cookie=True, on_ready=ready)
+                         token_cookie=True, on_ready=ready, bounds=bounds)
     except KeyboardInterrupt:
         pass
     finally:

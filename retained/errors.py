@@ -194,6 +194,12 @@ class SourceChainBroken(RetainedError):
     code = "chain_broken"
 
 
+class PathRefused(InvalidRecord):
+    """A path given for the store to write cannot be used (it exists, or lies inside the store); nothing was written."""
+
+    code = "invalid_argument"
+
+
 class ExportRefused(RetainedError):
     """The log has verify findings; nothing was exported (``force`` exports the valid records anyway)."""
 

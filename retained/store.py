@@ -64,7 +64,7 @@ class Store:
         self.directory = Path(directory).expanduser()
         # Where the store's head is recorded outside it (retained/anchors.py);
         # None: no anchors. The edges pass the setting (settings.store_options).
-        self.anchor_dir = None if anchor_dir is None else Path(anchor_dir)
+        self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
         self._permissions_checked = False
         if self.directory.exists() and not self.directory.is_dir():
             raise NoStore(
@@ -749,20 +749,24 @@ class Store:
 
         return stats.stats(self.log, progress=progress)
 
-    def export(self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None) -> dict[str, Any]:
+    def export(
+        self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None, overwrite: bool = False
+    ) -> dict[str, Any]:
         """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.data.export``).
 
-        ``out`` is a binary stream, or a path: a new file (0600) renamed into
-        place when complete, whose path the result gives.
+        ``out`` is a binary stream, or a path: a new file (0600) put in
+        place when complete, whose path the result gives; an existing file
+        is refused unless ``overwrite``.
 
         Raises:
+            PathRefused: the path exists (without ``overwrite``) or is inside the store; nothing was written.
             ExportRefused: verify found problems and ``force`` is false; nothing was written.
         """
         from retained.data import export
 
         if hasattr(out, "write"):
             return export.export(self.log, out, format=format, force=force, progress=progress)
-        return export.export_to_file(self.log, out, format=format, force=force, progress=progress)
+        return export.export_to_file(self.log, out, format=format, force=force, progress=progress, overwrite=overwrite)
 
     def backup(self, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
         """Copy the log under the store lock to a new directory ``dest``, then verify the copy (see ``retained.data.backup``).

@@ -36,6 +36,17 @@ class UsageError(Exception):
     """Bad command-line input (exit 2)."""
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (a whole number from 0 to 65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: give 0 (a free one) to 65535")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with errors that point the way: a value starting with '-' goes after '--'."""
 
@@ -329,7 +340,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError("without -o the export itself is on stdout, so --json cannot be; add -o FILE for a JSON summary")
     with open_store(args) as store:
         result = store.export(args.output or sys.stdout.buffer, format=args.format, force=args.force,
-                              progress=_every_second("export", "bytes"))
+                              progress=_every_second("export", "bytes"), overwrite=args.overwrite)
     if result["forced"]:
         progress(f"export: WARNING: the log has {len(result['findings'])} verify findings; exported the valid records only")
     if args.output:
@@ -541,6 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl",
                    help="jsonl (the log's lines, for import) or markdown (for reading); default jsonl")
     p.add_argument("--force", action="store_true", help="export the valid records even when verify has findings (exit 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists (by default an existing FILE is refused)")
 
     p = command("backup", "copy the log under the store lock to DEST, then verify the copy", "retained backup ~/retained-backups/2026-11-29", cmd_backup)
     p.add_argument("dest", metavar="DEST", help="a new directory outside the store")
@@ -576,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other needs RETAINED_TOKEN)")
-    p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
+    p.add_argument("--port", type=port, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
                    help="another browser origin (scheme://host[:port]) allowed to call an --http server (repeatable)")
@@ -586,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("view", "serve a read-only web viewer of the store on 127.0.0.1 and print its URL",
                 "retained view --open", cmd_view)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs RETAINED_TOKEN)")
-    p.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one, printed)")
+    p.add_argument("--port", type=port, default=0, help="TCP port (default 0: a free one, printed)")
     p.add_argument("--open", action="store_true", help="open the viewer in this machine's web browser, if it has one")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name browsers use to reach it (repeatable)")
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",

@@ -394,6 +394,15 @@ class Log:
             st = os.stat(self._path_s)
         except FileNotFoundError:
             st = None
+        if st is not None and st.st_nlink > 1:
+            # Another name for the same file can rewrite the log behind the store's back, and the redaction
+            # flow's rename would silently split the two apart.
+            raise StoreDamaged(
+                f"{self.path} has {st.st_nlink} hard links: another name can change the log; nothing was written; "
+                f"remove the other link (find it with `find / -samefile {self.path}`) or copy the log to a file of "
+                "its own",
+                path=str(self.path),
+            )
         if self._fd is not None and st is not None and st.st_ino == self._ino:
             return self._fd, False
         self._close_fd()

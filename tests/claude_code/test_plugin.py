@@ -128,3 +128,36 @@ def test_the_plugins_capture_hooks_record_the_prompt_and_the_reply_once_each(cc)
     assert sum(prompt in t for t in texts) == 1, texts
     assert sum(reply in t for t in texts) == 1, texts
     cc.retained("verify")
+
+
+def test_the_plugins_hooks_hand_each_event_of_a_turn_to_retained_capture_once(cc, tmp_path):
+    """Claude Code's real payloads reach ``retained capture`` through the plugin, one call per event.
+
+    ``RETAINED_BIN`` is a wrapper: ``capture`` keeps its stdin in a file of
+    its own (what capture would have read); every other command is the test
+    venv's retained. So this holds whether or not capture exists yet.
+    """
+    events = tmp_path / "events"
+    events.mkdir()
+    wrapper = tmp_path / "retained-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = capture ]; then cat > "$(mktemp {events}/event.XXXXXX)"; exit 0; fi\n'
+                       f'exec {VENV_BIN / "retained"} "$@"\n')
+    wrapper.chmod(0o755)
+    _install(cc)
+    cc.env["RETAINED_BIN"] = str(wrapper)
+    cc.retained("write", SEEDED)
+    prompt, reply = "the release train leaves on Thursdays at 16:00", "Understood: Thursdays at 16:00."
+    cc.standin.add([text(reply)])
+    proc = cc.claude("-p", prompt)
+    assert proc.stdout.strip() == reply
+    assert SEEDED in cc.standin.messages(main=True)[0].text(), "SessionStart went to the brief, not to capture"
+    got = [json.loads(p.read_text()) for p in sorted(events.iterdir())]
+    by_event: dict[str, list[dict]] = {}
+    for event in got:
+        by_event.setdefault(event["hook_event_name"], []).append(event)
+    assert sorted(by_event) == ["SessionEnd", "Stop", "UserPromptSubmit"], got
+    assert all(len(v) == 1 for v in by_event.values()), got
+    assert by_event["UserPromptSubmit"][0]["prompt"] == prompt
+    assert by_event["Stop"][0]["last_assistant_message"] == reply
+    sessions = {e["session_id"] for e in got}
+    assert len(sessions) == 1 and cc.standin.messages(main=True)[0].headers["x-claude-code-session-id"] in sessions

@@ -34,6 +34,12 @@ def _install(cc: CC) -> None:
     assert f"marketplace: {REPO_MARKETPLACE}" in added.stdout, added.stdout
     installed = cc.claude("plugin", "install", PLUGIN)
     assert f"installed plugin: {PLUGIN}" in installed.stdout, installed.stdout
+    # Claude Code copies the plugin into its cache: the hook script linked from
+    # hooks/ must arrive there as the file itself.
+    record = json.loads((cc.home / ".claude" / "plugins" / "installed_plugins.json").read_text())
+    [entry] = record["plugins"][PLUGIN]
+    copied = Path(entry["installPath"]) / "scripts" / "session-start.sh"
+    assert not copied.is_symlink() and copied.read_bytes() == (Path(repo) / "hooks" / "session-start.sh").read_bytes()
 
 
 def _store_records(cc: CC) -> list[dict]:

@@ -216,3 +216,27 @@ def test_with_only_python_the_first_run_makes_a_virtualenv_outside_the_plugin_an
     # Later hooks use it at once.
     proc = _run(tmp_path, "--hook", "SessionStart", path=path, **env)
     assert proc.stdout.strip() == "fake retained brief --budget 1500 --format claude"
+
+
+def test_a_failed_first_run_install_is_said_and_not_retried_at_every_event(tmp_path):
+    python = Path(sys.base_prefix) / "bin" / "python3"
+    if not python.exists():
+        pytest.skip(f"no base interpreter at {python}")
+    path = _bin(tmp_path)
+    (path / "python3").symlink_to(python)
+    env = {"RETAINED_PLUGIN_SPEC": f"--no-index {tmp_path / 'missing.whl'}", "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
+    share = tmp_path / "share"
+    proc = _run(tmp_path, "serve", path=path, **env)  # waits for the install, which fails
+    assert proc.returncode == 1 and "not installed yet" in proc.stderr, proc.stderr
+    assert (share / "plugin-venv.failed").is_file() and not (share / "plugin-venv" / ".retained-ready").exists()
+    log = (share / "plugin-venv.log").read_text()
+    assert "missing.whl" in log, log
+    proc = _run(tmp_path, "--hook", "SessionStart", path=path, **env)
+    assert proc.returncode == 0
+    assert _context(proc.stdout).startswith(f"retained memory: installing retained into {share / 'plugin-venv'} failed (see ")
+    assert (share / "plugin-venv.log").read_text() == log, "no second install was started"
+    (share / "plugin-venv.failed").unlink()
+    proc = _run(tmp_path, "--hook", "SessionStart", path=path, **env)
+    assert _context(proc.stdout).startswith(f"retained memory: installing retained into {share / 'plugin-venv'} (first run")
+    assert _run(tmp_path, "serve", path=path, **env).returncode == 1  # waits for that install to end (and fail again)
+    assert (share / "plugin-venv.failed").is_file()

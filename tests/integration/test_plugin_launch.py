@@ -87,6 +87,8 @@ def test_every_hook_and_the_server_go_through_the_launcher_and_none_names_a_stor
         assert 0 < entry["timeout"] <= 15
     server = json.loads((PLUGIN / ".mcp.json").read_text())["mcpServers"]["retained"]
     assert server["args"] == ["${CLAUDE_PLUGIN_ROOT}/scripts/retained-launch", "serve"]
+    # Claude Code waits for it before the first model request, and keeps its tools out of tool search.
+    assert server["alwaysLoad"] is True
     for path in PLUGIN.rglob("*"):
         if path.is_file():
             assert "RETAINED_DIR=" not in path.read_text(), f"{path}: the store is the user's default, never set by the plugin"

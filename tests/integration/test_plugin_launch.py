@@ -94,6 +94,18 @@ def test_every_hook_and_the_server_go_through_the_launcher_and_none_names_a_stor
             assert "RETAINED_DIR=" not in path.read_text(), f"{path}: the store is the user's default, never set by the plugin"
 
 
+def test_the_plugin_captures_the_events_retained_hook_install_does_with_the_same_timeouts():
+    from retained.cli import hook_install
+
+    events = getattr(hook_install, "CAPTURE_EVENTS", None)
+    if events is None:
+        pytest.skip("retained hook install has no capture hooks yet (issue 26)")
+    hooks = json.loads((PLUGIN / "hooks" / "hooks.json").read_text())["hooks"]
+    plugin = {event: groups[0]["hooks"][0]["timeout"] for event, groups in hooks.items() if event != "SessionStart"}
+    assert plugin == dict(events)
+    assert hooks["SessionStart"][0]["hooks"][0]["timeout"] == hook_install.HOOK_TIMEOUT_S
+
+
 def test_the_plugins_session_start_script_is_the_packages_hook():
     assert (PLUGIN / "scripts" / "session-start.sh").resolve() == (REPO / "hooks" / "session-start.sh").resolve()
 

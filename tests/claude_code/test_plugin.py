@@ -168,3 +168,10 @@ def test_the_plugins_hooks_hand_each_event_of_a_turn_to_retained_capture_once(cc
     assert by_event["Stop"][0]["last_assistant_message"] == reply
     sessions = {e["session_id"] for e in got}
     assert len(sessions) == 1 and cc.standin.messages(main=True)[0].headers["x-claude-code-session-id"] in sessions
+
+
+def test_claude_codes_own_validator_passes_the_marketplace_and_the_plugin_with_no_warning(cc):
+    repo = Path(__file__).resolve().parents[2]
+    for path in (repo, repo / "plugin"):
+        proc = cc.claude("plugin", "validate", "--strict", str(path))
+        assert "Validation passed" in proc.stdout and "warning" not in proc.stdout.lower(), proc.stdout

@@ -60,7 +60,9 @@ CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with the
+    # page's own form POST (run verify), which the Origin check must then refuse.
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),

@@ -66,6 +66,16 @@ class NotFound(RetainedError):
     code = "not_found"
 
 
+class OpIdConflict(InvalidRecord):
+    """A client_op_id names an earlier record whose content differs from this one's.
+
+    Nothing was written for the request; ``seq`` and ``hash`` name the first
+    record. A retry resends the same content; a new record takes a new id.
+    """
+
+    code = "conflict"
+
+
 class LockTimeout(RetainedError):
     """Another writer held the store's lock for longer than ``lock_wait_s``.
 
@@ -180,6 +190,12 @@ class SourceChainBroken(RetainedError):
     """An export's chain does not verify (tampered or damaged); nothing was written."""
 
     code = "chain_broken"
+
+
+class PathRefused(InvalidRecord):
+    """A path given for the store to write cannot be used (it exists, or lies inside the store); nothing was written."""
+
+    code = "invalid_argument"
 
 
 class ExportRefused(RetainedError):

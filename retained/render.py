@@ -214,8 +214,10 @@ def records(result: dict[str, Any], *, preview_chars: int | None = None, whole: 
     tail = f"{result['returned']} record(s) returned"
     if "more_before" in result:
         tail += f"; {result['more_before']} older and {result['more_after']} newer not shown"
-    elif result.get("more"):
+    elif result.get("more") and "left_out_for_size" not in result:
         tail += f"; {result['more']} more match(es) not shown (raise the limit or narrow kind/scope)"
+    if "left_out_for_size" in result:
+        tail += f"; {result['left_out_for_size']['message']}"
     return "\n".join([*lines, tail])
 
 

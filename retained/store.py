@@ -64,7 +64,7 @@ class Store:
         self.directory = Path(directory).expanduser()
         # Where the store's head is recorded outside it (retained/anchors.py);
         # None: no anchors. The edges pass the setting (settings.store_options).
-        self.anchor_dir = None if anchor_dir is None else Path(anchor_dir)
+        self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
         self._permissions_checked = False
         if self.directory.exists() and not self.directory.is_dir():
             raise NoStore(
@@ -178,12 +178,14 @@ class Store:
             notes["redactions"] = result.redactions
         return Guarded(record.Content(result.fields), notes)
 
-    def append(self, items: list[Guarded], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def append(
+        self, items: list[Guarded], *, client: dict[str, Any] | None = None, op_reuse: str = "conflict"
+    ) -> list[dict[str, Any]]:
         """Append records the guard has seen (``prepare``); one proof each, in order, once durable.
 
         Every write of the store comes through here and then ``Log.append``,
         the one pipeline into the file: write, checkpoint, forget,
-        write_batch and import alike.
+        write_batch and import alike. ``op_reuse`` as in ``Log.append``.
         """
         for i, item in enumerate(items):
             if not isinstance(item, Guarded):
@@ -197,7 +199,7 @@ class Store:
             self.log.reopen()
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
-        proofs = self.log.append([item.content for item in items], client=client or self.client)
+        proofs = self.log.append([item.content for item in items], client=client or self.client, op_reuse=op_reuse)
         if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
@@ -753,20 +755,24 @@ class Store:
 
         return stats.stats(self.log, progress=progress, workers=workers)
 
-    def export(self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None) -> dict[str, Any]:
+    def export(
+        self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None, overwrite: bool = False
+    ) -> dict[str, Any]:
         """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.data.export``).
 
-        ``out`` is a binary stream, or a path: a new file (0600) renamed into
-        place when complete, whose path the result gives.
+        ``out`` is a binary stream, or a path: a new file (0600) put in
+        place when complete, whose path the result gives; an existing file
+        is refused unless ``overwrite``.
 
         Raises:
+            PathRefused: the path exists (without ``overwrite``) or is inside the store; nothing was written.
             ExportRefused: verify found problems and ``force`` is false; nothing was written.
         """
         from retained.data import export
 
         if hasattr(out, "write"):
             return export.export(self.log, out, format=format, force=force, progress=progress)
-        return export.export_to_file(self.log, out, format=format, force=force, progress=progress)
+        return export.export_to_file(self.log, out, format=format, force=force, progress=progress, overwrite=overwrite)
 
     def backup(self, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
         """Copy the log under the store lock to a new directory ``dest``, then verify the copy (see ``retained.data.backup``).

@@ -32,8 +32,8 @@ It takes no lock, writes nothing but its anchor (the index is opened
 read-only, though SQLite may create its ``-wal`` and ``-shm`` files), never
 builds or catches up the index, and imports neither ``mcp`` nor
 ``portalocker``. It reads the index through ``retained.index.schema`` (the
-schema's one definition), never through ``retained.index.writer``, whose
-query parser it would not use.
+schema's one definition, standard library only), never through
+``retained.index.writer``, whose query parser it would not use.
 
 Token estimate: a record's block (its header line, its text and body, and a
 cut marker if any) costs ``schema.estimate_tokens`` of it, ``ceil(UTF-8

@@ -34,7 +34,7 @@ from retained.store import Store
 from retained.version import __version__
 
 CLI_CLIENT = {"name": "retained-cli", "version": __version__}
-USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config"}
+USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config", "conflict"}
 
 
 # What a person types as an option's name ("--feild"), as opposed to a value
@@ -44,6 +44,17 @@ _OPTION_NAME = re.compile(r"--[a-z][a-z0-9-]*")
 
 class UsageError(Exception):
     """Bad command-line input (exit 2)."""
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (a whole number from 0 to 65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: give 0 (a free one) to 65535")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -327,7 +338,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError("without -o the export itself is on stdout, so --json cannot be; add -o FILE for a JSON summary")
     with open_store(args) as store:
         result = store.export(args.output or sys.stdout.buffer, format=args.format, force=args.force,
-                              progress=_every_second("export", "bytes"))
+                              progress=_every_second("export", "bytes"), overwrite=args.overwrite)
     if result["forced"]:
         progress(f"export: WARNING: the log has {len(result['findings'])} verify findings; exported the valid records only")
     if args.output:
@@ -382,6 +393,14 @@ def cmd_view(args: argparse.Namespace) -> int:
     from retained.viewer import app
 
     return app.serve(args)
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    import secrets
+
+    token = secrets.token_urlsafe(32)  # 43 characters of a 256-bit secret, no whitespace
+    emit(args, {"token": token}, token)
+    return 0
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
@@ -525,6 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl",
                    help="jsonl (the log's lines, for import) or markdown (for reading); default jsonl")
     p.add_argument("--force", action="store_true", help="export the valid records even when verify has findings (exit 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists (by default an existing FILE is refused)")
 
     p = command("backup", "copy the log under the store lock to DEST, then verify the copy", "retained backup ~/retained-backups/2026-11-29", cmd_backup)
     p.add_argument("dest", metavar="DEST", help="a new directory outside the store")
@@ -560,15 +580,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other needs RETAINED_TOKEN)")
-    p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
+    p.add_argument("--port", type=port, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
                    help="another browser origin (scheme://host[:port]) allowed to call an --http server (repeatable)")
 
+    command("token", "print a fresh random token for RETAINED_TOKEN (the HTTP servers need at least 16 characters)",
+            "retained token  # e.g. export RETAINED_TOKEN=$(retained token)", cmd_token)
     p = command("view", "serve a read-only web viewer of the store on 127.0.0.1 and print its URL",
                 "retained view --open", cmd_view)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs RETAINED_TOKEN)")
-    p.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one, printed)")
+    p.add_argument("--port", type=port, default=0, help="TCP port (default 0: a free one, printed)")
     p.add_argument("--open", action="store_true", help="open the viewer in this machine's web browser, if it has one")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name browsers use to reach it (repeatable)")
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",

@@ -85,6 +85,28 @@ def dir_from(environ: Mapping[str, str]) -> Path | None:
     return Path(home) / ".local" / "state" / "retained"
 
 
+def outside(anchor_dir: Path, store_dir: Path) -> Path:
+    """``anchor_dir``, refused when it lies inside the store (or is it).
+
+    Anchors kept in the store would be rolled back, copied or deleted with
+    it: the very events they exist to catch.
+
+    Raises:
+        InvalidRecord: the anchor directory is inside ``store_dir`` (nothing was read or written).
+    """
+    try:
+        inside = anchor_dir.resolve().is_relative_to(store_dir.expanduser().resolve())
+    except OSError:
+        inside = False
+    if inside:
+        raise InvalidRecord(
+            f"the anchor directory {anchor_dir} is inside the store {store_dir}: anchors there would be rolled back "
+            "or deleted with the log they check; set RETAINED_ANCHOR_DIR (anchor_dir=) to a directory outside the store",
+            path="anchor_dir",
+        )
+    return anchor_dir
+
+
 def parse(spec: str) -> Anchor:
     """An anchor given as ``SEQ:HASH`` (as ``retained head`` prints it, e.g. saved in git or a ticket).
 

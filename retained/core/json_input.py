@@ -22,7 +22,8 @@ import orjson
 
 from retained import limits
 
-_LONG_DIGITS = re.compile(rb"\d{20}")
+# orjson is exact from -2**63 to 2**64 - 1: past them an integer has 20 digits, or 19 after a minus sign.
+_LONG_DIGITS = re.compile(rb"\d{20}|-\d{19}")
 
 
 class NotJSON(ValueError):
@@ -56,7 +57,7 @@ def loads_exact(data: bytes | str) -> Any:
     except orjson.JSONDecodeError:
         pass  # the standard parser below says why, or keeps what orjson refuses (a lone surrogate escape)
     else:
-        # orjson is exact up to 64 bits, and an integer beyond them has 20 digits or more.
+        # orjson is exact within 64 bits; an integer beyond them matches _LONG_DIGITS.
         if not _LONG_DIGITS.search(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")):
             return value
     try:

@@ -38,7 +38,15 @@ from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read,
 from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size_of
 from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
-from retained.errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
+from retained.errors import (
+    LogUnusable,
+    NotFound,
+    OpIdConflict,
+    ReadBackMismatch,
+    RetainedError,
+    StoreDamaged,
+    WriteFailed,
+)
 
 LOCK_NAME = "log.lock"
 
@@ -297,6 +305,15 @@ class Log:
             st = os.stat(self._path_s)
         except FileNotFoundError:
             st = None
+        if st is not None and st.st_nlink > 1:
+            # Another name for the same file can rewrite the log behind the store's back, and the redaction
+            # flow's rename would silently split the two apart.
+            raise StoreDamaged(
+                f"{self.path} has {st.st_nlink} hard links: another name can change the log; nothing was written; "
+                f"remove the other link (find it with `find / -samefile {self.path}`) or copy the log to a file of "
+                "its own",
+                path=str(self.path),
+            )
         if self._fd is not None and st is not None and st.st_ino == self._ino:
             return self._fd, False
         self._close_fd()
@@ -362,12 +379,37 @@ class Log:
             return size
         ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
         row = recovery.decide(size == 0, ends_with_newline)
-        if row.action == "accept":
-            return size
-        with open_read(self.path) as f:
-            torn_offset, _ = next(segments_reverse(f, size))
-        self._set_aside(fd, torn_offset, size)
-        return torn_offset
+        if row.action != "accept":
+            with open_read(self.path) as f:
+                torn_offset, _ = next(segments_reverse(f, size))
+            self._set_aside(fd, torn_offset, size)
+            size = torn_offset
+        return self._drop_unlinked(fd, size)
+
+    def _drop_unlinked(self, fd: int, size: int) -> int:
+        """Set aside whole last lines that do not continue the chain; returns the size after it, tail cached.
+
+        A chained last line whose seq is not above the chained line before it
+        was never acknowledged: every acknowledged line was read back linked to
+        the last chained line before it (L3, ``_read_back``). Such a line is
+        left by a writer that ran beside another (a lock taken on a deleted
+        ``log.lock`` by an earlier version) and failed its read-back; chained
+        onto, it would make one permanent finding of an unacknowledged write.
+        """
+        while True:
+            last = before = None
+            for line in self.scan_reverse(size):
+                if line.chained:
+                    if last is not None:
+                        before = line
+                        break
+                    last = line
+            if last is None or before is None or last.seq > before.seq or last.end != size:
+                self._tail = (0, record.ZERO_HASH, -1, 0) if last is None else (last.seq, last.hash, last.offset, last.length)
+                self._tail_key = (self._ino or 0, size)
+                return size
+            self._set_aside(fd, last.offset, size)
+            size = last.offset
 
     def _current_tail(self, size: int) -> tuple[int, str, int, int]:
         """``(seq, hash, offset, length)`` of the last chained line before ``size`` (offset -1: none)."""
@@ -423,6 +465,7 @@ class Log:
         *,
         client: dict[str, Any],
         ts: str | None = None,
+        op_reuse: str = "conflict",
     ) -> list[dict[str, Any]]:
         """Append records and return their proofs once they are durable.
 
@@ -434,7 +477,11 @@ class Log:
         re-reads the chain fields of every record, and of the record before
         them, from the bytes read back (L3, L4). A record whose client_op_id
         is already in the log (or earlier in the batch) is not appended
-        again: its first proof comes back with ``duplicate`` true.
+        again: with the same content (text, kind, scope, every field) its
+        first proof comes back with ``duplicate`` true; with other content
+        it is refused (OpIdConflict, naming the first record) unless
+        ``op_reuse`` is ``"duplicate"`` (import, whose ids name a source
+        record whatever is asked of its copy).
 
         With ``group_commit`` (the default), calls from other threads of this
         process that arrive while one is writing join the next write: one
@@ -450,11 +497,12 @@ class Log:
         Raises:
             InvalidRecord / RecordTooLarge: nothing written.
             NotFound: a ``supersedes`` seq does not exist yet; nothing written.
+            OpIdConflict: a client_op_id names an earlier record with other content; that record's request wrote nothing.
             LockTimeout: nothing written.
             WriteFailed / ReadBackMismatch: nothing acknowledged; handle unusable.
             LogUnusable: an earlier failure on this handle; call reopen().
         """
-        req = _Request(contents, client, ts)
+        req = _Request(contents, client, ts, op_reuse == "conflict")
         if self.group_commit:
             self._commit_grouped(req)
         else:
@@ -568,7 +616,7 @@ class Log:
             size = self._recover_tail(fd, os.fstat(fd).st_size)
         except OSError as exc:
             raise WriteFailed(
-                f"setting aside the unterminated tail of {self.path} failed ({exc.strerror or exc}); "
+                f"setting aside the unacknowledged tail of {self.path} failed ({exc.strerror or exc}); "
                 "nothing was written; free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc
@@ -630,6 +678,8 @@ class Log:
             if op is not None:
                 earlier = new_ops.get(op) or self._ops_lookup(op, size)
                 if earlier is not None:
+                    if req.conflicts:
+                        self._check_same(op, earlier, fields, lines, size)
                     proofs.append({**earlier, "duplicate": True})
                     continue
             for target in fields.get("supersedes", ()):
@@ -653,6 +703,33 @@ class Log:
             lines.append(line)
             seq, prev, offset = seq + 1, sealed.hash, offset + len(line)
         return proofs, (seq, prev, offset)
+
+    def _check_same(self, op: str, earlier: dict[str, Any], fields: dict[str, Any], lines: list[bytes], size: int) -> None:
+        """Raise OpIdConflict when the record ``earlier`` proves holds other caller content than ``fields``.
+
+        The first record is read from the file, or from this batch's lines
+        when it is one of them; one that cannot be read as a record any more
+        (damaged since) is left as the duplicate it was.
+        """
+        offset = earlier["offset"]
+        if offset >= size:
+            found = make_line(offset, b"".join(lines)[offset - size : offset - size + earlier["length"]])
+        else:
+            found = self.line_at(offset, earlier["length"])
+        if found.status != record.RECORD:
+            return
+        first = {k: v for k, v in found.record.items() if k not in record.RESERVED_FIELDS}
+        if record.canonical(first) == record.canonical(fields):
+            return
+        differ = sorted(k for k in first.keys() | fields.keys() if k not in first or k not in fields or first[k] != fields[k])
+        raise OpIdConflict(
+            f"client_op_id {op!r} was already used by seq {earlier['seq']} (hash {earlier['hash'][:12]}…) "
+            f"with other content (differs in {', '.join(differ) or 'encoding'}); nothing was written; "
+            "a retry must resend the same record, a new record needs a new client_op_id",
+            seq=earlier["seq"],
+            hash=earlier["hash"],
+            path="client_op_id",
+        )
 
     def _write_durable(self, fd: int, data: bytes, created: bool, what: str) -> None:
         """Write ``data`` at the end with one ``os.write`` (pieces only past 1 GiB), then fsync.
@@ -806,10 +883,11 @@ class Log:
 class _Request:
     """One caller's records on their way into the file, and what came of them."""
 
-    __slots__ = ("client", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
+    __slots__ = ("client", "conflicts", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
 
-    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
+    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None, conflicts: bool = True) -> None:
         self.contents = contents
+        self.conflicts = conflicts
         self.client = client
         self.ts = ts
         self.proofs: list[dict[str, Any]] | None = None

@@ -65,8 +65,8 @@ def _plural(n: int, word: str, words: str | None = None) -> str:
 
 NAV = (("/", "Timeline"), ("/search", "Search"), ("/health", "Health"), ("/brief", "Brief"))
 CURRENT = ' aria-current="page"'
-RUN_BUTTON = ('<form method="get" action="/verify"><input type="hidden" name="run" value="1">'
-              '<button type="submit">Run verify now</button></form>')
+# A POST: running verify records the head it judged in the anchor file, and no GET writes anything.
+RUN_BUTTON = '<form method="post" action="/verify"><button type="submit">Run verify now</button></form>'
 
 
 def page(title: str, body: str, *, where: Mapping[str, Any], current: str = "", refresh_s: int | None = None,

@@ -271,17 +271,19 @@ class Store:
         )
         proof = self.append([self.prepare(content)], client=client)[0]
         if related and not proof.get("duplicate"):
-            proof.update(self._related(proof["seq"], text, scope))
+            proof.update(self._related(proof, text, scope, bool(supersedes)))
         return proof
 
-    def _related(self, seq: int, text: str, scope: str | None) -> dict[str, Any]:
+    def _related(self, proof: dict[str, Any], text: str, scope: str | None, links: bool) -> dict[str, Any]:
         """``related`` (earlier records on the same subject, see ``Index.related``) and a notice naming them.
 
         Runs after the acknowledgement; an index that cannot answer costs the
-        reply only this hint, never the write.
+        reply only this hint, never the write. The new record (``proof``;
+        ``links``: it supersedes others) is left to a later catch-up.
         """
         try:
-            found = self.index.related(seq, text, scope=scope)
+            found = self.index.related(proof["seq"], text, scope=scope, before=proof["offset"], ts=proof["ts"],
+                                       links=links)
         except (sqlite3.Error, OSError, RetainedError):
             return {}
         if not found:

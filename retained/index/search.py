@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -35,7 +36,6 @@ from retained.index.schema import BOOKKEEPING_KINDS
 
 if TYPE_CHECKING:
     import sqlite3
-    import threading
 
     from retained.core.log import Log
 
@@ -53,12 +53,10 @@ RELATED_CHARS = 160  # of each one's text in the reply
 # words of the text's first RELATED_TEXT_CHARS characters, each matching at
 # most RELATED_TERM_ROWS earlier rows; a word that matches more is common
 # (a speaker's name, "really") and says nothing about the subject. A record
-# on the same subject shares the rare words. RELATED_CANDIDATES bounds the
-# rows the statement returns for the same-subject test.
+# on the same subject shares the rare words.
 RELATED_TERMS = 16
 RELATED_TEXT_CHARS = 2000
 RELATED_TERM_ROWS = 32
-RELATED_CANDIDATES = 10
 RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
 # Records a process's related steps compare in memory before the index must
 # catch up with them (`_Recent`): the catch-up then indexes them in one go.
@@ -742,6 +740,11 @@ class Search:
         retraction, one that ``links`` to others as this one does when it
         supersedes some) or `RELATED_RECENT_MAX` records wait.
         """
+        recent = self.__dict__.get("_related_recent")
+        if recent is None:
+            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        if not links:
+            recent.expect(seq, scope)
         if limit <= 0:
             return []
         # The first words of a long text are enough to say what it is about,
@@ -749,9 +752,6 @@ class Search:
         head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
         words = query.terms(head)[:RELATED_TERMS]
         with self._mutex:
-            recent = self.__dict__.get("_related_recent")
-            if recent is None:
-                recent = self.__dict__["_related_recent"] = _Recent()
             terms = [t for t in words if t not in recent.common]
             db = self.connection()
             sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
@@ -770,10 +770,10 @@ class Search:
                     rare.append(term)
                     shared.update(got)
             found = []
-            best = sorted((int(r) for r, n in shared.items() if n >= 2), key=lambda r: (-shared[str(r)], -r))
-            best = best[:RELATED_CANDIDATES]
+            # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms: well within one IN list.
+            best = [r for r, n in shared.items() if n >= 2]
             if best:
-                for r in db.execute(_CANDIDATES_SQL.format(",".join(map(str, best)), _BOOKKEEPING), (scope,)):
+                for r in db.execute(_CANDIDATES_SQL.format(",".join(best), _BOOKKEEPING), (scope,)):
                     n = shared[str(r[0])]
                     if _same_subject(n, len(rare), _words_of(r[5])):
                         found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
@@ -887,43 +887,53 @@ class _Recent:
     left out of later statements (at most `RELATED_COMMON_MAX`). ``seen``:
     the records the steps saw since the index last caught up, with their
     rare terms, their count of content words and their scope, compared in
-    memory with each new one (`compare`) until the index holds them.
+    memory with each new one (`compare`) until the index holds them (and
+    those expected: their step has not run yet, `expect`).
     """
 
     def __init__(self) -> None:
+        # Guards ``seen`` against `expect`, which runs without the index's lock.
+        self.lock = threading.Lock()
         self.common: set[str] = set()
-        self.seen: dict[int, tuple[frozenset[str], int, _Found, str | None]] = {}
+        self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
         self.by_term: dict[str, list[int]] = {}
-        self.low = self.high = 0  # the lowest and highest seq in seen (0: none)
 
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
             self.common.add(term)
+
+    def expect(self, seq: int, scope: str | None) -> None:
+        """Count record ``seq`` as seen before its step has run (without the index's lock: one dict operation).
+
+        Concurrent writes of one process (the HTTP server's handlers) run
+        their steps in any order; a step that finds an earlier one's record
+        expected does not make the index catch up for it (it compares with
+        it once its step has run). A step that finds a record neither seen
+        nor expected (its step has not begun yet) catches up, which is only
+        slower.
+        """
+        with self.lock:
+            self.seen.setdefault(seq, (frozenset(), 0, None, scope))
 
     def covers(self, top: int, seq: int) -> bool:
         """Whether every record after the index's highest (``top``) and before ``seq`` is one seen here.
 
         Drops those the index now holds; False too when `RELATED_RECENT_MAX` wait.
         """
-        seen = self.seen
-        if seen and self.low <= top:
-            self.seen = seen = {s: v for s, v in seen.items() if s > top}
-            self.by_term = {}
-            for s, (terms, _, _, _) in seen.items():
-                for t in terms:
-                    self.by_term.setdefault(t, []).append(s)
-            self.low = min(seen, default=0)
-            self.high = max(seen, default=0)
-        if len(seen) >= RELATED_RECENT_MAX:
-            return False
-        if self.high < seq:  # seen holds only seqs in (top, seq): enough that it holds as many as there are
-            return len(seen) == seq - top - 1
-        return all(s in seen for s in range(top + 1, seq))
+        with self.lock:
+            seen = self.seen
+            if seen and min(seen) <= top:
+                self.seen = seen = {s: v for s, v in seen.items() if s > top}
+                self.by_term = {}
+                for s, (terms, _, _, _) in seen.items():
+                    for t in terms:
+                        self.by_term.setdefault(t, []).append(s)
+            return len(seen) < RELATED_RECENT_MAX and all(s in seen for s in range(top + 1, seq))
 
     def clear(self) -> None:
-        self.seen.clear()
-        self.by_term.clear()
-        self.low = self.high = 0
+        with self.lock:
+            self.seen = {}
+            self.by_term = {}
 
     def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
         """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""
@@ -941,13 +951,13 @@ class _Recent:
     def add(self, seq: int, rare: list[str], words: int, found: _Found, scope: str | None, links: bool) -> None:
         """Remember record ``seq`` until the index holds it; a record that links to others is not kept: the
         index must read it (to hide the records it supersedes) before the next step answers."""
-        if links:
-            return
-        self.seen[seq] = (frozenset(rare), words, found, scope)
-        self.low = min(self.low, seq) if len(self.seen) > 1 else seq
-        self.high = max(self.high, seq)
-        for t in rare:
-            self.by_term.setdefault(t, []).append(seq)
+        with self.lock:
+            if links:
+                self.seen.pop(seq, None)
+                return
+            self.seen[seq] = (frozenset(rare), words, found, scope)
+            for t in rare:
+                self.by_term.setdefault(t, []).append(seq)
 
 
 def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:

@@ -148,3 +148,31 @@ def test_the_cli_writes_without_the_step_when_it_is_off(store_dir):
     assert bad.returncode != 0 and "RETAINED_RELATED must be on or off" in bad.stderr
     on = run_cli("write", CORRECTION, "--json", env_dir=store_dir)
     assert on.returncode == 0 and '"related"' in on.stdout
+
+
+def test_threads_sharing_a_store_each_find_the_fact(tmp_path):
+    """Concurrent writes (the HTTP server's handlers) run their steps in any order; each still sees what came before."""
+    import threading
+
+    with Store(tmp_path / "s") as store:
+        facts = {t: store.write(FACT, scope=f"t{t}", related=True)["seq"] for t in range(8)}
+        found: dict[int, list[int]] = {}
+        errors: list[BaseException] = []
+
+        def work(t: int) -> None:
+            try:
+                for i, text in enumerate(turns(20, seed=t)):
+                    store.write(text, scope=f"t{t}", related=True)
+                    if i == 10:
+                        found[t] = related_seqs(store.write(CORRECTION, scope=f"t{t}", related=True))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert not errors
+        assert found == {t: [facts[t]] for t in range(8)}
+        assert store.search("timeout")["total_matches"] == 16

@@ -944,7 +944,7 @@ class _Recent:
         out = []
         for s, n in shared.items():
             _, words, found, where = self.seen[s]
-            if where == scope and _same_subject(n, len(rare), words):
+            if found is not None and where == scope and _same_subject(n, len(rare), words):
                 out.append((n, s, found))
         return out
 

@@ -59,3 +59,32 @@ def locomo_turns(n: int, data: Path = DEFAULT_DATA) -> tuple[list[str], str]:
             speaker = f"{speaker}{replica}"
         out.append(f"{speaker}: {text}")
     return out, f"locomo ({path})"
+
+
+KINDS = ("turns", "prose", "urls", "code", "sentence")
+SENTENCE = "the deploy target for proj-a moved from staging to production after the 0.3 release; " * 2
+
+
+def texts_of_kind(kind: str, n: int) -> tuple[list[str], str]:
+    """``(texts, source)``: ``n`` texts of one shape, for the write benchmarks (``--texts``).
+
+    ``turns``: conversation turns (`locomo_turns`); ``prose``: their text
+    without the speaker; ``urls``: the text with a link after it; ``code``:
+    a short function with keyword arguments and a comment from the text;
+    ``sentence``: the old benchmark's one sentence, numbered.
+    """
+    if kind == "sentence":
+        return [f"{SENTENCE} #{i}" for i in range(n)], "sentence (one sentence, numbered)"
+    turns, source = locomo_turns(n)
+    said = [t.split(": ", 1)[-1] for t in turns]
+    if kind == "turns":
+        return turns, source
+    if kind == "prose":
+        return said, f"prose: the text of {source}"
+    if kind == "urls":
+        return ([f"{s} see https://example.com/docs/page-{i}?ref=notes#part-{i % 7}" for i, s in enumerate(said)],
+                f"urls: the text of {source} and a link")
+    if kind == "code":
+        return ([f"def handle_{i}(request, retries={i % 5}):\n    return client.get(url, timeout=30)  # {s[:60]}"
+                 for i, s in enumerate(said)], f"code: a function and a comment from {source}")
+    raise ValueError(f"texts: {kind!r} is not one of {', '.join(KINDS)}")

@@ -61,6 +61,10 @@ RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, co
 # Records a process's related steps compare in memory before the index must
 # catch up with them (`_Recent`): the catch-up then indexes them in one go.
 RELATED_RECENT_MAX = 256
+# While a process's writes run at once (the HTTP server's handlers), their
+# steps run in any order: a record this close behind a new one, not seen yet,
+# is taken for one whose step has not begun rather than made to be indexed.
+RELATED_IN_FLIGHT = 64
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -714,7 +718,7 @@ class Search:
 
     def related(
         self, seq: int, text: str, *, scope: str | None = None, limit: int = RELATED_MAX, before: int | None = None,
-        ts: str | None = None, links: bool = False,
+        ts: str | None = None, links: bool = False, concurrent: bool = False,
     ) -> list[dict[str, Any]]:
         """Up to ``limit`` earlier visible records of ``scope`` that look like the subject of ``text`` (record ``seq``).
 
@@ -738,7 +742,9 @@ class Search:
         for another process that holds it, see `catch_up_now`) only when a
         record came in between that no related step saw (another writer's, a
         retraction, one that ``links`` to others as this one does when it
-        supersedes some) or `RELATED_RECENT_MAX` records wait.
+        supersedes some; while other writes of this process are under way,
+        ``concurrent``, only one more than `RELATED_IN_FLIGHT` records back)
+        or `RELATED_RECENT_MAX` records wait.
         """
         recent = self.__dict__.get("_related_recent")
         if recent is None:
@@ -756,7 +762,7 @@ class Search:
             db = self.connection()
             sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
             hits = db.execute(sql, args).fetchone()
-            if not recent.covers(hits[0] or 0, seq):
+            if not recent.covers(hits[0] or 0, seq, concurrent):
                 self.catch_up_now(stop=before)
                 recent.clear()
                 hits = db.execute(sql, args).fetchone()
@@ -915,10 +921,11 @@ class _Recent:
         with self.lock:
             self.seen.setdefault(seq, (frozenset(), 0, None, scope))
 
-    def covers(self, top: int, seq: int) -> bool:
+    def covers(self, top: int, seq: int, concurrent: bool = False) -> bool:
         """Whether every record after the index's highest (``top``) and before ``seq`` is one seen here.
 
-        Drops those the index now holds; False too when `RELATED_RECENT_MAX` wait.
+        Drops those the index now holds; False too when `RELATED_RECENT_MAX`
+        wait. ``concurrent``: other writes of this process are under way.
         """
         with self.lock:
             seen = self.seen
@@ -928,7 +935,15 @@ class _Recent:
                 for s, (terms, _, _, _) in seen.items():
                     for t in terms:
                         self.by_term.setdefault(t, []).append(s)
-            return len(seen) < RELATED_RECENT_MAX and all(s in seen for s in range(top + 1, seq))
+            if len(seen) >= RELATED_RECENT_MAX:
+                return False
+            missing = next((s for s in range(top + 1, seq) if s not in seen), None)
+            # With other writes of this process under way, a recent record
+            # neither seen nor expected is likely one whose step has not
+            # begun (it is compared with later ones once it has run); an
+            # older one, or any when this write is alone, makes the index
+            # catch up.
+            return missing is None or (concurrent and seq - missing <= RELATED_IN_FLIGHT)
 
     def clear(self) -> None:
         with self.lock:

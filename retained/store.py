@@ -90,6 +90,9 @@ class Store:
         # Threads may share a Store (the MCP server's handlers do): the parts
         # opened on first use are opened once, under this lock.
         self._opening = threading.Lock()
+        # Writes asking for related records under way (Store.write): their steps may run in any order.
+        self._related_writes = 0
+        self._counting = threading.Lock()
         # When the index cannot be opened (e.g. left owned by root), search
         # builds this one from the log in a private temporary directory.
         self._scratch: Any = None
@@ -271,19 +274,32 @@ class Store:
             client_op_id=client_op_id,
             fields=fields,
         )
-        proof = self.append([self.prepare(content)], client=client)[0]
-        if related and not proof.get("duplicate"):
-            proof.update(self._related(proof["seq"], text, scope))
+        if not related:
+            return self.append([self.prepare(content)], client=client)[0]
+        with self._counting:
+            self._related_writes += 1
+        try:
+            proof = self.append([self.prepare(content)], client=client)[0]
+            if not proof.get("duplicate"):
+                proof.update(self._related(proof, text, scope, bool(supersedes), self._related_writes > 1))
+        finally:
+            with self._counting:
+                self._related_writes -= 1
         return proof
 
-    def _related(self, seq: int, text: str, scope: str | None) -> dict[str, Any]:
+    def _related(
+        self, proof: dict[str, Any], text: str, scope: str | None, links: bool, concurrent: bool
+    ) -> dict[str, Any]:
         """``related`` (earlier records on the same subject, see ``Index.related``) and a notice naming them.
 
         Runs after the acknowledgement; an index that cannot answer costs the
-        reply only this hint, never the write.
+        reply only this hint, never the write. The new record (``proof``;
+        ``links``: it supersedes others) is left to a later catch-up;
+        ``concurrent``: other writes asking for this step are under way here.
         """
         try:
-            found = self.index.related(seq, text, scope=scope)
+            found = self.index.related(proof["seq"], text, scope=scope, before=proof["offset"], ts=proof["ts"],
+                                       links=links, concurrent=concurrent)
         except (sqlite3.Error, OSError, RetainedError):
             return {}
         if not found:

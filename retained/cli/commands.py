@@ -161,6 +161,8 @@ def _parse_fields(pairs: Sequence[str] | None) -> dict[str, Any] | None:
 
 
 def cmd_write(args: argparse.Namespace) -> int:
+    from retained.settings import related_on
+
     text = sys.stdin.read() if args.text == "-" else args.text
     with open_store(args, must_exist=False) as store:
         proof = store.write(
@@ -172,7 +174,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             fields=_parse_fields(args.field),
             supersedes=args.supersedes,
             client_op_id=args.client_op_id,
-            related=True,
+            related=related_on(),
         )
     emit(args, proof, lambda: render.proof(proof))
     return 0

@@ -201,6 +201,10 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import Field
 
+    from retained.settings import related_on
+
+    ask_related = related_on()  # RETAINED_RELATED, read once: the server's writes ask for related records or never
+
     def result(structured: dict[str, Any], text: str) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
@@ -302,7 +306,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             supersedes=supersedes,
             client_op_id=client_op_id,
             client=client,
-            related=True,
+            related=ask_related,
         )
         return proof_result(proof)
 

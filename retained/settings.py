@@ -10,6 +10,8 @@
 | ``RETAINED_GROUP_COMMIT`` | threads of one process share fsyncs: on or off | on |
 | ``RETAINED_EMBED_*`` | embeddings (see ``retained.index.hybrid.SETTINGS``) | off |
 | ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see ``retained.core.anchors`` | ``$XDG_STATE_HOME/retained`` |
+| ``RETAINED_ANCHOR_EVERY`` | a write records the head when this many records were written since the last it recorded | 1000 |
+| ``RETAINED_ANCHOR_EVERY_S`` | ... or when this many seconds passed | 300 |
 | ``RETAINED_HTTP_HEADER_TIMEOUT_S`` | seconds an HTTP request's headers may take to arrive | 10 |
 | ``RETAINED_HTTP_CONNECTIONS_MAX`` | open HTTP connections in all | 512 |
 | ``RETAINED_HTTP_CLIENT_CONNECTIONS_MAX`` | open HTTP connections from one address | 64 |
@@ -76,6 +78,10 @@ def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "embed_settings": {k: v for k, v in environ.items() if k.startswith("RETAINED_EMBED_")},
         "anchor_dir": anchors.dir_from(environ),
     }
+    every = _positive(environ, "RETAINED_ANCHOR_EVERY", int)
+    every_s = _positive(environ, "RETAINED_ANCHOR_EVERY_S", float)
+    if every is not None or every_s is not None:
+        options["anchor_every"] = (every or anchors.EVERY_RECORDS, every_s or anchors.EVERY_S)
     group = environ.get("RETAINED_GROUP_COMMIT", "").strip().lower()
     if group:
         if group not in ("1", "on", "true", "yes", "0", "off", "false", "no"):

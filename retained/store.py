@@ -60,11 +60,14 @@ class Store:
         follow_writes: bool = False,
         group_commit: bool = True,
         anchor_dir: str | os.PathLike[str] | None = None,
+        anchor_every: tuple[int, float] = (anchors.EVERY_RECORDS, anchors.EVERY_S),
     ) -> None:
         self.directory = Path(directory).expanduser()
         # Where the store's head is recorded outside it (retained/anchors.py);
         # None: no anchors. The edges pass the setting (settings.store_options).
         self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
+        # Writes record the head routinely (records, seconds): see anchors.Routine.
+        self._routine = None if self.anchor_dir is None else anchors.Routine(self.anchor_dir, self.directory, *anchor_every)
         self._permissions_checked = False
         if self.directory.exists() and not self.directory.is_dir():
             raise NoStore(
@@ -203,6 +206,9 @@ class Store:
         if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
+        written = [p for p in proofs if not p["duplicate"]]
+        if self._routine is not None and written:
+            self._routine.after(written[-1]["seq"], written[-1]["hash"], written[-1]["offset"] + written[-1]["length"])
         if not self._permissions_checked:
             self._permissions_checked = True
             notices = self._permission_notices()

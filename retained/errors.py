@@ -8,9 +8,7 @@ those could be secret: they name the field instead.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 class RetainedError(Exception):

@@ -27,6 +27,7 @@ from typing import Any
 
 from retained.core import anchors
 from retained.errors import InvalidRecord
+from retained.safety.guard import Guard
 
 
 def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:
@@ -46,8 +47,6 @@ def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:
 
 
 def guard_from(environ: Mapping[str, str]) -> Any:
-    from retained.safety.guard import Guard
-
     policy = environ.get("RETAINED_SECRETS", "").strip().lower() or "refuse"
     allow: list[str] = []
     allow_file = environ.get("RETAINED_SECRETS_ALLOW", "").strip()

@@ -735,8 +735,11 @@ class Store:
                     self._hybrid = from_settings(index, self.embed_settings)
         return self._hybrid
 
-    def rebuild(self, progress: Any = None) -> dict[str, Any]:
+    def rebuild(self, progress: Any = None, *, workers: int = 0) -> dict[str, Any]:
         """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``.
+
+        ``workers``: worker processes a large log's ranges may be indexed in
+        (``retained.core.pool``); 0, the default, starts none.
 
         Raises:
             IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
@@ -744,7 +747,7 @@ class Store:
         from retained.index.writer import IndexError_, IndexFull
 
         try:
-            return self.index.rebuild(progress)
+            return self.index.rebuild(progress, workers=workers)
         except IndexFull:
             raise  # a full disk says nothing against the index file: its own message says to free space
         except (sqlite3.Error, OSError, IndexError_) as exc:
@@ -771,11 +774,14 @@ class Store:
             return hybrid.backfill(progress)
         return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
 
-    def stats(self, *, progress: Any = None) -> dict[str, Any]:
-        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only."""
+    def stats(self, *, progress: Any = None, workers: int = 0) -> dict[str, Any]:
+        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only.
+
+        ``workers`` as for ``verify``.
+        """
         from retained.index import stats
 
-        return stats.stats(self.log, progress=progress)
+        return stats.stats(self.log, progress=progress, workers=workers)
 
     def export(
         self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None, overwrite: bool = False
@@ -852,8 +858,15 @@ class Store:
             "anchor_file": str(anchors.anchor_file(self.anchor_dir, sid)) if self.anchor_dir is not None and sid else None,
         }
 
-    def verify(self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None) -> dict[str, Any]:
+    def verify(
+        self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None, workers: int = 0
+    ) -> dict[str, Any]:
         """Walk the whole chain and report every finding (memory flat in log size); ``progress(done_bytes, total_bytes)``.
+
+        ``workers``: worker processes a large log's ranges may be classified
+        in (``retained.core.pool``; the report is the same); 0, the default,
+        starts none. Pass more only from a program whose main module is
+        guarded (``if __name__ == "__main__":``), as the command line does.
 
         Verify judges one snapshot: the log's size and head when it begins
         (``snapshot`` in the report). The chain walk and the index check both
@@ -878,14 +891,15 @@ class Store:
         head_seq, head_hash, head_end = self.log.tail(stop=size)
         to_check = [*(loaded.anchors if loaded is not None else ()), *given]
         # The index check reads the lines the chain walk passes it (one read
-        # of the log) while worker processes classify the next ranges; its
+        # of the log) while any worker processes classify the next ranges; its
         # findings follow the chain's.
         index: dict[str, Any] = {"findings": []}
 
         def check(lines: Any) -> None:
             index.update(checked=self._verify_index(index, lines, (size, head_seq)))
 
-        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress)
+        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress,
+                                   workers=workers)
         report = walked.to_dict()
         report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
         report["quarantined"] = self.log.quarantined()

@@ -9,9 +9,12 @@ progress go to stderr.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
+import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,8 +22,15 @@ from typing import Any
 import orjson
 
 from retained import limits, paths, render
-from retained.core import json_input
-from retained.errors import RetainedError
+from retained.brief import compose as brief
+from retained.cli import hook_install
+from retained.core import json_input, pool
+from retained.core.anchors import dir_from, listing_text
+from retained.errors import NoStore, RetainedError
+from retained.interrupt import raise_on_interrupt
+from retained.paths import chosen_dir
+from retained.settings import store_options
+from retained.store import Store
 from retained.version import __version__
 
 CLI_CLIENT = {"name": "retained-cli", "version": __version__}
@@ -86,8 +96,6 @@ class _Parser(argparse.ArgumentParser):
         if dashed:
             name = dashed[0].split("=")[0]
             if _OPTION_NAME.fullmatch(name):
-                import difflib
-
                 close = difflib.get_close_matches(name, [o for o in known if o.startswith("--")], n=1)
                 message += (f"; {self.prog} has no option {name}: "
                             + (f"did you mean {close[0]}? " if close else "") + f"see {self.prog} --help")
@@ -125,10 +133,6 @@ def store_dir(args: argparse.Namespace) -> Path:
 
 def open_store(args: argparse.Namespace, *, must_exist: bool = True, **kwargs: Any) -> Any:
     """The store of --dir / RETAINED_DIR; a command that only reads refuses a store that is not there."""
-    from retained.errors import NoStore
-    from retained.settings import store_options
-    from retained.store import Store
-
     store = Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
     if must_exist and not store.exists():
         store.close()
@@ -264,14 +268,14 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             progress(f"rebuild: {done}/{total} bytes ({100 * done // max(total, 1)}%)")
 
     with open_store(args) as store:
-        result = store.rebuild(progress=report)
+        result = store.rebuild(progress=report, workers=pool.cpu_workers())
     emit(args, result, lambda: render.rebuild(result))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        report = store.verify(anchor=args.anchor)
+        report = store.verify(anchor=args.anchor, workers=pool.cpu_workers())
     emit(args, report, lambda: render.verify(report))
     return 0 if report["ok"] else 1
 
@@ -284,8 +288,6 @@ def cmd_head(args: argparse.Namespace) -> int:
 
 
 def cmd_anchor(args: argparse.Namespace) -> int:
-    from retained.core.anchors import listing_text
-
     with open_store(args) as store:
         result = store.anchor(accept=args.accept, reason=args.reason)
     emit(args, result, lambda: listing_text(result))
@@ -311,8 +313,6 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 
 def _every_second(label: str, unit: str) -> Callable[[int, int], None]:
     """A progress callback that prints at most one line a second on stderr."""
-    import time
-
     last = [time.monotonic()]
 
     def report(done: int, total: int) -> None:
@@ -326,8 +326,6 @@ def _every_second(label: str, unit: str) -> Callable[[int, int], None]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    import time
-
     t0 = time.monotonic()
     with open_store(args, must_exist=False) as store:
         result = store.import_file(
@@ -391,7 +389,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.stats(progress=_every_second("stats", "bytes"))
+        result = store.stats(progress=_every_second("stats", "bytes"), workers=pool.cpu_workers())
     emit(args, result, lambda: render.stats(result))
     return 1 if result["findings"] else 0
 
@@ -437,12 +435,8 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    from retained.brief import compose as brief
-
     budget = brief.DEFAULT_BUDGET if args.budget is None else args.budget
     try:
-        from retained.core.anchors import dir_from
-
         result = brief.build_brief(store_dir(args), budget, args.scope, anchor_dir=dir_from(os.environ))
     except RetainedError:
         raise
@@ -466,8 +460,6 @@ def _brief_arguments(p: argparse.ArgumentParser) -> None:
 
 def _brief_args(argv: list[str]) -> argparse.Namespace | None:
     """``brief``'s plain options without building a parser (see ``brief.parse_args``), or None."""
-    from retained.brief import compose as brief
-
     values = brief.parse_args(argv)
     return None if values is None else argparse.Namespace(**values, func=cmd_brief)
 
@@ -651,11 +643,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_hook_install(args: argparse.Namespace) -> int:
     """Merge the SessionStart entry into Claude Code's settings (logic in hook_install)."""
-    import shutil
-
-    from retained.cli import hook_install
-    from retained.paths import chosen_dir
-
     here = Path(sys.executable).parent / ("retained.exe" if sys.platform == "win32" else "retained")
     retained_bin = here if here.is_file() else shutil.which("retained")
     if retained_bin is None:
@@ -746,8 +733,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.func not in (cmd_serve, cmd_view):
-        from retained.interrupt import raise_on_interrupt
-
         raise_on_interrupt()  # a short command unwinds and reports "interrupted"; the servers exit at once
     try:
         return args.func(args)

@@ -3,8 +3,6 @@
 A thin layer over portalocker (flock on POSIX, LockFileEx/msvcrt on Windows):
 no hand-written platform code. Each acquisition opens its own descriptor, so
 two threads of one process exclude each other exactly as two processes do.
-portalocker is imported on first use: read-only paths (the brief) never pay
-for it.
 """
 
 from __future__ import annotations
@@ -14,6 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+
+import portalocker
 
 from retained import limits
 from retained.core.files import open_fd
@@ -41,8 +41,6 @@ def _lock_calls():
     """
     global _calls
     if _calls is None:
-        import portalocker
-
         flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
         flock = getattr(portalocker.portalocker, "FlockLocker", None)
         if flock is not None:
@@ -54,7 +52,7 @@ def _lock_calls():
 
 
 def load() -> None:
-    """Import portalocker and resolve its calls now, not on the first acquisition (a server warming up)."""
+    """Resolve portalocker's calls now, not on the first acquisition (a server warming up)."""
     _lock_calls()
 
 

@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import namedtuple
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
 
 from retained import limits
 from retained.core import record, recovery
 from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size_of
+from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
 from retained.errors import (
     LogUnusable,
@@ -43,55 +48,14 @@ from retained.errors import (
     WriteFailed,
 )
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from typing import Any, BinaryIO
-
-LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
 
 
-class Line(namedtuple("Line", "offset raw status record seq hash problem")):
-    """One line of the log as found on disk, with what it is.
-
-    ``status`` is record / redacted (a valid chained line), foreign (JSON
-    without chain fields, written by another program), damaged (a complete
-    line that fails to parse or verify) or torn (bytes after the last
-    newline). ``seq`` and ``hash`` are what the line claims, also when damaged.
-    A named tuple: scans build one per line, and tuple construction is the
-    cheapest immutable record Python has (collections', not typing's: the
-    brief path does not import typing).
-
-    Fields: offset (int), raw (bytes), status (str), record (the parsed
-    object or None), seq (int | None), hash (str | None), problem (str | None).
-    """
-
-    __slots__ = ()
-
-    @property
-    def length(self) -> int:
-        return len(self.raw)
-
-    @property
-    def end(self) -> int:
-        return self.offset + len(self.raw)
-
-    @property
-    def chained(self) -> bool:
-        return self.status in _CHAINED
-
-
-_CHAINED = frozenset({record.RECORD, record.REDACTED})
-
-
-def make_line(offset: int, raw: bytes, *, fast_start: bool = False) -> Line:
-    """Classify one line; ``fast_start=True`` uses record.classify_for_display (same answer, no orjson import)."""
+def make_line(offset: int, raw: bytes) -> Line:
+    """Classify one line (``raw`` with its newline; without one it is a torn tail)."""
     if not raw.endswith(b"\n"):
         return Line(offset, raw, record.TORN, None, None, None, "unterminated last line")
-    classify = record.classify_for_display if fast_start else record.classify
-    status, obj, seq, h, problem = classify(raw[:-1])
-    return Line(offset, raw, status, obj, seq, h, problem)
+    return Line(offset, raw, *record.classify(raw[:-1]))
 
 
 def pread(fd: int, length: int, offset: int) -> bytes:
@@ -116,40 +80,6 @@ def pread(fd: int, length: int, offset: int) -> bytes:
         parts.append(chunk)
         length -= len(chunk)
     return b"".join(parts)
-
-
-def segments_reverse(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(offset, bytes)`` of each line before ``end``, newest first.
-
-    The first segment may lack its newline (a torn tail). Reads grow when a
-    line is longer than a chunk, so a 16 MiB line costs a few reads, not
-    hundreds.
-    """
-    pos = end
-    carry = b""
-    chunk = limits.TAIL_CHUNK_BYTES
-    while True:
-        n = min(chunk, pos)
-        pos -= n
-        f.seek(pos)
-        data = f.read(n) + carry
-        hi = len(data)
-        while True:
-            if hi == 0:
-                if pos == 0:
-                    return
-                carry = b""
-                break
-            nl = data.rfind(b"\n", 0, hi - 1)
-            if nl == -1:
-                if pos == 0:
-                    yield 0, data[:hi]
-                    return
-                carry = data[:hi]
-                chunk *= 2
-                break
-            yield pos + nl + 1, data[nl + 1 : hi]
-            hi = nl + 1
 
 
 class Log:
@@ -201,22 +131,14 @@ class Log:
     # -- reading -----------------------------------------------------------
 
     def size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return size_of(self.path)
 
     def exists(self) -> bool:
         return self.path.exists()
 
     def open_read(self) -> BinaryIO | None:
         """The log opened for reading (never through a link), or None when there is none yet."""
-        try:
-            return open_read(self.path)
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError as exc:
-            raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
+        return open_log(self.path)
 
     def scan(self, start: int = 0, stop: int | None = None, *, containing: bytes | None = None) -> Iterator[Line]:
         """Every line from ``start`` (a line boundary) up to ``stop``, oldest first, classified.
@@ -267,14 +189,8 @@ class Log:
             if data:
                 yield base, data
 
-    def scan_reverse(self, stop: int | None = None, *, fast_start: bool = False) -> Iterator[Line]:
-        """Every line before ``stop``, newest first (a torn tail first, if any).
-
-        ``fast_start=True`` classifies with the standard library's JSON (the
-        same checks; orjson is imported only for a line that needs it), for
-        the session-start brief, whose whole run costs less than importing
-        orjson.
-        """
+    def scan_reverse(self, stop: int | None = None) -> Iterator[Line]:
+        """Every line before ``stop``, newest first (a torn tail first, if any)."""
         f = self.open_read()
         if f is None:
             return
@@ -282,16 +198,11 @@ class Log:
             if stop is None:
                 stop = os.fstat(f.fileno()).st_size
             for offset, raw in segments_reverse(f, stop):
-                yield make_line(offset, raw, fast_start=fast_start)
+                yield make_line(offset, raw)
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
-        f = self.open_read()
-        if f is None:
-            return b""
-        with f:
-            f.seek(offset)
-            return f.read(length)
+        return read_bytes_at(self.path, offset, length)
 
     def read_many(self, places: list[tuple[int, int]]) -> list[bytes]:
         """The bytes at each ``(offset, length)``, read through one open file (b"" for each if there is no log)."""
@@ -994,11 +905,7 @@ class _Request:
 
 
 class Exclusive:
-    """The log held under its lock by one caller (see ``Log.exclusive``): a context manager.
-
-    Not ``contextlib.contextmanager``: log.py is on the brief's path, which
-    imports no more than it uses.
-    """
+    """The log held under its lock by one caller (see ``Log.exclusive``): a context manager."""
 
     __slots__ = ("_log",)
 
@@ -1040,8 +947,8 @@ class Exclusive:
 def _link_fields(raw: bytes) -> tuple[Any, Any, Any]:
     """``(seq, prev, hash)`` as a stored line holds them; Nones where it holds no such object."""
     try:
-        obj = record.orjson.loads(raw)
-    except record.orjson.JSONDecodeError:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None, None, None
     if type(obj) is not dict:
         return None, None, None

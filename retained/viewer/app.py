@@ -24,7 +24,9 @@ uvicorn come with the mcp package; they are imported only here.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import os
 import sys
 import threading
@@ -38,8 +40,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from retained import limits, paths
+from retained import http_guard, limits, paths
+from retained.brief import compose as brief
+from retained.core import pool
 from retained.errors import InvalidRecord, NotFound, RecordDamaged, RetainedError
+from retained.settings import http_settings, store_options
 from retained.store import Store
 from retained.viewer import pages
 
@@ -55,7 +60,8 @@ CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
-    # same-origin, not no-referrer: with no-referrer a browser sends "Origin: null" on the verify POST.
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with the
+    # page's own form POST (run verify), which the Origin check must then refuse.
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-opener-policy", b"same-origin"),
@@ -131,7 +137,7 @@ class VerifyRun:
     def _run(self) -> None:
         try:
             with Store(self.directory, **self.options) as store:
-                self.report = store.verify(progress=self._progress)
+                self.report = store.verify(progress=self._progress, workers=pool.cpu_workers())
             self.state = "done"
         except Exception as exc:  # noqa: BLE001 - the page reports any failure of the run instead of losing it
             self.error = f"{type(exc).__name__}: {exc}"
@@ -285,7 +291,7 @@ class Viewer:
         return [found[s] for s in sorted(found)]
 
     def health(self, request: Request) -> Response:
-        return self._answer(lambda where: pages.health(self.store.stats(), self._run_state(), where))
+        return self._answer(lambda where: pages.health(self.store.stats(workers=pool.cpu_workers()), self._run_state(), where))
 
     def verify(self, request: Request) -> Response:
         return self._answer(lambda where: pages.verify(self._run_state(), where))
@@ -303,8 +309,6 @@ class Viewer:
             return None if self.run is None else self.run.snapshot()
 
     def brief(self, request: Request) -> Response:
-        from retained.brief import compose as brief
-
         q = request.query_params
         budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, BUDGET_MAX), _text(q, "scope")
         params = {"budget": budget, "scope": scope}
@@ -354,8 +358,6 @@ def build_app(directory: Path | str, options: dict[str, Any] | None = None) -> A
 
     Not guarded: ``serve`` puts the access guard in front of it.
     """
-    import contextlib
-
     viewer = Viewer(Path(directory), dict(options or {}))
 
     @contextlib.asynccontextmanager
@@ -373,11 +375,6 @@ def build_app(directory: Path | str, options: dict[str, Any] | None = None) -> A
 
 def serve(args: Any) -> int:
     """``retained view``: serve the viewer until interrupted; print its URL (``--json``: as JSON)."""
-    import json
-
-    from retained import http_guard
-    from retained.settings import http_settings, store_options
-
     token = os.environ.get("RETAINED_TOKEN") or None
     refusal = http_guard.refusal(args.host, token)
     if refusal:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -300,8 +301,6 @@ def check_commands(entry: Mapping[str, Any], log_path: str, directory: str) -> d
 
 
 def _shell_quote(text: str) -> str:
-    import shlex
-
     return shlex.quote(text)
 
 

@@ -11,6 +11,8 @@
 | ``RETAINED_RELATED`` | ``memory_write`` and ``retained write`` name earlier records of the same subject: on or off | on |
 | ``RETAINED_EMBED_*`` | embeddings (see ``retained.index.hybrid.SETTINGS``) | off |
 | ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see ``retained.core.anchors`` | ``$XDG_STATE_HOME/retained`` |
+| ``RETAINED_ANCHOR_EVERY`` | a write records the head when this many records were written since the last it recorded | 1000 |
+| ``RETAINED_ANCHOR_EVERY_S`` | ... or when this many seconds passed | 300 |
 | ``RETAINED_HTTP_HEADER_TIMEOUT_S`` | seconds an HTTP request's headers may take to arrive | 10 |
 | ``RETAINED_HTTP_CONNECTIONS_MAX`` | open HTTP connections in all | 512 |
 | ``RETAINED_HTTP_CLIENT_CONNECTIONS_MAX`` | open HTTP connections from one address | 64 |
@@ -96,6 +98,10 @@ def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "anchor_dir": anchors.dir_from(environ),
     }
     related_on(environ)  # not a Store option (the edges read it), refused here with the others when unusable
+    every = _positive(environ, "RETAINED_ANCHOR_EVERY", int)
+    every_s = _positive(environ, "RETAINED_ANCHOR_EVERY_S", float)
+    if every is not None or every_s is not None:
+        options["anchor_every"] = (every or anchors.EVERY_RECORDS, every_s or anchors.EVERY_S)
     if environ.get("RETAINED_GROUP_COMMIT", "").strip():
         options["group_commit"] = _switch(environ, "RETAINED_GROUP_COMMIT", True)
     for name, key, kind in (

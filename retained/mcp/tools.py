@@ -21,11 +21,11 @@ from retained.shapes import Found, Proof, Records, Report
 log = logging.getLogger("retained.mcp.server")
 
 GET_LIMIT_DEFAULT = 20
-GET_LIMIT_MAX = 500
+GET_LIMIT_MAX = limits.LIST_LIMIT_MAX
 WINDOW_DEFAULT = limits.TIMELINE_WINDOW_DEFAULT
 WINDOW_MAX = limits.TIMELINE_WINDOW_MAX
 SEARCH_K_DEFAULT = 10
-SEARCH_K_MAX = 200
+SEARCH_K_MAX = limits.SEARCH_K_MAX
 IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
 
@@ -41,6 +41,7 @@ ERROR_CODES = (
     "reserved_field",
     "too_large",
     "not_found",
+    "record_damaged",
     "conflict",
     "store_busy",
     "secret_detected",
@@ -226,7 +227,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         str | None,
         Field(
             min_length=1,
-            max_length=200,
+            max_length=limits.SCOPE_CHARS_MAX,
             description="project or topic the memory belongs to, e.g. a repository name; reads can filter by it",
         ),
     ]
@@ -269,7 +270,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             str | None,
             Field(
                 min_length=1,
-                max_length=200,
+                max_length=limits.CLIENT_OP_ID_CHARS_MAX,
                 description="a unique id for this write (e.g. a UUID) to make retries safe: a repeat returns "
                 "the first proof with duplicate=true and writes nothing",
             ),

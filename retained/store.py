@@ -650,11 +650,16 @@ class Store:
         options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
         try:
-            return self.hybrid.search(query, **options)
+            reply = self.hybrid.search(query, **options)
         except (sqlite3.Error, OSError, RetainedError) as exc:
             if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
                 raise
-            return self._search_log(query, reason=self._index_problem(exc), **options)
+            reply = self._search_log(query, reason=self._index_problem(exc), **options)
+        if (self.directory / "mirrors").is_dir():  # other stores pulled by `retained sync` (retained/sync/union.py)
+            from retained.sync import union
+
+            reply = union.merge(self.directory, anchors.store_id(self.directory, create=False), reply, query, options)
+        return reply
 
     def _search_log(self, query: str, *, reason: str, **options: Any) -> dict[str, Any]:
         """Search without the store's index: the same ranking over an index built from the log alone.
@@ -861,6 +866,10 @@ class Store:
         anchored = anchors.check(to_check, walked.watched, walked.head_seq)
         report["findings"].extend(anchored)
         report["findings"].extend(self._unsafe_permissions())
+        if (self.directory / "sync").is_dir():  # what the last `retained sync` found (forks, rollbacks, bad segments)
+            from retained.sync.runner import recorded_findings
+
+            report["findings"].extend(recorded_findings(self.directory))
         report["anchors"] = self._anchor_after_verify(loaded, given, anchored, (head_seq, head_hash, head_end))
         if loaded is not None:
             report["findings"].extend(loaded.problems)
@@ -915,6 +924,16 @@ class Store:
             self.index.catch_up()
         except (RetainedError, sqlite3.Error, OSError):
             pass  # an unusable index holds no evidence this can read
+
+    def sync(self, remote: str, **options: Any) -> dict[str, Any]:
+        """Publish this store to ``remote`` (``s3://BUCKET/PREFIX``), pull and verify the others, report forks and rollbacks.
+
+        ``restore_id``: rebuild this (empty) store as that store was published instead.
+        See ``retained.sync.runner.run`` for the options and docs/sync.md for the model.
+        """
+        from retained.sync import runner
+
+        return runner.run(self, remote, **options)
 
     def anchor(self, *, accept: bool = False, reason: str | None = None) -> dict[str, Any]:
         """The anchors recorded for this store, each with its state on today's chain; ``accept`` settles those off it.

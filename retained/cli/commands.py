@@ -583,6 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="another origin (scheme://host[:port]), e.g. a reverse proxy's, allowed to call it (repeatable)")
 
     _hook_commands(sub, common)
+    from retained.cli import sync
+
+    sync.register(command)
     return parser
 
 

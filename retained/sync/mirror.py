@@ -1,0 +1,212 @@
+"""Pull: other stores' new segments come down into mirrors beside this store, verified before they are used.
+
+A mirror (``mirrors/<store id>/``) holds another store's log as published,
+byte for byte (``log.jsonl``), the index derived from it, and what was
+pulled (``mirror.json``: the head, the machine, each segment's ETag).
+Nothing in it is ever written into this store's log.
+
+New segments are chosen by following the published head: from the
+mirror's last seq, the segment that starts next and ends at or before the
+head, until the head. They are appended to a copy of the mirror's log and
+the copy is checked by the same chain walk as ``verify``
+(``chain.verify_file``), and must end at the head's seq and hash; only then
+does the copy replace the mirror's log. A pull that does not verify is
+reported with its segments and left out whole: the mirror stays as it was.
+
+Findings (never overwritten, on either side): a head that moved backwards
+(``head_moved_back``), another hash at the seq the mirror holds
+(``fork``), two segments starting at one seq (``fork``), a pulled segment
+whose ETag changed or that vanished (``segment_rewritten``), a gap
+(``segment_missing``), a copy that does not verify (``segment_unverified``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from retained.core import chain
+from retained.core.log import Log
+from retained.sync import layout, state
+from retained.sync.publish import finding, read_head
+from retained.sync.remote import Remote
+
+Progress = Callable[[int, int], None]
+STAGING = "incoming"
+
+
+def plan(listing: list[tuple[str, str, int]], after_seq: int, head_seq: int, sid: str) -> tuple[list[tuple[str, str, int]], dict[str, Any] | None]:
+    """The segments from ``after_seq`` to ``head_seq``, in order, and a finding when they do not lead there."""
+    ranges = sorted(((r, item) for item in listing if (r := layout.parse_segment_key(item[0])) is not None),
+                    key=lambda x: x[0])
+    chosen: list[tuple[str, str, int]] = []
+    at = after_seq
+    while at < head_seq:
+        nexts = [(r, item) for r, item in ranges if r[0] > at]
+        if not nexts:
+            return chosen, finding("segment_missing", sid, f"store {sid}: no segment after seq {at} although its "
+                                   f"published head is seq {head_seq}; pulled up to seq {at}; the next sync retries",
+                                   seq=at + 1)
+        start = nexts[0][0][0]
+        rivals = [(r, item) for r, item in nexts if r[0] == start and r[1] <= head_seq]
+        if len(rivals) != 1:
+            keys = [item[0] for _, item in nexts if _[0] == start]
+            return chosen, finding(
+                "fork", sid, f"store {sid}: {len(keys)} segments start at seq {start} ({', '.join(keys)}): two histories "
+                "for one store id; neither was pulled, nothing was overwritten; see docs/sync.md, forks",
+                seq=start, segment=keys[0] if keys else None, observed=keys)
+        (_, last), item = rivals[0]
+        chosen.append(item)
+        at = last
+    return chosen, None
+
+
+def download(remote: Remote, items: list[tuple[str, str, int]], progress: Progress | None) -> list[tuple[str, bytes, str]]:
+    """``(key, bytes, etag)`` of each segment."""
+    total = sum(size for _, _, size in items)
+    done = 0
+    out = []
+    for key, _, size in items:
+        got = remote.get(key)
+        if got is None:
+            raise state.SyncError(f"segment {key} vanished while it was pulled; run `retained sync` again", path=key)
+        out.append((key, got[0], got[1]))
+        done += size
+        if progress is not None:
+            progress(done, total)
+    return out
+
+
+def check_copy(directory: Path, base: Path | None, parts: list[tuple[str, bytes, str]], head: dict[str, Any],
+               sid: str) -> tuple[Path | None, list[dict[str, Any]]]:
+    """Write ``base`` (a log) and ``parts`` into ``directory/log.jsonl`` and verify it ends at ``head``.
+
+    Returns the copy's path when it verifies, else None and the findings (the copy removed).
+    """
+    state.ensure_dir(directory)
+    path = directory / "log.jsonl"
+    tmp = directory / "log.jsonl.part"
+    if base is not None and base.exists():
+        shutil.copyfile(base, tmp)
+        os.chmod(tmp, 0o600)
+    else:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+    starts = []
+    with open(tmp, "ab") as f:
+        for key, data, _ in parts:
+            starts.append((f.tell(), key))
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    log = Log(directory)
+    try:
+        report = chain.verify_file(log)
+    finally:
+        log.close()
+    problems = list(report.findings)
+    if report.torn_tail is not None:
+        problems.append({"kind": "torn_tail", "offset": report.torn_tail["offset"],
+                         "message": "the last segment does not end with a whole line"})
+    if not problems and (report.head_seq, report.head_hash) != (head["seq"], head["hash"]):
+        problems.append({"kind": "head_mismatch", "offset": None, "seq": report.head_seq,
+                         "message": f"the segments end at seq {report.head_seq} ({report.head_hash[:12]}...), "
+                                    f"not at the published head, seq {head['seq']} ({head['hash'][:12]}...)"})
+    if not problems:
+        return path, []
+    shutil.rmtree(directory, ignore_errors=True)
+    first = next((p["offset"] for p in problems if p.get("offset") is not None), None)
+    bad = [key for at, key in starts if first is not None and at <= first][-1:] or [key for _, key in starts]
+    detail = "; ".join(p["message"] for p in problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+    return None, [finding("segment_unverified", sid, f"store {sid}: segment {', '.join(bad)} does not verify ({detail}); "
+                          "its records are left out of search, the mirror is as it was; see docs/sync.md",
+                          seq=problems[0].get("seq"), segment=bad[0] if bad else None, observed=problems[:10])]
+
+
+def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Bring one other store's mirror up to its published head; returns ``{"store_id", "records", "segments", "findings", ...}``."""
+    out: dict[str, Any] = {"store_id": sid, "records": 0, "segments": [], "bytes": 0, "findings": [], "machine": None}
+    findings = out["findings"]
+    head, _, problem = read_head(remote, sid)
+    if problem is not None:
+        findings.append(problem)
+        return out
+    if head is None:
+        return out
+    out["machine"] = head.get("machine")
+    mdir = layout.mirror_dir(directory, sid)
+    mstate_path = mdir / layout.MIRROR_STATE_NAME
+    mstate = state.read(mstate_path)
+    have_seq, have_hash = int(mstate.get("seq", 0)), mstate.get("hash")
+    out["seq"] = have_seq
+    if head["seq"] < have_seq:
+        findings.append(finding(
+            "head_moved_back", sid, f"store {sid}'s published head moved back from seq {have_seq} to seq {head['seq']}: "
+            "its log was cut back or restored from an older copy; the mirror keeps what it verified; see docs/sync.md",
+            seq=head["seq"], expected=have_seq, observed=head["seq"]))
+        return out
+    if head["seq"] == have_seq and head["hash"] != have_hash:
+        findings.append(finding(
+            "fork", sid, f"store {sid}'s published head is seq {have_seq} with hash {head['hash'][:12]}..., but the "
+            f"mirror verified hash {str(have_hash)[:12]}... there: two histories for one store id; nothing was overwritten",
+            seq=have_seq, expected=have_hash, observed=head["hash"]))
+        return out
+    listing = remote.listing(layout.segments_prefix(remote.prefix, sid), limit=layout.LIST_KEYS_MAX)
+    etags = {key: etag for key, etag, _ in listing}
+    pulled: dict[str, str] = dict(mstate.get("segments") or {})
+    for key, etag in sorted(pulled.items()):
+        if etags.get(key) != etag:
+            what = "was removed" if key not in etags else "was rewritten in place (its ETag changed)"
+            findings.append(finding(
+                "segment_rewritten", sid, f"store {sid}: segment {key}, already pulled and verified, {what}; the mirror "
+                "keeps the bytes it verified; see docs/sync.md", segment=key, expected=etag, observed=etags.get(key),
+                seq=(layout.parse_segment_key(key) or (None,))[0]))
+    if head["seq"] == have_seq:
+        return out
+    chosen, gap = plan(listing, have_seq, head["seq"], sid)
+    if gap is not None:
+        findings.append(gap)
+        return out
+    parts = download(remote, chosen, progress)
+    staging = layout.sync_dir(directory) / STAGING / sid
+    shutil.rmtree(staging, ignore_errors=True)
+    copy, problems = check_copy(staging, mdir / "log.jsonl", parts, head, sid)
+    if copy is None:
+        findings.extend(problems)
+        return out
+    state.ensure_dir(mdir)
+    os.replace(copy, mdir / "log.jsonl")
+    shutil.rmtree(staging, ignore_errors=True)
+    for key, _, etag in parts:
+        pulled[key] = etag
+    state.write(mstate_path, {"store_id": sid, "machine": head.get("machine"), "seq": head["seq"], "hash": head["hash"],
+                              "segments": pulled, "remote": remote.url})
+    out.update(records=head["seq"] - have_seq, segments=[k for k, _, _ in parts], bytes=sum(len(d) for _, d, _ in parts),
+               seq=head["seq"])
+    return out
+
+
+def mirrors(directory: Path) -> list[tuple[str, Path, dict[str, Any]]]:
+    """``(store id, directory, mirror.json)`` of each mirror beside the store, sorted by id."""
+    root = layout.mirrors_dir(directory)
+    try:
+        names = sorted(os.listdir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for name in names:
+        if not layout.valid_store_id(name):
+            continue
+        mdir = root / name
+        try:
+            meta = state.read(mdir / layout.MIRROR_STATE_NAME)
+        except state.SyncError:
+            continue
+        if meta and (mdir / "log.jsonl").exists():
+            out.append((name, mdir, meta))
+    return out
+

@@ -1,0 +1,65 @@
+"""The union: this store's search, and each mirror's, merged into one ranking with each record's origin.
+
+Each mirror has its own derived index (``mirrors/<store id>/index.sqlite3``,
+built from its verified log and caught up like the store's), searched with
+the same query and options. Results from the mirrors carry ``origin``
+(``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``,
+as ``retained sync --get`` reads it); local results carry ``origin`` with
+``local``: true. The I2 accounting holds over the union: what every part
+matched, and what the merge left beyond ``k`` or over ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from retained.sync import mirror
+
+_COUNTED = ("superseded", "retracted", "unreadable", "beyond_k", "over_budget")
+
+
+def _open(mdir: Path) -> Any:
+    """The mirror as a store of its own (read here, never written: no anchors, no guard, lexical search)."""
+    from retained.store import Store
+
+    return Store(mdir)
+
+
+def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``reply`` (this store's search) with every mirror's results merged in by score; unchanged when there are none."""
+    found = mirror.mirrors(directory)
+    if not found:
+        return reply
+    k = options.get("k", 10)
+    max_tokens = options.get("max_tokens")
+    results = [dict(r, origin={"store_id": local_sid, "machine": None, "local": True}) for r in reply.get("results", ())]
+    left = {name: int((reply.get("left_out") or {}).get(name, 0)) for name in _COUNTED}
+    total = int(reply.get("total_matches", 0))
+    searched = []
+    for sid, mdir, meta in found:
+        with _open(mdir) as other:
+            part = other.search(query, **options)
+        searched.append({"store_id": sid, "machine": meta.get("machine"), "seq": meta.get("seq"),
+                         "matches": part.get("total_matches", 0)})
+        total += int(part.get("total_matches", 0))
+        for name in _COUNTED:
+            left[name] += int((part.get("left_out") or {}).get(name, 0))
+        origin = {"store_id": sid, "machine": meta.get("machine"), "local": False}
+        results.extend(dict(r, origin=origin, id=f"{sid}:{r['seq']}") for r in part.get("results", ()))
+    results.sort(key=lambda r: -float(r.get("score") or 0.0))
+    kept: list[dict[str, Any]] = []
+    tokens = 0
+    for n, r in enumerate(results):
+        if n >= k:
+            left["beyond_k"] += len(results) - n
+            break
+        cost = int(r.get("tokens") or 0)
+        if max_tokens is not None and kept and tokens + cost > max_tokens:
+            left["over_budget"] += len(results) - n
+            break
+        kept.append(r)
+        tokens += cost
+    out = dict(reply)
+    out.update(results=kept, returned=len(kept), total_matches=total, left_out=left, tokens=tokens, union=searched)
+    return out

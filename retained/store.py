@@ -641,20 +641,21 @@ class Store:
         context: int = 0,
     ) -> dict[str, Any]:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
-        if not self.log.exists():
+        exists = self.log.exists()
+        if not exists:
             from retained.index.writer import Index
 
-            empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
-            empty.update(mode="lexical", mode_reason="the store has no log yet")
-            return empty
+            reply = Index.empty_reply(query, k=k, max_tokens=max_tokens)
+            reply.update(mode="lexical", mode_reason="the store has no log yet")
         options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
-        try:
-            reply = self.hybrid.search(query, **options)
-        except (sqlite3.Error, OSError, RetainedError) as exc:
-            if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
-                raise
-            reply = self._search_log(query, reason=self._index_problem(exc), **options)
+        if exists:
+            try:
+                reply = self.hybrid.search(query, **options)
+            except (sqlite3.Error, OSError, RetainedError) as exc:
+                if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
+                    raise
+                reply = self._search_log(query, reason=self._index_problem(exc), **options)
         if (self.directory / "mirrors").is_dir():  # other stores pulled by `retained sync` (retained/sync/union.py)
             from retained.sync import union
 

@@ -166,7 +166,8 @@ def publish(directory: Path, log: Log, remote: Remote, sid: str, machine: str, *
                 "fork", sid, f"store {sid}'s published head is seq {head['seq']} with hash {head['hash'][:12]}..., but "
                 f"seq {head['seq']} here has {now}: two histories for one store id (a restored copy that kept writing, "
                 "or a copied store directory); nothing was published or overwritten; see docs/sync.md, forks",
-                seq=head["seq"], expected=head["hash"], observed=None if line is None else line.hash))
+                seq=head["seq"], segment=head.get("segment"), expected=head["hash"],
+                observed=None if line is None else line.hash))
             return out
         base_seq, base_hash, start = line.seq, line.hash, line.end
     last_key = head.get("segment") if head is not None else None

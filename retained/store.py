@@ -452,12 +452,16 @@ class Store:
 
     # -- reading -----------------------------------------------------------
 
-    def get(self, seqs: list[int], *, missing_ok: bool = False) -> list[dict[str, Any]]:
-        """The records with these seqs, in the order asked.
+    def get(self, seqs: list[int], *, missing_ok: bool = False, store_id: str | None = None) -> list[dict[str, Any]]:
+        """The records with these seqs, in the order asked; ``store_id``: another store's, pulled by ``sync``.
 
         Raises:
-            NotFound: a seq has no valid record (unless ``missing_ok``).
+            NotFound: a seq has no valid record (unless ``missing_ok``), or no store ``store_id`` was pulled.
         """
+        if store_id is not None and store_id != anchors.store_id(self.directory, create=False):
+            from retained.sync import union
+
+            return union.get(self.directory, store_id, seqs, missing_ok=missing_ok)
         wanted = _seq_list(seqs, "ids")
         found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
         remaining = set(wanted) - found.keys()

@@ -36,6 +36,8 @@ from retained.sync.remote import Remote
 
 Progress = Callable[[int, int], None]
 STAGING = "incoming"
+# Segments downloaded at once: a round trip each, so a few in flight hide the latency; each is held in memory (4 MiB).
+DOWNLOADS = 4
 
 
 def plan(listing: list[tuple[str, str, int]], after_seq: int, head_seq: int, sid: str) -> tuple[list[tuple[str, str, int]], dict[str, Any] | None]:
@@ -65,31 +67,35 @@ def plan(listing: list[tuple[str, str, int]], after_seq: int, head_seq: int, sid
 
 
 def download(remote: Remote, items: list[tuple[str, str, int]], progress: Progress | None) -> list[tuple[str, bytes, str]]:
-    """``(key, bytes, etag)`` of each segment."""
+    """``(key, bytes, etag)`` of each segment, in order; ``DOWNLOADS`` at a time (the client is thread-safe)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     total = sum(size for _, _, size in items)
     done = 0
     out = []
-    for key, _, size in items:
-        got = remote.get(key)
-        if got is None:
-            raise state.SyncError(f"segment {key} vanished while it was pulled; run `retained sync` again", path=key)
-        out.append((key, got[0], got[1]))
-        done += size
-        if progress is not None:
-            progress(done, total)
+    with ThreadPoolExecutor(max_workers=max(1, min(DOWNLOADS, len(items)))) as pool:
+        for (key, _, size), got in zip(items, pool.map(lambda item: remote.get(item[0]), items), strict=True):
+            if got is None:
+                raise state.SyncError(f"segment {key} vanished while it was pulled; run `retained sync` again", path=key)
+            out.append((key, got[0], got[1]))
+            done += size
+            if progress is not None:
+                progress(done, total)
     return out
 
 
-def check_copy(directory: Path, base: Path | None, parts: list[tuple[str, bytes, str]], head: dict[str, Any],
+def check_copy(directory: Path, base: Path | bytes | None, parts: list[tuple[str, bytes, str]], head: dict[str, Any],
                sid: str) -> tuple[Path | None, list[dict[str, Any]]]:
-    """Write ``base`` (a log) and ``parts`` into ``directory/log.jsonl`` and verify it ends at ``head``.
+    """Write ``base`` (a log, or its bytes) and ``parts`` into ``directory/log.jsonl`` and verify it ends at ``head``.
 
     Returns the copy's path when it verifies, else None and the findings (the copy removed).
     """
     state.ensure_dir(directory)
     path = directory / "log.jsonl"
     tmp = directory / "log.jsonl.part"
-    if base is not None and base.exists():
+    if isinstance(base, bytes):
+        state.write_bytes(tmp, base)
+    elif base is not None and base.exists():
         shutil.copyfile(base, tmp)
         os.chmod(tmp, 0o600)
     else:
@@ -158,36 +164,101 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
     listing = remote.listing(layout.segments_prefix(remote.prefix, sid), limit=layout.LIST_KEYS_MAX)
     etags = {key: etag for key, etag, _ in listing}
     pulled: dict[str, str] = dict(mstate.get("segments") or {})
+    sizes: dict[str, int] = dict(mstate.get("sizes") or {})
+    changed = []
     for key, etag in sorted(pulled.items()):
-        if etags.get(key) != etag:
-            what = "was removed" if key not in etags else "was rewritten in place (its ETag changed)"
+        if key not in etags:
             findings.append(finding(
-                "segment_rewritten", sid, f"store {sid}: segment {key}, already pulled and verified, {what}; the mirror "
-                "keeps the bytes it verified; see docs/sync.md", segment=key, expected=etag, observed=etags.get(key),
+                "segment_rewritten", sid, f"store {sid}: segment {key}, already pulled and verified, was removed from the "
+                "remote; the mirror keeps the bytes it verified; see docs/sync.md", segment=key, expected=etag,
                 seq=(layout.parse_segment_key(key) or (None,))[0]))
-    if head["seq"] == have_seq:
+        elif etags[key] != etag:
+            changed.append((key, etags[key], sizes.get(key, 0)))
+    if head["seq"] == have_seq and not changed:
         return out
-    chosen, gap = plan(listing, have_seq, head["seq"], sid)
-    if gap is not None:
-        findings.append(gap)
+    chosen: list[tuple[str, str, int]] = []
+    if head["seq"] > have_seq:
+        chosen, gap = plan(listing, have_seq, head["seq"], sid)
+        if gap is not None:
+            findings.append(gap)
+            chosen = []
+    base: Path | bytes = mdir / "log.jsonl"
+    erased: list[int] = []
+    accepted: dict[str, str] = {}
+    if changed:
+        base, erased, accepted = _apply_erasures(mdir / "log.jsonl", sorted(pulled), sizes, remote, changed, sid, findings)
+        if not erased:
+            base = mdir / "log.jsonl"
+    if not chosen and not erased:
         return out
     parts = download(remote, chosen, progress)
     staging = layout.sync_dir(directory) / STAGING / sid
     shutil.rmtree(staging, ignore_errors=True)
-    copy, problems = check_copy(staging, mdir / "log.jsonl", parts, head, sid)
+    copy, problems = check_copy(staging, base, parts, head if chosen else {"seq": have_seq, "hash": have_hash}, sid)
+    if copy is not None and erased:
+        from retained.sync import erasure
+
+        missing = sorted(set(erased) - erasure.targets(copy.read_bytes()))
+        if missing:
+            copy = None
+            shutil.rmtree(staging, ignore_errors=True)
+            problems = [finding("segment_rewritten", sid, f"store {sid}: seqs {missing} were redacted in its segments, but "
+                                "its log holds no redaction record for them; the mirror keeps what it verified",
+                                seq=missing[0])]
     if copy is None:
         findings.extend(problems)
         return out
     state.ensure_dir(mdir)
     os.replace(copy, mdir / "log.jsonl")
     shutil.rmtree(staging, ignore_errors=True)
-    for key, _, etag in parts:
-        pulled[key] = etag
-    state.write(mstate_path, {"store_id": sid, "machine": head.get("machine"), "seq": head["seq"], "hash": head["hash"],
-                              "segments": pulled, "remote": remote.url})
-    out.update(records=head["seq"] - have_seq, segments=[k for k, _, _ in parts], bytes=sum(len(d) for _, d, _ in parts),
-               seq=head["seq"])
+    if erased:
+        # The index held the erased words: it is rebuilt from the log on the next search.
+        for name in ("index.sqlite3", "index.sqlite3-wal", "index.sqlite3-shm"):
+            try:
+                os.unlink(mdir / name)
+            except FileNotFoundError:
+                pass
+        pulled.update(accepted)
+    for key, data, etag in parts:
+        pulled[key], sizes[key] = etag, len(data)
+    new_seq, new_hash = (head["seq"], head["hash"]) if chosen else (have_seq, have_hash)
+    state.write(mstate_path, {"store_id": sid, "machine": head.get("machine"), "seq": new_seq, "hash": new_hash,
+                              "segments": pulled, "sizes": sizes, "remote": remote.url})
+    out.update(records=new_seq - have_seq, segments=[k for k, _, _ in parts], bytes=sum(len(d) for _, d, _ in parts),
+               seq=new_seq, erased=erased)
     return out
+
+
+def _apply_erasures(log_path: Path, keys: list[str], sizes: dict[str, int], remote: Remote,
+                    changed: list[tuple[str, str, int]], sid: str,
+                    findings: list[dict[str, Any]]) -> tuple[bytes, list[int], dict[str, str]]:
+    """The mirror's log with each changed segment's new bytes where they only redact lines; the seqs redacted; ``{key: etag}`` taken.
+
+    Any other change is a ``segment_rewritten`` finding and that segment keeps the bytes verified.
+    """
+    from retained.sync import erasure
+
+    with open(log_path, "rb") as f:
+        data = f.read()
+    pieces, at = {}, 0
+    for key in keys:
+        pieces[key] = data[at : at + sizes.get(key, 0)]
+        at += sizes.get(key, 0)
+    erased: list[int] = []
+    accepted: dict[str, str] = {}
+    for key, etag, _ in changed:
+        got = remote.get(key)
+        seqs = None if got is None else erasure.redacted_only(pieces[key], got[0])
+        if got is None or not seqs:
+            findings.append(finding(
+                "segment_rewritten", sid, f"store {sid}: segment {key}, already pulled and verified, was rewritten in place "
+                "(its ETag changed) with more than redactions; the mirror keeps the bytes it verified; see docs/sync.md",
+                segment=key, expected=etag, seq=(layout.parse_segment_key(key) or (None,))[0]))
+            continue
+        pieces[key] = got[0]
+        erased.extend(seqs)
+        accepted[key] = got[1]
+    return b"".join(pieces[k] for k in keys) + data[at:], erased, accepted
 
 
 def mirrors(directory: Path) -> list[tuple[str, Path, dict[str, Any]]]:

@@ -32,7 +32,7 @@ from typing import Any
 
 from retained.core import anchors, record
 from retained.core.log import Line, Log, make_line
-from retained.sync import layout
+from retained.sync import erasure, layout
 from retained.sync.remote import Exists, Moved, Remote
 
 Progress = Callable[[int, int], None]
@@ -139,8 +139,8 @@ def publish(directory: Path, log: Log, remote: Remote, sid: str, machine: str, *
     ``saved``: what the last publish to this remote recorded (``state`` in the result is the new one).
     The local log is only read.
     """
-    out: dict[str, Any] = {"records": 0, "segments": [], "adopted": [], "bytes": 0, "head": None, "findings": [],
-                           "state": dict(saved)}
+    out: dict[str, Any] = {"records": 0, "segments": [], "adopted": [], "replaced": [], "bytes": 0, "head": None,
+                           "findings": [], "state": dict(saved)}
     findings = out["findings"]
     head, etag, problem = read_head(remote, sid)
     if problem is not None:
@@ -171,6 +171,8 @@ def publish(directory: Path, log: Log, remote: Remote, sid: str, machine: str, *
             return out
         base_seq, base_hash, start = line.seq, line.hash, line.end
     last_key = head.get("segment") if head is not None else None
+    published_seq = base_seq
+    erased: set[int] = set()  # seqs the redaction records published now erase
     # 2. Segments a killed publish uploaded past the head.
     after = layout.segment_key(remote.prefix, sid, base_seq, 10**12 - 1)
     orphans = remote.listing(layout.segments_prefix(remote.prefix, sid), start_after=after)
@@ -193,6 +195,7 @@ def publish(directory: Path, log: Log, remote: Remote, sid: str, machine: str, *
                                     seq=last, segment=key))
             return out
         out["adopted"].append(key)
+        erased |= erasure.targets(here)
         base_seq, base_hash, start, last_key = last, tail_line.hash, start + len(here), key
         ranges = [(r, k) for r, k in ranges if r[0] > last]
     # 3. The new bytes, in sealed segments.
@@ -210,11 +213,16 @@ def publish(directory: Path, log: Log, remote: Remote, sid: str, machine: str, *
                     seq=first.seq, segment=key))
                 break
         out["segments"].append(key)
+        erased |= erasure.targets(data)
         out["records"] += last.seq - base_seq
         out["bytes"] += len(data)
         base_seq, base_hash, start, last_key = last.seq, last.hash, offset + len(data), key
         if progress is not None:
             progress(start - (tail_end - total), total)
+    # Segments published before that still hold what a redaction published now erased.
+    old = sorted(t for t in erased if t <= published_seq)
+    if old:
+        replace_erased(log, remote, sid, old, out)
     # 4. Move the head.
     if head is None or base_seq != head["seq"]:
         body = head_body(sid, machine, base_seq, base_hash, str(last_key))
@@ -236,3 +244,31 @@ def publish(directory: Path, log: Log, remote: Remote, sid: str, machine: str, *
         if anchor_dir is not None:
             anchors.record_head(anchor_dir, directory, base_seq, base_hash, start, "sync", durable=True)
     return out
+
+
+def replace_erased(log: Log, remote: Remote, sid: str, seqs: list[int], out: dict[str, Any]) -> None:
+    """Replace each published segment holding one of ``seqs`` with the same bytes but that line redacted (compare-and-swap)."""
+    listing = remote.listing(layout.segments_prefix(remote.prefix, sid), limit=layout.LIST_KEYS_MAX)
+    ranges = [(r, key) for key, _, _ in listing if (r := layout.parse_segment_key(key)) is not None]
+    for seq in seqs:
+        key = next((k for (first, last), k in ranges if first <= seq <= last), None)
+        line = locate(log, seq, log.size())
+        if key is None or line is None or line.status != record.REDACTED:
+            continue  # not published, or not (yet) redacted here: the verify of this store says why
+        got = remote.get(key)
+        if got is None:
+            continue
+        new = erasure.replace_line(got[0], seq, line.raw)
+        if new is None or new == got[0]:
+            continue  # already replaced (a rerun)
+        if erasure.redacted_only(got[0], new) != [seq]:
+            out["findings"].append(finding("segment_rewritten", sid, f"segment {key} does not hold seq {seq} as this log "
+                                           "had it before its erasure; it was not replaced", seq=seq, segment=key))
+            continue
+        try:
+            remote.swap(key, new, got[1])
+        except Moved:
+            out["findings"].append(finding("segment_rewritten", sid, f"segment {key} changed while seq {seq} was being "
+                                           "erased from it; run `retained sync` again", seq=seq, segment=key))
+            continue
+        out["replaced"].append(key)

@@ -3,8 +3,8 @@
 Each mirror has its own derived index (``mirrors/<store id>/index.sqlite3``,
 built from its verified log and caught up like the store's), searched with
 the same query and options. Results from the mirrors carry ``origin``
-(``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``,
-as ``retained sync --get`` reads it); local results carry ``origin`` with
+(``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``;
+``retained get SEQ --from STORE_ID`` reads one); local results carry ``origin`` with
 ``local``: true. The I2 accounting holds over the union: what every part
 matched, and what the merge left beyond ``k`` or over ``max_tokens``.
 """
@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from retained.sync import mirror
+from retained.errors import NotFound
+from retained.sync import layout, mirror
 
 _COUNTED = ("superseded", "retracted", "unreadable", "beyond_k", "over_budget")
 
@@ -63,3 +64,19 @@ def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: 
     out = dict(reply)
     out.update(results=kept, returned=len(kept), total_matches=total, left_out=left, tokens=tokens, union=searched)
     return out
+
+
+def get(directory: Path, sid: str, seqs: list[int], *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """Records of the mirrored store ``sid`` by seq, each with its ``origin`` and ``id``.
+
+    Raises:
+        NotFound: no store ``sid`` was pulled here, or a seq is not in its mirror (unless ``missing_ok``).
+    """
+    meta = next((m for s, _, m in mirror.mirrors(directory) if s == sid), None)
+    if meta is None:
+        raise NotFound(f"no store {sid} was pulled into {directory}; run `retained sync`, and see the store ids it reports",
+                       path="store_id")
+    with _open(layout.mirror_dir(directory, sid)) as other:
+        entries = other.get(seqs, missing_ok=missing_ok)
+    origin = {"store_id": sid, "machine": meta.get("machine"), "local": False}
+    return [dict(e, origin=origin, id=f"{sid}:{e['seq']}") for e in entries]

@@ -108,3 +108,25 @@ def test_a_tampered_segment_is_reported_and_left_out_of_search(seaweed, tmp_path
         report = sync(b, seaweed, remote)
         assert kinds(report) == ["segment_rewritten"] and report["findings"][0]["segment"] == seg
         assert b.search("quokka", k=50)["total_matches"] == 20
+
+
+def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_path):
+    from ..conftest import run_cli
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        a.write("first of a")
+        a.write("second of a", scope="proj")
+        sync(a, seaweed, remote, machine="desk")
+        b.write("b's own")
+        sync(b, seaweed, remote, machine="lap")
+        sid = a.head()["store_id"]
+        got = b.get([2], store_id=sid)
+        assert got[0]["record"]["text"] == "second of a" and got[0]["origin"] == {"store_id": sid, "machine": "desk", "local": False}
+        assert b.get([1])[0]["record"]["text"] == "b's own"
+    shown = run_cli("--dir", str(tmp_path / "b"), "get", "2", "--from", sid)
+    assert shown.returncode == 0 and "second of a" in shown.stdout
+    found = run_cli("--dir", str(tmp_path / "b"), "search", "second")
+    assert found.returncode == 0 and f"from=desk/{sid[:8]}" in found.stdout
+    missing = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", "0" * 32)
+    assert missing.returncode == 2 and "run `retained sync`" in missing.stderr

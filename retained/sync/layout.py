@@ -14,12 +14,16 @@ derived index, and what was pulled).
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
 FORMAT = 1
 # A segment holds whole lines up to about this many bytes (one longer line makes a segment of its own).
 SEGMENT_BYTES = 4 * 1024 * 1024
+# Mirrors the brief names at most (one small file read each).
+PULLED_SHOWN_MAX = 20
 # Keys listed per store and sync at most (a store's segments; past it the listing is reported incomplete).
 LIST_KEYS_MAX = 1_000_000
 
@@ -74,3 +78,26 @@ def mirrors_dir(directory: Path) -> Path:
 
 def mirror_dir(directory: Path, sid: str) -> Path:
     return directory / MIRRORS_DIR / sid
+
+
+def pulled(directory: Path, limit: int = PULLED_SHOWN_MAX) -> list[dict[str, object]]:
+    """``{"store_id", "machine", "seq"}`` of each store pulled beside ``directory`` (at most ``limit``), by id.
+
+    Standard library only: the session-start brief names them. A mirror
+    whose ``mirror.json`` cannot be read is left out (``retained sync``
+    reports it).
+    """
+    try:
+        names = sorted(n for n in os.listdir(directory / MIRRORS_DIR) if valid_store_id(n))
+    except OSError:
+        return []
+    out: list[dict[str, object]] = []
+    for name in names[:limit]:
+        try:
+            with open(directory / MIRRORS_DIR / name / MIRROR_STATE_NAME, "rb") as f:
+                meta = json.loads(f.read(1 << 20))
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and type(meta.get("seq")) is int:
+            out.append({"store_id": name, "machine": meta.get("machine"), "seq": meta["seq"]})
+    return out

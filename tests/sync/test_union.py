@@ -130,3 +130,21 @@ def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_pat
     assert found.returncode == 0 and f"from=desk/{sid[:8]}" in found.stdout
     missing = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", "0" * 32)
     assert missing.returncode == 2 and "run `retained sync`" in missing.stderr
+
+
+def test_the_brief_and_the_viewer_name_the_pulled_stores(seaweed, tmp_path):
+    from retained.brief import compose
+    from retained.viewer import pages
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        a.write("a fact from the desk about otters")
+        sync(a, seaweed, remote, machine="desk")
+        b.write("b's own")
+        sync(b, seaweed, remote, machine="lap")
+        sid = a.head()["store_id"]
+        brief = compose.build_brief(tmp_path / "b")
+        assert brief["pulled"] == [{"store_id": sid, "machine": "desk", "seq": 1}]
+        assert f"desk {sid[:8]} (#1-#1)" in compose.render_text(brief)
+        html = pages.record_list(b.search("otters")["results"], scores=True)
+        assert f"from desk/{sid[:8]}" in html and 'href="/record/1"' not in html

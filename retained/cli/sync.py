@@ -11,6 +11,7 @@ from typing import Any
 
 REMOTE_SETTING = "RETAINED_SYNC_REMOTE"
 MACHINE_SETTING = "RETAINED_MACHINE"
+KEY_SETTING = "RETAINED_SYNC_KEY_FILE"
 
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -21,6 +22,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: AWS_ENDPOINT_URL, else AWS)")
     p.add_argument("--machine", help=f"this machine's name in what it publishes (default: ${MACHINE_SETTING}, else the host name)")
     p.add_argument("--restore", metavar="STORE_ID", help="rebuild a lost store from the bucket into --dir (an empty directory)")
+    p.add_argument("--key-file", metavar="FILE", help=f"seal every object with the key in FILE (64 hex digits; default: "
+                   f"${KEY_SETTING}); the bucket's owner sees only ciphertext; needs the encrypt extra")
     p.add_argument("--no-pull", action="store_true", help="publish only; do not fetch other stores")
     p.add_argument("--no-publish", action="store_true", help="pull only; publish nothing")
 
@@ -72,6 +75,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
                                "pull": not args.no_pull, "publish_own": not args.no_publish, "progress": _progress()}
     if args.restore:
         options["restore_id"] = args.restore
+    key_file = args.key_file or os.environ.get(KEY_SETTING, "").strip()
+    if key_file:
+        from retained.sync.sealed import read_key
+
+        options["key"] = read_key(key_file)
     with open_store(args, must_exist=False) as store:
         report = store.sync(remote, **options)
     emit(args, report, lambda: text(report))

@@ -58,8 +58,9 @@ def read_head(remote: Remote, sid: str) -> tuple[dict[str, Any] | None, str | No
         head = None
     if (not isinstance(head, dict) or type(head.get("seq")) is not int or not isinstance(head.get("hash"), str)
             or head.get("store_id") != sid):
-        return None, etag, finding("head_unreadable", sid, f"the published head {key} is not a head of store {sid}; "
-                                   "it was left as it is; see docs/sync.md", segment=key)
+        why = ("is sealed with a key: sync with --key-file (every machine on one prefix uses the same key)"
+               if data.startswith(b"retained-sealed-") else f"is not a head of store {sid}; it was left as it is")
+        return None, etag, finding("head_unreadable", sid, f"the published head {key} {why}; see docs/sync.md", segment=key)
     return head, etag, None
 
 

@@ -25,10 +25,12 @@ def machine_name(given: str | None = None) -> str:
 
 
 def run(store: Any, url: str, *, machine: str | None = None, endpoint_url: str | None = None,
-        restore_id: str | None = None, pull: bool = True, publish_own: bool = True,
+        restore_id: str | None = None, pull: bool = True, publish_own: bool = True, key: bytes | None = None,
         progress: Progress | None = None, client: Any = None,
         segment_bytes: int = layout.SEGMENT_BYTES) -> dict[str, Any]:
     """One sync of ``store`` with the remote at ``url``; returns the report (``ok`` false on any finding).
+
+    ``key``: 32 bytes; every object is sealed with it (``sealed.SealedRemote``), and one that does not open is a finding.
 
     Raises:
         SyncError: the remote cannot be reached or read, or a restore cannot be done; nothing local was changed
@@ -36,7 +38,12 @@ def run(store: Any, url: str, *, machine: str | None = None, endpoint_url: str |
         LockTimeout: another sync of this store is running.
     """
     directory = store.directory
-    remote = Remote(url, endpoint_url=endpoint_url, client=client)
+    if key is None:
+        remote = Remote(url, endpoint_url=endpoint_url, client=client)
+    else:
+        from retained.sync.sealed import SealedRemote
+
+        remote = SealedRemote(url, key, endpoint_url=endpoint_url, client=client)
     name = machine_name(machine)
     state.ensure_dir(layout.sync_dir(directory))
 
@@ -67,9 +74,15 @@ def run(store: Any, url: str, *, machine: str | None = None, endpoint_url: str |
             report["store_id"] = own
             if own is None or not layout.valid_store_id(own):
                 raise state.SyncError(f"{directory}: no usable store id (store.id); see `retained head`", path="store.id")
-            done = publish.publish(directory, store.log, remote, own, name, anchor_dir=store.anchor_dir,
-                                   saved=dict(remotes.get(url) or {}), progress=step("publish"),
-                                   segment_bytes=segment_bytes)
+            try:
+                done = publish.publish(directory, store.log, remote, own, name, anchor_dir=store.anchor_dir,
+                                       saved=dict(remotes.get(url) or {}), progress=step("publish"),
+                                       segment_bytes=segment_bytes)
+            except state.SyncError as exc:
+                if exc.code != "sync_unreadable":
+                    raise
+                done = {"records": 0, "segments": [], "adopted": [], "replaced": [], "bytes": 0, "head": None,
+                        "state": remotes.get(url), "findings": [_unreadable(own, exc)]}
             if done["state"] != remotes.get(url):
                 remotes[url] = done.pop("state")
                 state.write(state_path, {"remotes": remotes})
@@ -83,7 +96,13 @@ def run(store: Any, url: str, *, machine: str | None = None, endpoint_url: str |
             for sid in remote.children(f"{remote.prefix}stores/"):
                 if sid == own or not layout.valid_store_id(sid):
                     continue
-                got = mirror.pull_store(directory, remote, sid, step(f"pull {sid[:8]}"))
+                try:
+                    got = mirror.pull_store(directory, remote, sid, step(f"pull {sid[:8]}"))
+                except state.SyncError as exc:
+                    if exc.code != "sync_unreadable":
+                        raise
+                    got = {"store_id": sid, "records": 0, "segments": [], "bytes": 0, "machine": None,
+                           "findings": [_unreadable(sid, exc)]}
                 report["findings"].extend(got.pop("findings"))
                 report["pulled"].append(got)
         report["ok"] = not report["findings"]
@@ -99,3 +118,8 @@ def recorded_findings(directory: Any) -> list[dict[str, Any]]:
     except state.SyncError as exc:
         return [{"kind": "sync_unreadable", "seq": None, "offset": None, "message": exc.message}]
     return [dict(f, message=f"last sync: {f.get('message')}") for f in saved.get("findings") or () if isinstance(f, dict)]
+
+
+def _unreadable(sid: str, exc: state.SyncError) -> dict[str, Any]:
+    return publish.finding("unreadable", sid, f"store {sid}: {exc.message}; nothing of it was used or overwritten",
+                           segment=exc.fields.get("path"))

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from retained.core import chain
-from retained.core.log import Log
+from retained.core import chain, files, record
+from retained.core.log import Log, make_line
 from retained.sync import layout, state
 from retained.sync.publish import finding, read_head
 from retained.sync.remote import Remote
@@ -125,12 +125,7 @@ def check_copy(directory: Path, base: Path | bytes | None, parts: list[tuple[str
     if not problems:
         return path, []
     shutil.rmtree(directory, ignore_errors=True)
-    first = next((p["offset"] for p in problems if p.get("offset") is not None), None)
-    bad = [key for at, key in starts if first is not None and at <= first][-1:] or [key for _, key in starts]
-    detail = "; ".join(p["message"] for p in problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-    return None, [finding("segment_unverified", sid, f"store {sid}: segment {', '.join(bad)} does not verify ({detail}); "
-                          "its records are left out of search, the mirror is as it was; see docs/sync.md",
-                          seq=problems[0].get("seq"), segment=bad[0] if bad else None, observed=problems[:10])]
+    return None, [_unverified(sid, problems, starts)]
 
 
 def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | None = None) -> dict[str, Any]:
@@ -192,6 +187,17 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
     if not chosen and not erased:
         return out
     parts = download(remote, chosen, progress)
+    mlog = mdir / "log.jsonl"
+    recorded_bytes = mstate.get("bytes")
+    if not erased and have_seq and mlog.exists() and type(recorded_bytes) is int and recorded_bytes <= mlog.stat().st_size:
+        # The common case: a few new segments after a mirror already verified. Only they are walked, linked to the
+        # mirror's last record, and appended: a pull costs what it brings, not the mirror's size.
+        problems = extend(mlog, recorded_bytes, parts, head, sid, (have_seq, str(have_hash)))
+        if problems is not None:
+            if problems:
+                findings.extend(problems)
+                return out
+            return _recorded(out, mstate_path, mlog, remote, head, head["seq"], head["hash"], have_seq, pulled, sizes, parts, [])
     staging = layout.sync_dir(directory) / STAGING / sid
     shutil.rmtree(staging, ignore_errors=True)
     copy, problems = check_copy(staging, base, parts, head if chosen else {"seq": have_seq, "hash": have_hash}, sid)
@@ -219,14 +225,95 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
             except FileNotFoundError:
                 pass
         pulled.update(accepted)
+    new_seq, new_hash = (head["seq"], head["hash"]) if chosen else (have_seq, str(have_hash))
+    return _recorded(out, mstate_path, mdir / "log.jsonl", remote, head, new_seq, new_hash, have_seq, pulled, sizes, parts, erased)
+
+
+def _recorded(out: dict[str, Any], mstate_path: Path, mlog: Path, remote: Remote, head: dict[str, Any], seq: int, h: str,
+              have_seq: int, pulled: dict[str, str], sizes: dict[str, int], parts: list[tuple[str, bytes, str]],
+              erased: list[int]) -> dict[str, Any]:
+    """Record what the mirror now holds in ``mirror.json``; ``out`` completed."""
     for key, data, etag in parts:
         pulled[key], sizes[key] = etag, len(data)
-    new_seq, new_hash = (head["seq"], head["hash"]) if chosen else (have_seq, have_hash)
-    state.write(mstate_path, {"store_id": sid, "machine": head.get("machine"), "seq": new_seq, "hash": new_hash,
-                              "segments": pulled, "sizes": sizes, "remote": remote.url})
-    out.update(records=new_seq - have_seq, segments=[k for k, _, _ in parts], bytes=sum(len(d) for _, d, _ in parts),
-               seq=new_seq, erased=erased)
+    state.write(mstate_path, {"store_id": head["store_id"], "machine": head.get("machine"), "seq": seq, "hash": h,
+                              "segments": pulled, "sizes": sizes, "bytes": mlog.stat().st_size, "remote": remote.url})
+    out.update(records=seq - have_seq, segments=[k for k, _, _ in parts], bytes=sum(len(d) for _, d, _ in parts),
+               seq=seq, erased=erased)
     return out
+
+
+def extend(mlog: Path, size: int, parts: list[tuple[str, bytes, str]], head: dict[str, Any], sid: str,
+           have: tuple[int, str]) -> list[dict[str, Any]] | None:
+    """Verify ``parts`` as the continuation of the mirror's log (its first ``size`` bytes), then append them; the findings.
+
+    None when the mirror's log does not end where ``mirror.json`` says
+    (``have``: its seq and hash): the caller verifies the whole copy instead.
+
+    The walk is ``chain.walk`` over the mirror's last record and the new
+    lines: that record is verified already, so the one finding the walk
+    makes for it (it starts mid-chain) is expected and dropped; a redaction
+    record naming an older seq is satisfied by that seq redacted in the
+    mirror. Bytes past ``size`` (an append cut short by a crash) are cut
+    off first: they were never recorded as pulled.
+    """
+    log = Log(mlog.parent)
+    try:
+        anchor = next((line for line in log.scan_reverse(stop=size) if line.chained), None)
+        if anchor is None or (anchor.seq, anchor.hash) != have:
+            return None
+        data = b"".join(d for _, d, _ in parts)
+        lines = [anchor]
+        at, offset = 0, anchor.end
+        while at < len(data):
+            nl = data.find(b"\n", at)
+            end = len(data) if nl == -1 else nl + 1
+            lines.append(make_line(offset, data[at:end]))
+            offset += end - at
+            at = end
+        report = chain.walk(lines, log_name=f"mirror of {sid}")
+        problems = [f for f in report.findings
+                    if not (f.get("offset") == anchor.offset and f["kind"] in ("prev_mismatch", "seq_gap"))]
+        if any(f["kind"] == "redaction_pending" for f in problems):
+            pending = {f["seq"] for f in problems if f["kind"] == "redaction_pending"}
+            done = {line.seq for line in log.scan(stop=size) if line.seq in pending and line.status == record.REDACTED}
+            problems = [f for f in problems if not (f["kind"] == "redaction_pending" and f["seq"] in done)]
+        if report.torn_tail is not None:
+            problems.append({"kind": "torn_tail", "offset": report.torn_tail["offset"], "seq": None,
+                             "message": "the last segment does not end with a whole line"})
+        if not problems and (report.head_seq, report.head_hash) != (head["seq"], head["hash"]):
+            problems.append({"kind": "head_mismatch", "offset": None, "seq": report.head_seq,
+                             "message": f"the segments end at seq {report.head_seq}, not at the published head, seq {head['seq']}"})
+        if problems:
+            return [_unverified(sid, problems, _starts(anchor.end, parts))]
+        fd = files.open_fd(mlog, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, size)
+            os.lseek(fd, size, os.SEEK_SET)
+            files.write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return []
+    finally:
+        log.close()
+
+
+def _starts(base: int, parts: list[tuple[str, bytes, str]]) -> list[tuple[int, str]]:
+    out, at = [], base
+    for key, d, _ in parts:
+        out.append((at, key))
+        at += len(d)
+    return out
+
+
+def _unverified(sid: str, problems: list[dict[str, Any]], starts: list[tuple[int, str]]) -> dict[str, Any]:
+    """The finding for segments that do not verify, naming the one where the first problem is."""
+    first = next((p["offset"] for p in problems if p.get("offset") is not None), None)
+    bad = [key for at, key in starts if first is not None and at <= first][-1:] or [key for _, key in starts]
+    detail = "; ".join(p["message"] for p in problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+    return finding("segment_unverified", sid, f"store {sid}: segment {', '.join(bad)} does not verify ({detail}); "
+                   "its records are left out of search, the mirror is as it was; see docs/sync.md",
+                   seq=problems[0].get("seq"), segment=bad[0] if bad else None, observed=problems[:10])
 
 
 def _apply_erasures(log_path: Path, keys: list[str], sizes: dict[str, int], remote: Remote,

@@ -148,3 +148,35 @@ def test_the_brief_and_the_viewer_name_the_pulled_stores(seaweed, tmp_path):
         assert f"desk {sid[:8]} (#1-#1)" in compose.render_text(brief)
         html = pages.record_list(b.search("otters")["results"], scores=True)
         assert f"from desk/{sid[:8]}" in html and 'href="/record/1"' not in html
+
+
+def test_an_incremental_pull_walks_only_the_new_segments_and_still_refuses_a_tampered_one(seaweed, tmp_path):
+    from .helpers import get, keys, put
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        for i in range(10):
+            a.write(f"first batch {i} of lemurs")
+        sync(a, seaweed, remote)
+        assert sync(b, seaweed, remote)["ok"]
+        sid = a.head()["store_id"]
+        mlog = tmp_path / "b" / "mirrors" / sid / "log.jsonl"
+        for i in range(5):
+            a.write(f"second batch {i} of lemurs")
+        new = sync(a, seaweed, remote)["published"]["segments"]
+        data = get(seaweed, remote, new[0])
+        put(seaweed, remote, new[0], data.replace(b"second", b"SECOND", 1))
+        before = mlog.read_bytes()
+        report = sync(b, seaweed, remote)
+        assert kinds(report) == ["segment_unverified"] and report["findings"][0]["segment"] == new[0]
+        assert mlog.read_bytes() == before
+        assert b.search("lemurs", k=50)["total_matches"] == 10
+        put(seaweed, remote, new[0], data)
+        # An append cut short by a crash left bytes past what mirror.json records: they are cut off first.
+        with open(mlog, "ab") as f:
+            f.write(b'{"half a line')
+        report = sync(b, seaweed, remote)
+        assert report["ok"], report["findings"]
+        assert mlog.read_bytes() == a.log.path.read_bytes()
+        assert b.search("lemurs", k=50)["total_matches"] == 15
+        assert len([k for k in keys(seaweed, remote) if "/seg/" in k]) == 2

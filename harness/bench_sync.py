@@ -8,6 +8,9 @@ Measured in one run, interleaved A B A B over several rounds (min / median / max
   the same segment sizes, each uploaded with a plain PUT. Target: <= 1.5x.
 - ``incremental``: 100 new records written, then ``Store.sync`` (publish
   and the pull's listing); the sync alone is timed. Target: <= 200 ms.
+- ``incremental_pull``: another store that mirrors those N records pulls
+  the 100 new ones (``Store.sync``: the walk of the new segment only, the
+  append, its own listing).
 - ``pull_verify``: a new store's ``Store.sync`` that pulls the N records
   into its mirror and verifies the chain (``chain.verify_file``); against
   ``download_bare``: the same segments downloaded one after another, every
@@ -69,7 +72,7 @@ def run(records: int, rounds: int) -> dict[str, Any]:
         size = build_log(source, records)
         pieces = _segments(source / "log.jsonl", layout.SEGMENT_BYTES)
         times: dict[str, list[float]] = {k: [] for k in ("publish", "upload_bare", "incremental", "pull_verify", "download_bare",
-                                                          "download_bare_parallel")}
+                                                          "download_bare_parallel", "incremental_pull")}
         published = None
         for r in range(rounds):
             # A: publish a copy of the store (a new store id) to a new prefix.
@@ -88,13 +91,19 @@ def run(records: int, rounds: int) -> dict[str, Any]:
             published = (d, f"s3://bench/p{r}")
         assert published is not None
         d, remote = published
-        with Store(d) as store:
+        with Store(d) as store, Store(work / "follower") as follower:
+            rep = follower.sync(remote, client=client, machine="follower", publish_own=False)
+            assert rep["ok"] and rep["pulled"][0]["records"] == records, rep["findings"]
             for r in range(rounds * 2):
                 store.write_batch([{"text": f"incremental note {r}-{i}"} for i in range(100)])
                 t0 = time.perf_counter()
                 rep = store.sync(remote, client=client, machine="bench")
                 times["incremental"].append(time.perf_counter() - t0)
                 assert rep["ok"] and rep["published"]["records"] == 100, rep["findings"]
+                t0 = time.perf_counter()
+                rep = follower.sync(remote, client=client, machine="follower", publish_own=False)
+                times["incremental_pull"].append(time.perf_counter() - t0)
+                assert rep["ok"] and rep["pulled"][0]["records"] == 100, rep["findings"]
         # Pull: the first prefix (only the N records) into a new store each round, against a bare download.
         keys = [k["Key"] for k in client.list_objects_v2(Bucket="bench", Prefix="p0/stores/", MaxKeys=1000)["Contents"]
                 if "/seg/" in k["Key"]]

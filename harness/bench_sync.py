@@ -114,26 +114,17 @@ def run(records: int, rounds: int) -> dict[str, Any]:
                 rep = store.sync("s3://bench/p0", client=client, machine="bench", publish_own=False)
                 times["pull_verify"].append(time.perf_counter() - t0)
                 assert rep["ok"] and rep["pulled"][0]["records"] == records, rep["findings"]
-            t0 = time.perf_counter()
-            n = 0
-            for key in keys:
-                body = client.get_object(Bucket="bench", Key=key)["Body"].read()
-                for line in body.splitlines():
-                    orjson.loads(line)
-                    blake3.blake3(line).hexdigest()
-                    n += 1
-            times["download_bare"].append(time.perf_counter() - t0)
-            assert n == records
-            t0 = time.perf_counter()
-            n = 0
-            with ThreadPoolExecutor(max_workers=mirror.DOWNLOADS) as pool:
-                for body in pool.map(lambda k: client.get_object(Bucket="bench", Key=k)["Body"].read(), keys):
-                    for line in body.splitlines():
-                        orjson.loads(line)
-                        blake3.blake3(line).hexdigest()
-                        n += 1
-            times["download_bare_parallel"].append(time.perf_counter() - t0)
-            assert n == records
+            for name, threads in (("download_bare", 1), ("download_bare_parallel", mirror.DOWNLOADS)):
+                t0 = time.perf_counter()
+                n = 0
+                with ThreadPoolExecutor(max_workers=threads) as pool:
+                    for body in pool.map(lambda k: client.get_object(Bucket="bench", Key=k)["Body"].read(), keys):
+                        for line in body.splitlines():
+                            orjson.loads(line)
+                            blake3.blake3(line).hexdigest()
+                            n += 1
+                times[name].append(time.perf_counter() - t0)
+                assert n == records
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -461,7 +461,7 @@ class Store:
         if store_id is not None and store_id != anchors.store_id(self.directory, create=False):
             from retained.sync import union
 
-            return union.get(self.directory, store_id, seqs, missing_ok=missing_ok)
+            return union.get(self.directory, store_id, seqs, Store, missing_ok=missing_ok)
         wanted = _seq_list(seqs, "ids")
         found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
         remaining = set(wanted) - found.keys()
@@ -663,7 +663,7 @@ class Store:
         if (self.directory / "mirrors").is_dir():  # other stores pulled by `retained sync` (retained/sync/union.py)
             from retained.sync import union
 
-            reply = union.merge(self.directory, anchors.store_id(self.directory, create=False), reply, query, options)
+            reply = union.merge(self.directory, anchors.store_id(self.directory, create=False), reply, query, options, Store)
         return reply
 
     def _search_log(self, query: str, *, reason: str, **options: Any) -> dict[str, Any]:

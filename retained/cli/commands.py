@@ -586,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     _hook_commands(sub, common)
     from retained.cli import sync
 
-    sync.register(command)
+    sync.register(command, emit=emit, open_store=open_store, usage_error=UsageError)
     return parser
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 REMOTE_SETTING = "RETAINED_SYNC_REMOTE"
@@ -14,9 +15,11 @@ MACHINE_SETTING = "RETAINED_MACHINE"
 KEY_SETTING = "RETAINED_SYNC_KEY_FILE"
 
 
-def register(command: Callable[..., argparse.ArgumentParser]) -> None:
+def register(command: Callable[..., argparse.ArgumentParser], **edge: Any) -> None:
+    """Add ``retained sync``; ``edge``: the command line's ``emit``, ``open_store`` and ``usage_error`` (given, not
+    imported: commands.py imports this module)."""
     p = command("sync", "publish this store to object storage (S3, R2, MinIO, SeaweedFS), pull and verify the others, "
-                "report forks and rollbacks", "retained sync --remote s3://team-memory/retained", cmd_sync)
+                "report forks and rollbacks", "retained sync --remote s3://team-memory/retained", partial(cmd_sync, **edge))
     p.add_argument("--remote", metavar="URL", help=f"s3://BUCKET/PREFIX (default: ${REMOTE_SETTING}); endpoint, region and "
                    "credentials come from the usual AWS settings (AWS_ENDPOINT_URL, AWS_PROFILE, ~/.aws)")
     p.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: AWS_ENDPOINT_URL, else AWS)")
@@ -65,12 +68,11 @@ def text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cmd_sync(args: argparse.Namespace) -> int:
-    from retained.cli.commands import UsageError, emit, open_store
-
+def cmd_sync(args: argparse.Namespace, *, emit: Callable[..., None], open_store: Callable[..., Any],
+             usage_error: type[Exception]) -> int:
     remote = args.remote or os.environ.get(REMOTE_SETTING, "").strip()
     if not remote:
-        raise UsageError(f"sync needs --remote s3://BUCKET/PREFIX (or {REMOTE_SETTING}); see docs/sync.md")
+        raise usage_error(f"sync needs --remote s3://BUCKET/PREFIX (or {REMOTE_SETTING}); see docs/sync.md")
     options: dict[str, Any] = {"machine": args.machine or os.environ.get(MACHINE_SETTING), "endpoint_url": args.endpoint_url,
                                "pull": not args.no_pull, "publish_own": not args.no_publish, "progress": _progress()}
     if args.restore:

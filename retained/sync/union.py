@@ -11,6 +11,7 @@ matched, and what the merge left beyond ``k`` or over ``max_tokens``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,13 @@ from retained.sync import layout, mirror
 _COUNTED = ("superseded", "retracted", "unreadable", "beyond_k", "over_budget")
 
 
-def _open(mdir: Path) -> Any:
-    """The mirror as a store of its own (read here, never written: no anchors, no guard, lexical search)."""
-    from retained.store import Store
+def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: str, options: dict[str, Any],
+          opener: Callable[[Path], Any]) -> dict[str, Any]:
+    """``reply`` (this store's search) with every mirror's results merged in by score; unchanged when there are none.
 
-    return Store(mdir)
-
-
-def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``reply`` (this store's search) with every mirror's results merged in by score; unchanged when there are none."""
+    ``opener(directory)``: a store over a mirror (the caller's ``Store`` class: a mirror is read as a store of its
+    own, never written, with no anchors and lexical search).
+    """
     found = mirror.mirrors(directory)
     if not found:
         return reply
@@ -39,7 +38,7 @@ def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: 
     total = int(reply.get("total_matches", 0))
     searched = []
     for sid, mdir, meta in found:
-        with _open(mdir) as other:
+        with opener(mdir) as other:
             part = other.search(query, **options)
         searched.append({"store_id": sid, "machine": meta.get("machine"), "seq": meta.get("seq"),
                          "matches": part.get("total_matches", 0)})
@@ -66,7 +65,8 @@ def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: 
     return out
 
 
-def get(directory: Path, sid: str, seqs: list[int], *, missing_ok: bool = False) -> list[dict[str, Any]]:
+def get(directory: Path, sid: str, seqs: list[int], opener: Callable[[Path], Any], *,
+        missing_ok: bool = False) -> list[dict[str, Any]]:
     """Records of the mirrored store ``sid`` by seq, each with its ``origin`` and ``id``.
 
     Raises:
@@ -76,7 +76,7 @@ def get(directory: Path, sid: str, seqs: list[int], *, missing_ok: bool = False)
     if meta is None:
         raise NotFound(f"no store {sid} was pulled into {directory}; run `retained sync`, and see the store ids it reports",
                        path="store_id")
-    with _open(layout.mirror_dir(directory, sid)) as other:
+    with opener(layout.mirror_dir(directory, sid)) as other:
         entries = other.get(seqs, missing_ok=missing_ok)
     origin = {"store_id": sid, "machine": meta.get("machine"), "local": False}
     return [dict(e, origin=origin, id=f"{sid}:{e['seq']}") for e in entries]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,27 +66,32 @@ def plan(listing: list[tuple[str, str, int]], after_seq: int, head_seq: int, sid
     return chosen, None
 
 
-def download(remote: Remote, items: list[tuple[str, str, int]], progress: Progress | None) -> list[tuple[str, bytes, str]]:
-    """``(key, bytes, etag)`` of each segment, in order; ``DOWNLOADS`` at a time (the client is thread-safe)."""
+def fetch(remote: Remote, items: list[tuple[str, str, int]], progress: Progress | None) -> Iterator[tuple[str, bytes, str]]:
+    """``(key, bytes, etag)`` of each segment, in order, as they arrive; ``DOWNLOADS`` at a time (the client is
+    thread-safe), so the caller writes one while the next ones download."""
     from concurrent.futures import ThreadPoolExecutor
 
     total = sum(size for _, _, size in items)
     done = 0
-    out = []
     with ThreadPoolExecutor(max_workers=max(1, min(DOWNLOADS, len(items)))) as pool:
         for (key, _, size), got in zip(items, pool.map(lambda item: remote.get(item[0]), items), strict=True):
             if got is None:
                 raise state.SyncError(f"segment {key} vanished while it was pulled; run `retained sync` again", path=key)
-            out.append((key, got[0], got[1]))
             done += size
             if progress is not None:
                 progress(done, total)
-    return out
+            yield key, got[0], got[1]
 
 
-def check_copy(directory: Path, base: Path | bytes | None, parts: list[tuple[str, bytes, str]], head: dict[str, Any],
-               sid: str) -> tuple[Path | None, list[dict[str, Any]]]:
-    """Write ``base`` (a log, or its bytes) and ``parts`` into ``directory/log.jsonl`` and verify it ends at ``head``.
+def download(remote: Remote, items: list[tuple[str, str, int]], progress: Progress | None) -> list[tuple[str, bytes, str]]:
+    """``(key, bytes, etag)`` of each segment, in order."""
+    return list(fetch(remote, items, progress))
+
+
+def check_copy(directory: Path, base: Path | bytes | None, parts: Iterable[tuple[str, bytes, str]], head: dict[str, Any],
+               sid: str, got: list[tuple[str, bytes, str]]) -> tuple[Path | None, list[dict[str, Any]]]:
+    """Write ``base`` (a log, or its bytes) and ``parts`` (written as they come) into ``directory/log.jsonl`` and verify
+    it ends at ``head``; each part is also added to ``got``.
 
     Returns the copy's path when it verifies, else None and the findings (the copy removed).
     """
@@ -103,9 +108,10 @@ def check_copy(directory: Path, base: Path | bytes | None, parts: list[tuple[str
         os.close(fd)
     starts = []
     with open(tmp, "ab") as f:
-        for key, data, _ in parts:
-            starts.append((f.tell(), key))
-            f.write(data)
+        for part in parts:
+            starts.append((f.tell(), part[0]))
+            f.write(part[1])
+            got.append(part)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -186,12 +192,12 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
             base = mdir / "log.jsonl"
     if not chosen and not erased:
         return out
-    parts = download(remote, chosen, progress)
     mlog = mdir / "log.jsonl"
     recorded_bytes = mstate.get("bytes")
     if not erased and have_seq and mlog.exists() and type(recorded_bytes) is int and recorded_bytes <= mlog.stat().st_size:
         # The common case: a few new segments after a mirror already verified. Only they are walked, linked to the
         # mirror's last record, and appended: a pull costs what it brings, not the mirror's size.
+        parts = download(remote, chosen, progress)
         problems = extend(mlog, recorded_bytes, parts, head, sid, (have_seq, str(have_hash)))
         if problems is not None:
             if problems:
@@ -200,7 +206,9 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
             return _recorded(out, mstate_path, mlog, remote, head, head["seq"], head["hash"], have_seq, pulled, sizes, parts, [])
     staging = layout.sync_dir(directory) / STAGING / sid
     shutil.rmtree(staging, ignore_errors=True)
-    copy, problems = check_copy(staging, base, parts, head if chosen else {"seq": have_seq, "hash": have_hash}, sid)
+    parts = []
+    copy, problems = check_copy(staging, base, fetch(remote, chosen, progress),
+                                head if chosen else {"seq": have_seq, "hash": have_hash}, sid, parts)
     if copy is not None and erased:
         from retained.sync import erasure
 

@@ -48,11 +48,11 @@ def restore(directory: Path, log: Log, remote: Remote, sid: str, progress: mirro
     chosen, gap = mirror.plan(listing, 0, head["seq"], sid)
     if gap is not None:
         raise state.SyncError(gap["message"], path="restore")
-    parts = mirror.download(remote, chosen, progress)
     state.ensure_dir(directory)
     staging = layout.sync_dir(directory) / mirror.STAGING / sid
     shutil.rmtree(staging, ignore_errors=True)
-    copy, problems = mirror.check_copy(staging, None, parts, head, sid)
+    parts: list[tuple[str, bytes, str]] = []
+    copy, problems = mirror.check_copy(staging, None, mirror.fetch(remote, chosen, progress), head, sid, parts)
     if copy is None:
         raise state.SyncError(problems[0]["message"], path="restore")
     if existing is None:

@@ -100,5 +100,11 @@ def test_the_command_publishes_and_restores_with_json(seaweed, tmp_path, monkeyp
     back = run_cli("--dir", str(tmp_path / "r"), "sync", "--remote", remote, "--restore", report["store_id"], "--json")
     assert back.returncode == 0, back.stderr
     assert (tmp_path / "r" / "log.jsonl").read_bytes() == (a / "log.jsonl").read_bytes()
+    assert run_cli("--dir", str(a), "write", "a second one").returncode == 0
+    shown = run_cli("--dir", str(a), "sync", "--remote", remote, "--machine", "desk")
+    assert shown.returncode == 0, shown.stderr
+    assert f"published store {report['store_id']} as desk: 1 new record(s) in 1 segment(s); head seq 2" in shown.stdout
+    other = run_cli("--dir", str(tmp_path / "o"), "sync", "--remote", remote, "--no-publish")
+    assert other.returncode == 0 and f"pulled store {report['store_id']} (desk): 2 new record(s), now at seq 2" in other.stdout
     missing = run_cli("--dir", str(a), "sync", "--json")
     assert missing.returncode == 2 and "--remote" in missing.stderr

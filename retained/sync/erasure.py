@@ -10,8 +10,9 @@ that line, now redacted (the key, the seq range and every hash stay).
 A pull that finds a pulled segment's ETag changed accepts the new bytes
 only when they differ from what it verified by lines that became redacted
 (same seq and hash) and the store's log holds a redaction record for each;
-then the mirror's log is rewritten the same way and its index dropped (it
-held the erased words; it is rebuilt from the log). Anything else is a
+then the mirror's log is rewritten the same way and its index scrubbed (it
+held the erased words; rebuilt from the log, its free pages zeroed, as
+``retained redact`` scrubs the store's own). Anything else is a
 ``segment_rewritten`` finding and the mirror keeps what it verified.
 
 A bucket with object versioning keeps the old version of a replaced

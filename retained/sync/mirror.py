@@ -226,13 +226,7 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
     os.replace(copy, mdir / "log.jsonl")
     shutil.rmtree(staging, ignore_errors=True)
     if erased:
-        # The index held the erased words: it is rebuilt from the log on the next search.
-        for name in ("index.sqlite3", "index.sqlite3-wal", "index.sqlite3-shm"):
-            try:
-                os.unlink(mdir / name)
-            except FileNotFoundError:
-                pass
-        pulled.update(accepted)
+        pulled.update(accepted)  # the runner scrubs the mirror's index: it held the erased words
     new_seq, new_hash = (head["seq"], head["hash"]) if chosen else (have_seq, str(have_hash))
     return _recorded(out, mstate_path, mdir / "log.jsonl", remote, head, new_seq, new_hash, have_seq, pulled, sizes, parts, erased)
 

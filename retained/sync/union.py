@@ -1,7 +1,7 @@
 """The union: this store's search, and each mirror's, merged into one ranking with each record's origin.
 
-Each mirror has its own derived index (``mirrors/<store id>/index.sqlite3``,
-built from its verified log and caught up like the store's), searched with
+Each mirror has its own derived index (in ``mirrors/<store id>/``, built
+from its verified log and caught up like the store's), searched with
 the same query and options. Results from the mirrors carry ``origin``
 (``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``;
 ``retained get SEQ --from STORE_ID`` reads one); local results carry ``origin`` with

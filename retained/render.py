@@ -152,6 +152,9 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
         for key in sorted(rec)
         if key not in _NOT_IN_HEADER
     }
+    origin = entry.get("origin")
+    if isinstance(origin, dict) and not origin.get("local"):  # a record of another store, pulled by `retained sync`
+        shown_entry["extra"]["from"] = f"{short(str(origin.get('machine')))}/{str(origin.get('store_id'))[:8]}"
     shown_entry["score"] = entry.get("score")
     text = clean(rec["text"]) if isinstance(rec.get("text"), str) else ""
     body = body_text(rec.get("body"))

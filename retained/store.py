@@ -488,12 +488,16 @@ class Store:
 
     # -- reading -----------------------------------------------------------
 
-    def get(self, seqs: list[int], *, missing_ok: bool = False) -> list[dict[str, Any]]:
-        """The records with these seqs, in the order asked.
+    def get(self, seqs: list[int], *, missing_ok: bool = False, store_id: str | None = None) -> list[dict[str, Any]]:
+        """The records with these seqs, in the order asked; ``store_id``: another store's, pulled by ``sync``.
 
         Raises:
-            NotFound: a seq has no valid record (unless ``missing_ok``).
+            NotFound: a seq has no valid record (unless ``missing_ok``), or no store ``store_id`` was pulled.
         """
+        if store_id is not None and store_id != anchors.store_id(self.directory, create=False):
+            from retained.sync import union
+
+            return union.get(self.directory, store_id, seqs, Store, missing_ok=missing_ok)
         wanted = _seq_list(seqs, "ids")
         found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
         remaining = set(wanted) - found.keys()
@@ -687,20 +691,26 @@ class Store:
         context: int = 0,
     ) -> dict[str, Any]:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
-        if not self.log.exists():
+        exists = self.log.exists()
+        if not exists:
             from retained.index.writer import Index
 
-            empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
-            empty.update(mode="lexical", mode_reason="the store has no log yet")
-            return empty
+            reply = Index.empty_reply(query, k=k, max_tokens=max_tokens)
+            reply.update(mode="lexical", mode_reason="the store has no log yet")
         options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
-        try:
-            return self.hybrid.search(query, **options)
-        except (sqlite3.Error, OSError, RetainedError) as exc:
-            if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
-                raise
-            return self._search_log(query, reason=self._index_problem(exc), **options)
+        if exists:
+            try:
+                reply = self.hybrid.search(query, **options)
+            except (sqlite3.Error, OSError, RetainedError) as exc:
+                if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
+                    raise
+                reply = self._search_log(query, reason=self._index_problem(exc), **options)
+        if (self.directory / "mirrors").is_dir():  # other stores pulled by `retained sync` (retained/sync/union.py)
+            from retained.sync import union
+
+            reply = union.merge(self.directory, anchors.store_id(self.directory, create=False), reply, query, options, Store)
+        return reply
 
     def _search_log(self, query: str, *, reason: str, **options: Any) -> dict[str, Any]:
         """Search without the store's index: the same ranking over an index built from the log alone.
@@ -925,6 +935,10 @@ class Store:
         anchored = anchors.check(to_check, walked.watched, walked.head_seq)
         report["findings"].extend(anchored)
         report["findings"].extend(self._unsafe_permissions())
+        if (self.directory / "sync").is_dir():  # what the last `retained sync` found (forks, rollbacks, bad segments)
+            from retained.sync.runner import recorded_findings
+
+            report["findings"].extend(recorded_findings(self.directory))
         report["anchors"] = self._anchor_after_verify(loaded, given, anchored, (head_seq, head_hash, head_end))
         if loaded is not None:
             report["findings"].extend(loaded.problems)
@@ -979,6 +993,16 @@ class Store:
             self.index.catch_up()
         except (RetainedError, sqlite3.Error, OSError):
             pass  # an unusable index holds no evidence this can read
+
+    def sync(self, remote: str, **options: Any) -> dict[str, Any]:
+        """Publish this store to ``remote`` (``s3://BUCKET/PREFIX``), pull and verify the others, report forks and rollbacks.
+
+        ``restore_id``: rebuild this (empty) store as that store was published instead.
+        See ``retained.sync.runner.run`` for the options and docs/sync.md for the model.
+        """
+        from retained.sync import runner
+
+        return runner.run(self, remote, **options)
 
     def anchor(self, *, accept: bool = False, reason: str | None = None) -> dict[str, Any]:
         """The anchors recorded for this store, each with its state on today's chain; ``accept`` settles those off it.

@@ -82,6 +82,7 @@ from retained.render import client as _client
 from retained.render import dumps as _dumps
 from retained.render import short as _short
 from retained.render import ts as _ts
+from retained.sync import layout as sync_layout  # the stores `retained sync` pulled beside this one
 
 # A brief of about 6 KB of text: a useful start of session without crowding
 # the context; fits the output cap with room to spare.
@@ -432,6 +433,7 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
         "log_bytes_read": 0,
         "skipped": {"foreign": 0, "damaged": 0, "torn_bytes": 0},
         "anchor": None,
+        "pulled": [],
     }
 
 
@@ -571,6 +573,7 @@ def _build(b: _Brief, index: IndexView, size: int) -> dict[str, Any]:
         "log_bytes_read": b.scanned_bytes,
         "skipped": b.skipped,
         "anchor": None,
+        "pulled": sync_layout.pulled(b.directory),
     }
 
 
@@ -635,6 +638,10 @@ def closing_line(result: dict[str, Any]) -> str:
         line += " 1 line of the part of the log read is not a valid record and was skipped."
     elif bad:
         line += f" {bad} lines of the part of the log read are not valid records and were skipped."
+    pulled = result.get("pulled") or []
+    if pulled:
+        names = ", ".join(f"{_short(str(p['machine']), FIELD_CHARS_MAX)} {str(p['store_id'])[:8]} (#1-#{p['seq']})" for p in pulled)
+        line += f" Other stores pulled by `retained sync`, not shown here, searched with this one: {names}."
     return line
 
 

@@ -137,7 +137,14 @@ def record_item(entry: Mapping[str, Any], *, filter_path: str = "/", score: Any 
     rec = entry.get("record") or {}
     seq = entry.get("seq", rec.get("seq"))
     kind = rec.get("kind", "note")
-    bits = [seq_link(seq), f'<time>{esc(render.ts(rec.get("ts")))}</time>']
+    # A record of another store, pulled by `retained sync`: its seq is not this store's, so no link.
+    origin = entry.get("origin")
+    origin = origin if isinstance(origin, Mapping) else {"local": True}
+    pulled = not origin.get("local")
+    bits = [esc(f"#{seq}") if pulled else seq_link(seq), f'<time>{esc(render.ts(rec.get("ts")))}</time>']
+    if pulled:
+        bits.append(f'<span class="badge origin" title="{esc(origin.get("store_id"))}">from '
+                    f'{esc(render.short(str(origin.get("machine"))))}/{esc(str(origin.get("store_id"))[:8])}</span>')
     bits.append(f'<a class="badge kind" href="{href(filter_path, {"kind": kind})}">{esc(render.short(kind))}</a>'
                 if isinstance(kind, str) else f'<span class="badge kind">{esc(render.short(kind))}</span>')
     scope = rec.get("scope")

@@ -580,7 +580,7 @@ BRIEF_PATH = {
     "retained", "retained.__main__", "retained.errors", "retained.version", "retained.interrupt", "retained.paths",
     "retained.limits", "retained.render", "retained.brief", "retained.brief.compose", "retained.brief.reader",
     "retained.core", "retained.core.files", "retained.core.lines", "retained.core.anchors", "retained.index",
-    "retained.index.schema",
+    "retained.index.schema", "retained.sync", "retained.sync.layout",
 }
 
 

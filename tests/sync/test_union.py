@@ -1,0 +1,182 @@
+"""Pull, verify and search the union: two and three stores on one bucket, each mirroring the others, never mixing logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from retained import Store
+
+from ..conftest import REPO
+from .helpers import kinds, sync
+
+
+def test_three_stores_on_one_bucket_search_each_others_records_with_their_origin(seaweed, tmp_path):
+    remote = seaweed.bucket()
+    names = ("laptop", "desktop", "ci")
+    stores = [Store(tmp_path / n, anchor_dir=tmp_path / "anchors") for n in names]
+    try:
+        for n, store in zip(names, stores, strict=True):
+            for i in range(5):
+                store.write(f"{n} learned fact {i} about kiwifruit", scope=f"proj-{n}")
+        logs_before = [s.log.path.read_bytes() for s in stores]
+        for n, store in zip(names, stores, strict=True):
+            assert sync(store, seaweed, remote, machine=n)["ok"]
+        for n, store in zip(names, stores, strict=True):
+            report = sync(store, seaweed, remote, machine=n)
+            assert report["ok"], report["findings"]
+        # No record was written into another store's log.
+        assert [s.log.path.read_bytes() for s in stores] == logs_before
+        ids = {n: s.head()["store_id"] for n, s in zip(names, stores, strict=True)}
+        reply = stores[0].search("kiwifruit", k=20)
+        assert reply["total_matches"] == 15 and reply["returned"] == 15
+        seen = {(r["origin"]["machine"], r["origin"]["local"]) for r in reply["results"]}
+        assert seen == {(None, True), ("desktop", False), ("ci", False)}
+        ci = [r for r in reply["results"] if r["origin"]["machine"] == "ci"]
+        assert {r["id"] for r in ci} == {f"{ids['ci']}:{s}" for s in range(1, 6)}
+        assert all(r["record"]["scope"] == "proj-ci" for r in ci)
+        # The accounting holds over the union (I2).
+        small = stores[0].search("kiwifruit", k=4)
+        assert small["returned"] == 4 and small["left_out"]["beyond_k"] == 11
+        # Each mirror is the other store's log, byte for byte.
+        mirror = tmp_path / "laptop" / "mirrors" / ids["desktop"] / "log.jsonl"
+        assert mirror.read_bytes() == logs_before[1]
+        assert oct(mirror.stat().st_mode & 0o777) == "0o600"
+        assert oct(mirror.parent.stat().st_mode & 0o777) == "0o700"
+        assert stores[0].verify()["ok"]
+        # Incremental: one new record in one store travels once.
+        stores[1].write("desktop learned one more kiwifruit fact")
+        assert sync(stores[1], seaweed, remote, machine="desktop")["published"]["records"] == 1
+        again = sync(stores[0], seaweed, remote)
+        pulled = {p["machine"]: p["records"] for p in again["pulled"]}
+        assert pulled == {"desktop": 1, "ci": 0}
+        assert stores[0].search("kiwifruit", k=50)["total_matches"] == 16
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_concurrent_publishes_from_separate_processes_all_land(seaweed, tmp_path):
+    remote = seaweed.bucket()
+    dirs = [tmp_path / f"s{i}" for i in range(3)]
+    for i, d in enumerate(dirs):
+        with Store(d) as s:
+            s.write_batch([{"text": f"store {i} note {j} on concurrency"} for j in range(50)])
+    env = {**__import__("os").environ, **seaweed.env}
+    procs = [subprocess.Popen([sys.executable, "-m", "retained", "--dir", str(d), "sync", "--remote", remote, "--json",
+                               "--machine", f"m{i}"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i, d in enumerate(dirs)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert json.loads(out)["published"]["records"] == 50
+    with Store(dirs[0]) as s:
+        report = sync(s, seaweed, remote)
+        assert report["ok"], report["findings"]
+        # Each other store is mirrored up to its head (part of it may have come with the concurrent run's pull).
+        assert [p["seq"] for p in report["pulled"]] == [50, 50]
+        assert s.search("concurrency", k=200)["total_matches"] == 150
+
+
+def test_a_tampered_segment_is_reported_and_left_out_of_search(seaweed, tmp_path):
+    from .helpers import get, keys, put
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        for i in range(20):
+            a.write(f"alpha note {i} mentions quokka")
+        sync(a, seaweed, remote, segment_bytes=1024)
+        seg = [k for k in keys(seaweed, remote) if "/seg/" in k][1]
+        data = get(seaweed, remote, seg)
+        put(seaweed, remote, seg, data.replace(b"quokka", b"wombat", 1))
+        report = sync(b, seaweed, remote)
+        assert kinds(report) == ["segment_unverified"]
+        assert report["findings"][0]["segment"] == seg
+        assert b.search("quokka")["total_matches"] == 0
+        assert b.search("wombat")["total_matches"] == 0
+        verified = b.verify()
+        assert not verified["ok"] and "segment_unverified" in [f["kind"] for f in verified["findings"]]
+        # Put right, the next pull takes it all.
+        put(seaweed, remote, seg, data)
+        report = sync(b, seaweed, remote)
+        assert report["ok"], report["findings"]
+        assert b.search("quokka", k=50)["total_matches"] == 20
+        assert b.verify()["ok"]
+        # Rewritten in place after it was pulled: a finding; the mirror keeps what it verified.
+        put(seaweed, remote, seg, data.replace(b"quokka", b"wombat", 1))
+        report = sync(b, seaweed, remote)
+        assert kinds(report) == ["segment_rewritten"] and report["findings"][0]["segment"] == seg
+        assert b.search("quokka", k=50)["total_matches"] == 20
+
+
+def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_path):
+    from ..conftest import run_cli
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        a.write("first of a")
+        a.write("second of a", scope="proj")
+        sync(a, seaweed, remote, machine="desk")
+        b.write("b's own")
+        sync(b, seaweed, remote, machine="lap")
+        sid = a.head()["store_id"]
+        got = b.get([2], store_id=sid)
+        assert got[0]["record"]["text"] == "second of a" and got[0]["origin"] == {"store_id": sid, "machine": "desk", "local": False}
+        assert b.get([1])[0]["record"]["text"] == "b's own"
+    shown = run_cli("--dir", str(tmp_path / "b"), "get", "2", "--from", sid)
+    assert shown.returncode == 0 and "second of a" in shown.stdout
+    found = run_cli("--dir", str(tmp_path / "b"), "search", "second")
+    assert found.returncode == 0 and f"from=desk/{sid[:8]}" in found.stdout
+    missing = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", "0" * 32)
+    assert missing.returncode == 2 and "run `retained sync`" in missing.stderr
+
+
+def test_the_brief_and_the_viewer_name_the_pulled_stores(seaweed, tmp_path):
+    from retained.brief import compose
+    from retained.viewer import pages
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        a.write("a fact from the desk about otters")
+        sync(a, seaweed, remote, machine="desk")
+        b.write("b's own")
+        sync(b, seaweed, remote, machine="lap")
+        sid = a.head()["store_id"]
+        brief = compose.build_brief(tmp_path / "b")
+        assert brief["pulled"] == [{"store_id": sid, "machine": "desk", "seq": 1}]
+        assert f"desk {sid[:8]} (#1-#1)" in compose.render_text(brief)
+        html = pages.record_list(b.search("otters")["results"], scores=True)
+        assert f"from desk/{sid[:8]}" in html and 'href="/record/1"' not in html
+
+
+def test_an_incremental_pull_walks_only_the_new_segments_and_still_refuses_a_tampered_one(seaweed, tmp_path):
+    from .helpers import get, keys, put
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        for i in range(10):
+            a.write(f"first batch {i} of lemurs")
+        sync(a, seaweed, remote)
+        assert sync(b, seaweed, remote)["ok"]
+        sid = a.head()["store_id"]
+        mlog = tmp_path / "b" / "mirrors" / sid / "log.jsonl"
+        for i in range(5):
+            a.write(f"second batch {i} of lemurs")
+        new = sync(a, seaweed, remote)["published"]["segments"]
+        data = get(seaweed, remote, new[0])
+        put(seaweed, remote, new[0], data.replace(b"second", b"SECOND", 1))
+        before = mlog.read_bytes()
+        report = sync(b, seaweed, remote)
+        assert kinds(report) == ["segment_unverified"] and report["findings"][0]["segment"] == new[0]
+        assert mlog.read_bytes() == before
+        assert b.search("lemurs", k=50)["total_matches"] == 10
+        put(seaweed, remote, new[0], data)
+        # An append cut short by a crash left bytes past what mirror.json records: they are cut off first.
+        with open(mlog, "ab") as f:
+            f.write(b'{"half a line')
+        report = sync(b, seaweed, remote)
+        assert report["ok"], report["findings"]
+        assert mlog.read_bytes() == a.log.path.read_bytes()
+        assert b.search("lemurs", k=50)["total_matches"] == 15
+        assert len([k for k in keys(seaweed, remote) if "/seg/" in k]) == 2

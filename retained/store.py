@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins  # signatures after Store.list name the built-in list through it
 import collections
+import contextlib
 import datetime
 import os
 import sqlite3
@@ -438,14 +439,7 @@ class Store:
 
         idx = Index(self.log)
         try:
-            db = idx.connection()
-            db.execute("PRAGMA secure_delete=ON")
-            idx.rebuild()
-            from retained.index.hybrid import prune
-
-            prune(idx)  # a redacted line keeps its hash, so its vector must go by seq
-            db.execute("VACUUM")
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            idx.scrub()
         finally:
             idx.close()
         return "rebuilt"
@@ -459,7 +453,8 @@ class Store:
             NotFound: a seq has no valid record (unless ``missing_ok``).
         """
         wanted = _seq_list(seqs, "ids")
-        found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
+        with self._one_read():
+            found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
         remaining = set(wanted) - found.keys()
         for line in self.log.scan() if remaining else ():
             if line.chained and line.seq in remaining:
@@ -538,7 +533,7 @@ class Store:
         Raises:
             InvalidRecord: a limit, seq or day is malformed (the field is named).
         """
-        from retained.index.schema import Listed
+        from retained.index.schema import Filter
 
         if type(limit) is not int or not 0 <= limit <= limits.SEQ_MAX:
             raise InvalidRecord(f"field limit: must be a whole number from 0 to {limits.SEQ_MAX}", path="limit")
@@ -548,11 +543,10 @@ class Store:
         for name, bound in (("before", before), ("after", after)):
             if bound is not None and (type(bound) is not int or bound < 0):
                 raise InvalidRecord(f"field {name}: {bound!r} is not a seq bound (a whole number from 0)", path=name)
-        listed = Listed(kind=kind, scope=scope, client=client, below=before, above=after,
+        listed = Filter(kind=kind, scope=scope, client=client, below=before, above=after,
                         ts_from=_day(since, "since").isoformat() if since is not None else None,
                         ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)
         result = self._recent(limit, listed)
-        self._add_links(result["records"])
         result["more"] = result["total_matches"] - result["returned"]
         return result
 
@@ -562,7 +556,7 @@ class Store:
                 # The index counts and orders without reading the whole log.
                 return self.index.recent(limit, listed=listed)
             except (RetainedError, sqlite3.Error, OSError):
-                pass  # an unusable index: the log alone answers, more slowly
+                pass  # an unusable index: the log alone answers, more slowly, without links
         # With ``after`` the page nearest above it is wanted: the last ``limit`` matches read backwards.
         out: Any = collections.deque(maxlen=limit) if listed.above is not None else []
         matched = 0
@@ -573,6 +567,7 @@ class Store:
             if listed.above is not None or len(out) < limit:
                 out.append(_entry(line))
         records = builtins.list(out)
+        self._add_links(records)
         return {"records": records, "returned": len(records), "total_matches": matched,
                 "left_out": {"beyond_limit": matched - len(records)}}
 
@@ -603,31 +598,29 @@ class Store:
         except RetainedError:
             pass
 
+    def _one_read(self) -> Any:
+        """A block whose reads catch the index up once (``Index.one_catch_up``): one Store call."""
+        return self.index.one_catch_up() if self.log.exists() else contextlib.nullcontext()
+
     def _get_indexed(self, seqs: builtins.list[int]) -> dict[int, dict[str, Any]]:
         """Records found through the index (read from the log, hash checked), with their links."""
         if not self.log.exists():
             return {}
-        found = {}
         try:
-            for s in dict.fromkeys(seqs):
-                entry = self.index.read(s)
-                if entry is not None:
-                    entry.update(self.index.links(s))
-                    found[s] = entry
+            return self.index.read_many(seqs)
         except (sqlite3.Error, OSError):
             return {}  # the index is unusable: the caller scans the log
-        return found
 
     def _add_links(self, entries: builtins.list[dict[str, Any]]) -> None:
         """Add ``superseded_by`` / ``retracted_by`` from the index to entries read without them."""
         if not entries or not self.log.exists():
             return
         try:
-            links = [self.index.links(entry["seq"]) for entry in entries]
+            links = self.index.links_of([entry["seq"] for entry in entries])
         except (RetainedError, sqlite3.Error, OSError):
             return  # an unusable index: the entries stand without links, as the log alone gives them
-        for entry, found in zip(entries, links, strict=True):
-            entry.update(found)
+        for entry in entries:
+            entry.update(links.get(entry["seq"], {}))
 
     def search(
         self,
@@ -642,15 +635,16 @@ class Store:
     ) -> dict[str, Any]:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
         if not self.log.exists():
-            from retained.index.writer import Index
+            from retained.index.search import Search
 
-            empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
+            empty = Search.empty_reply(query, k=k, max_tokens=max_tokens)
             empty.update(mode="lexical", mode_reason="the store has no log yet")
             return empty
         options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
         try:
-            return self.hybrid.search(query, **options)
+            with self._one_read():
+                return self.hybrid.search(query, **options)
         except (sqlite3.Error, OSError, RetainedError) as exc:
             if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
                 raise

@@ -733,7 +733,8 @@ class Store:
             )
         if backfill:
             return hybrid.backfill(progress)
-        return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
+        with self._one_read():
+            return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
 
     def stats(self, *, progress: Any = None) -> dict[str, Any]:
         """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only."""

@@ -191,8 +191,8 @@ class Hybrid:
         seq = int(seq_s)
         if seq == 0:
             return 0
-        found = db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
-        return seq if found and found[0] == h else 0
+        found = index_schema.place(db, seq)
+        return seq if found and found[2] == h else 0
 
     def _set_mark(self, db: sqlite3.Connection, model: str) -> None:
         """Advance the mark over the leading run of records that need nothing."""
@@ -221,12 +221,9 @@ class Hybrid:
     def counts(self) -> dict[str, Any]:
         """For verify and stats: records, vectors of the configured model, missing, other models."""
         self.index.catch_up()
+        eligible = self._eligible()
         with self.index.lock:
-            db = self._db()
-            eligible = db.execute(
-                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
-            ).fetchone()[0]
-            per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(db) or {}).items()}
+            per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(self._db()) or {}).items()}
         model = self.model
         missing = self.pending() if model is not None else None
         return {
@@ -527,9 +524,9 @@ class Hybrid:
                            context=context, **opts)
 
     def _eligible(self) -> int:
+        """Records a vector is made for: unredacted, not a retraction or redaction."""
         with self.index.lock:
-            db = self._db()
-            return int(db.execute(
+            return int(self._db().execute(
                 "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
             ).fetchone()[0])
 

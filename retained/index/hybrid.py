@@ -60,10 +60,10 @@ from typing import Any
 
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
 from retained.index import schema as index_schema
+from retained.index.dense import Matrix, embed_text, turns
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
 from retained.vectors import numeric as vectors
-from retained.vectors.dense import Matrix, embed_text, turns
 from retained.vectors.embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
 
 # Bounds and defaults, each with its reason.

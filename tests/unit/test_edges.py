@@ -177,3 +177,26 @@ def test_the_brief_and_get_print_a_record_the_same_way(store):
     shown = render.record(store.get([2])[0])
     assert shown.startswith("#2 note ") and "supersedes=#1" in shown and "  since Monday" in shown
     assert shown in text
+
+
+def _parts_imported(path: Path) -> set[str]:
+    """The parts of retained (``core``, ``index``, ...) a module imports, lazily or not."""
+    parts = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("retained."):
+            parts.add(node.module.split(".")[1])  # type: ignore[union-attr]
+        elif isinstance(node, ast.Import):
+            parts |= {a.name.split(".")[1] for a in node.names if a.name.startswith("retained.")}
+    return parts
+
+
+@pytest.mark.parametrize(("part", "never"), [
+    ("core", {"index", "vectors", "safety", "data", "brief", "cli", "mcp", "viewer", "store"}),
+    ("vectors", {"index", "safety", "data", "brief", "cli", "mcp", "viewer", "store"}),
+])
+def test_the_parts_below_import_nothing_above_them(part: str, never: set[str]) -> None:
+    """The arrows point down: the storage core and the embedding clients import no part built on them."""
+    modules = sorted((PACKAGE / part).glob("*.py"))
+    assert modules
+    found = {path.name: sorted(_parts_imported(path) & never) for path in modules}
+    assert {name: hit for name, hit in found.items() if hit} == {}

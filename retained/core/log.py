@@ -316,17 +316,6 @@ class Log:
                 return line
         return None
 
-    def find(self, seq: int) -> Line:
-        """The valid line holding ``seq``, by a scan (the index does this faster).
-
-        Raises:
-            NotFound: no valid chained line has that seq.
-        """
-        for line in self.scan():
-            if line.chained and line.seq == seq:
-                return line
-        raise NotFound(f"no record with seq {seq} in {self.path}; see `retained list` for what exists", seq=seq)
-
     def quarantined(self) -> list[dict[str, Any]]:
         """Torn tails set aside by earlier appends, with their sizes."""
         out: list[dict[str, Any]] = []

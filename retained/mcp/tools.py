@@ -4,18 +4,24 @@ Each tool is a few lines over one ``Store`` method: its typed, described
 arguments (the SDK turns them into the input schema), the call, and the reply
 as structured content (the Store's dict, shaped as ``retained.shapes``
 declares) with its text form from ``retained.render``. A failure becomes a
-``ToolError`` whose message starts with a stable code (``ERROR_CODES``) and
-says what to do. ``mcp`` and ``pydantic`` are imported only when the tools
+``ToolError`` whose message starts with a stable code (the store's, from
+``retained.errors``, or ``os_error`` / ``internal_error``) and says what to do. ``mcp`` and ``pydantic`` are imported only when the tools
 are built (``tool_specs``), never when this module is imported.
 """
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from retained import limits, render
 from retained.shapes import Found, Proof, Records, Report
+
+if TYPE_CHECKING:
+    from retained.store import Store
+
+T = TypeVar("T")
 
 log = logging.getLogger("retained.mcp.server")
 
@@ -31,27 +37,6 @@ CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
 # Kinds the store writes through its own tools; memory_write refuses them.
 OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)",
              "quarantine": "retained quarantine (CLI)"}
-
-# The stable codes a tool error starts with ("Error executing tool NAME: CODE:
-# sentence"). The store's codes (retained.errors) pass through unchanged;
-# os_error, unavailable and internal_error are the server's own.
-ERROR_CODES = (
-    "invalid_argument",
-    "reserved_field",
-    "too_large",
-    "not_found",
-    "store_busy",
-    "secret_detected",
-    "write_failed",
-    "readback_mismatch",
-    "log_unusable",
-    "store_damaged",
-    "no_store",
-    "os_error",
-    "unavailable",
-    "internal_error",
-)
-
 
 def client_stamp(client_params: Any) -> dict[str, str]:
     """The `client` field for a record, from the client's initialize handshake.
@@ -80,10 +65,10 @@ class Memory:
     def __init__(self, directory: Path, options: dict[str, Any] | None = None) -> None:
         self.directory = directory
         self.options = dict(options or {})
-        self._store: Any = None
+        self._store: Store | None = None  # function scope: not evaluated at run time
         self._lock = threading.Lock()
 
-    def run(self, fn: Any) -> Any:
+    def run(self, fn: "Callable[[Store], T]") -> T:
         """Call ``fn(store)`` with the store open (opened once, under the lock)."""
         store = self._store
         if store is None:
@@ -102,19 +87,6 @@ class Memory:
         if store is not None:
             store.close()
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        def go(store: Any) -> Any:
-            fn = getattr(store, method, None)
-            if fn is None:
-                raise _Unavailable(f"{method} is not available in this version of retained")
-            return fn(*args, **kwargs)
-
-        return self.run(go)
-
-
-class _Unavailable(Exception):
-    """A store feature this build does not have (e.g. search before the index)."""
-
 
 def _as_tool_error(tool: str, exc: BaseException) -> Exception:
     """The ToolError for a failure, with the stable code first."""
@@ -124,8 +96,6 @@ def _as_tool_error(tool: str, exc: BaseException) -> Exception:
 
     if isinstance(exc, RetainedError):
         return ToolError(f"{exc.code}: {exc}")
-    if isinstance(exc, _Unavailable):
-        return ToolError(f"unavailable: {exc}; upgrade retained or use another tool")
     if isinstance(exc, OSError):
         where = f" at {exc.filename}" if exc.filename else ""
         return ToolError(
@@ -172,9 +142,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
     def result(structured: dict[str, Any], text: str) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
-    def call(tool: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(tool: str, fn: "Callable[[Store], T]") -> T:
         try:
-            return memory.call(method, *args, **kwargs)
+            return memory.run(fn)
         except Exception as exc:  # noqa: BLE001 - the edge: every failure becomes a coded tool error
             raise _as_tool_error(tool, exc) from None
 
@@ -258,20 +228,10 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         if kind in OWN_KINDS:
             raise _invalid(f"kind '{kind}' is written by {OWN_KINDS[kind]}, not memory_write; nothing was written")
         client = client_stamp(ctx.session.client_params)
-        proof = call(
-            "memory_write",
-            "write",
-            text,
-            kind=kind,
-            scope=scope,
-            source=source,
-            body=body,
-            fields=fields,
-            supersedes=supersedes,
-            client_op_id=client_op_id,
-            client=client,
-            related=True,
-        )
+        proof = call("memory_write", lambda store: store.write(
+            text, kind=kind, scope=scope, source=source, body=body, fields=fields, supersedes=supersedes,
+            client_op_id=client_op_id, client=client, related=True,
+        ))
         return proof_result(proof)
 
     def memory_checkpoint(
@@ -292,7 +252,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         in the session-start brief. Returns the proof, as memory_write does.
         """
         client = client_stamp(ctx.session.client_params)
-        return proof_result(call("memory_checkpoint", "checkpoint", label, summary=summary, scope=scope, client=client))
+        return proof_result(call("memory_checkpoint", lambda store: store.checkpoint(label, summary=summary, scope=scope,
+                                                                                   client=client)))
 
     def memory_get(
         ids: Annotated[
@@ -331,12 +292,12 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         if ids is not None and around is not None:
             raise _invalid("give ids or around, not both; nothing was read")
         if around is not None:
-            got = call("memory_get", "timeline", around, window=window)
+            got = call("memory_get", lambda store: store.timeline(around, window=window))
         elif ids is not None:
-            entries = call("memory_get", "get", ids)
+            entries = call("memory_get", lambda store: store.get(ids))
             got = {"records": entries, "returned": len(entries), "more": 0}
         else:
-            got = call("memory_get", "list", limit=limit, kind=kind, scope=scope)
+            got = call("memory_get", lambda store: store.list(limit=limit, kind=kind, scope=scope))
         return result(got, render.records(got, whole=True))
 
     def memory_search(
@@ -367,16 +328,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         returned + left out = matched. If much was left out, search again with a
         larger k or max_tokens, or a narrower query or scope.
         """
-        found = call(
-            "memory_search",
-            "search",
-            query,
-            k=k,
-            scope=scope,
-            max_tokens=max_tokens,
-            include_superseded=include_superseded,
-            context=context,
-        )
+        found = call("memory_search", lambda store: store.search(
+            query, k=k, scope=scope, max_tokens=max_tokens, include_superseded=include_superseded, context=context,
+        ))
         return result(found, render.search(found, query=query, max_tokens=max_tokens, whole=True))
 
     def memory_verify() -> Annotated[CallToolResult, Report]:
@@ -389,7 +343,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         no findings. It reads the whole log: use it when something looks wrong or
         before relying on the log as evidence, not on every turn.
         """
-        report = call("memory_verify", "verify")
+        report = call("memory_verify", lambda store: store.verify())
         return result(report, render.verify(report))
 
     def memory_forget(
@@ -411,7 +365,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         supersedes=[seq]. Returns the proof of the retract record.
         """
         client = client_stamp(ctx.session.client_params)
-        return proof_result(call("memory_forget", "forget", ids, reason=reason, client=client))
+        return proof_result(call("memory_forget", lambda store: store.forget(ids, reason=reason, client=client)))
 
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)

@@ -35,16 +35,10 @@ def _brief() -> int | None:
         return None
     import os
 
+    from retained.brief.session import session_brief
     from retained.paths import store_dir
 
-    directory = store_dir(opts["dir"])
-    budget = brief.DEFAULT_BUDGET if opts["budget"] is None else opts["budget"]
-    try:
-        from retained.core.anchors import dir_from
-
-        result = brief.build_brief(directory, budget, opts["scope"], anchor_dir=dir_from(os.environ))
-    except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
-        result = brief.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=opts["scope"])
+    result = session_brief(store_dir(opts["dir"]), opts["budget"], opts["scope"], environ=os.environ, never_fail=True)
     try:
         sys.stdout.buffer.write(brief.output(result, "json" if opts["json"] else opts["format"]))
         sys.stdout.flush()

@@ -626,7 +626,7 @@ class Store:
         self,
         query: str,
         *,
-        k: int = 10,
+        k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
         include_superseded: bool = False,
@@ -770,10 +770,9 @@ class Store:
 
     def brief(self, budget: int | None = None, scope: str | None = None) -> dict[str, Any]:
         """The session-start brief (see ``retained.brief.compose.build_brief``); render it with ``brief.render_text``."""
-        from retained.brief import compose as brief
+        from retained.brief.session import session_brief
 
-        return brief.build_brief(self.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope,
-                                 anchor_dir=self.anchor_dir)
+        return session_brief(self.directory, budget, scope, anchor_dir=self.anchor_dir)
 
     def _verify_index(self, report: dict[str, Any], lines: Any, snapshot: tuple[int, int]) -> dict[str, Any]:
         if not self.log.exists():

@@ -60,6 +60,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from retained import limits
 from retained.core import record
 from retained.core.files import open_read
 from retained.core.log import LOG_NAME, Log
@@ -85,9 +86,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would slow e
 if TYPE_CHECKING:
     from typing import Any
 
-# A brief of about 6 KB of text: a useful start of session without crowding
-# the context; fits the output cap with room to spare.
-DEFAULT_BUDGET = 1500
+DEFAULT_BUDGET = limits.BRIEF_BUDGET_DEFAULT
 # Bytes the records shown may take in the largest output form (their JSON
 # entries, or their text blocks as one JSON string). With the opening and
 # closing lines and the JSON envelope this keeps every form under 10,000

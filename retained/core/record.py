@@ -59,7 +59,7 @@ RESERVED_FIELDS = frozenset({"v", "seq", "ts", "prev", "hash", "client", "cd", "
 # Set by the caller through named API arguments, never through ``fields``.
 API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
 # Kinds with a meaning to the store; written only through their own calls.
-STORE_KINDS = frozenset({"checkpoint", "retract", "redaction", "anchor_accept", "quarantine"})
+STORE_KINDS = frozenset(limits.STORE_KINDS)
 CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
 REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
 

@@ -58,6 +58,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from retained import limits
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
 from retained.index import schema as index_schema
 from retained.index.dense import Matrix, embed_text, turns
@@ -76,6 +77,9 @@ DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
 BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
+
+_MARKERS = "(" + ", ".join(f"'{kind}'" for kind in limits.MARKER_KINDS) + ")"  # in SQL
+
 
 class Hybrid:
     """Vectors for one index and one embedder, and the search that uses them.
@@ -173,7 +177,7 @@ class Hybrid:
     # -- which records lack a vector ---------------------------------------------
 
     _PENDING = (
-        "FROM records AS r WHERE r.redacted = 0 AND coalesce(r.kind, '') NOT IN ('retract', 'redaction')"
+        f"FROM records AS r WHERE r.redacted = 0 AND coalesce(r.kind, '') NOT IN {_MARKERS}"
         " AND r.seq > ? AND NOT EXISTS (SELECT 1 FROM vectors AS v WHERE v.model = ? AND v.seq = r.seq"
         " AND v.hash = r.hash)"
     )
@@ -472,7 +476,7 @@ class Hybrid:
         self,
         text: str,
         *,
-        k: int = 10,
+        k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
         include_superseded: bool = False,
@@ -527,7 +531,7 @@ class Hybrid:
         """Records a vector is made for: unredacted, not a retraction or redaction."""
         with self.index.lock:
             return int(self._db().execute(
-                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
+                f"SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN {_MARKERS}"
             ).fetchone()[0])
 
     def _fused(

@@ -553,7 +553,7 @@ class Search:
         self,
         text: str,
         *,
-        k: int = 10,
+        k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
         include_superseded: bool = False,
@@ -763,7 +763,7 @@ class Search:
                 entry.update(links.get(entry["seq"], {}))
 
     @staticmethod
-    def empty_reply(text: str, *, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
+    def empty_reply(text: str, *, k: int = limits.SEARCH_K_DEFAULT, max_tokens: int | None = None) -> dict[str, Any]:
         """The reply for a store with no log yet: nothing matched, nothing left out."""
         check_search_args(text, k, max_tokens)
         return {

@@ -29,7 +29,6 @@ GET_LIMIT_DEFAULT = 20
 GET_LIMIT_MAX = 500
 WINDOW_DEFAULT = limits.TIMELINE_WINDOW_DEFAULT
 WINDOW_MAX = limits.TIMELINE_WINDOW_MAX
-SEARCH_K_DEFAULT = 10
 SEARCH_K_MAX = 200
 IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
@@ -302,7 +301,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
 
     def memory_search(
         query: Annotated[str, Field(min_length=1, max_length=2000, description="words to look for, in plain language")],
-        k: Annotated[int, Field(ge=1, le=SEARCH_K_MAX, description="how many results at most")] = SEARCH_K_DEFAULT,
+        k: Annotated[int, Field(ge=1, le=SEARCH_K_MAX, description="how many results at most")] = limits.SEARCH_K_DEFAULT,
         scope: Scope = None,
         max_tokens: Annotated[
             int | None, Field(ge=1, description="a budget for the results' text, in estimated tokens")
@@ -411,23 +410,22 @@ def add_brief(server: Any, memory: Memory) -> None:
         import os
 
         from retained.brief import compose as brief
-        from retained.core.anchors import dir_from
+        from retained.brief.session import session_brief
 
         # A brief read here starts a session as the hook's does, so it records
         # the head it read in the same place (docs/anchors.md).
-        result = brief.build_brief(memory.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope or None,
-                                   anchor_dir=dir_from(os.environ))
-        return brief.render_text(result)
+        return brief.render_text(session_brief(memory.directory, budget, scope or None, environ=os.environ))
 
     brief_text = (
         "What this memory holds, for the start of a session: checkpoints first, then other records, "
-        "newest first, within a token budget (default 1500); it always says how many records it left "
+        f"newest first, within a token budget (default {limits.BRIEF_BUDGET_DEFAULT}); it always says how many "
+        "records it left "
         "out and why. Optional: budget (tokens), scope (one project or topic)."
     )
 
     @server.prompt(name="brief", title="Session brief", description=brief_text)
     def brief_prompt(
-        budget: Annotated[str, Field(description="how many tokens the brief may use (default 1500)")] = "",
+        budget: Annotated[str, Field(description=f"how many tokens the brief may use (default {limits.BRIEF_BUDGET_DEFAULT})")] = "",
         scope: Annotated[str, Field(description="only records of this project or topic")] = "",
     ) -> str:
         value = budget.strip()

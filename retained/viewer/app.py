@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from retained import paths
+from retained import limits, paths
 from retained.errors import InvalidRecord, NotFound, RetainedError
 from retained.store import Store
 from retained.viewer import pages
@@ -42,7 +42,6 @@ PAGE_DEFAULT = 50  # records per timeline page
 PAGE_MAX = 500
 NEIGHBOURS = 3  # records shown on each side of a record, in its scope
 CHAIN_MAX = 50  # records followed along a supersede chain, each way
-K_DEFAULT = 10
 K_MAX = 100
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
        "frame-ancestors 'none'")
@@ -198,7 +197,7 @@ class Viewer:
         params: dict[str, Any] = {
             "q": _text(q, "q"),
             "scope": _text(q, "scope"),
-            "k": _int(q, "k", K_DEFAULT, 1, K_MAX),
+            "k": _int(q, "k", limits.SEARCH_K_DEFAULT, 1, K_MAX),
             "max_tokens": _int(q, "max_tokens", None, 1, None),
             "superseded": bool(_text(q, "superseded")),
             "retracted": bool(_text(q, "retracted")),
@@ -266,7 +265,7 @@ class Viewer:
         from retained.brief import compose as brief
 
         q = request.query_params
-        budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, None), _text(q, "scope")
+        budget, scope = _int(q, "budget", limits.BRIEF_BUDGET_DEFAULT, 0, None), _text(q, "scope")
         params = {"budget": budget, "scope": scope}
 
         def build(where: dict[str, Any]) -> str:

@@ -200,3 +200,22 @@ def test_the_parts_below_import_nothing_above_them(part: str, never: set[str]) -
     assert modules
     found = {path.name: sorted(_parts_imported(path) & never) for path in modules}
     assert {name: hit for name, hit in found.items() if hit} == {}
+
+
+def test_the_defaults_are_written_once_and_the_edges_read_them():
+    """A search's k, the brief's budget and the store's own kinds are values of retained.limits alone."""
+    from retained import limits
+    from retained.core import record
+
+    written = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for literal in (f"= {limits.BRIEF_BUDGET_DEFAULT}", f"default {limits.BRIEF_BUDGET_DEFAULT}",
+                        f"k: int = {limits.SEARCH_K_DEFAULT}", f"default={limits.SEARCH_K_DEFAULT}",
+                        f"results to return (default {limits.SEARCH_K_DEFAULT})", '"anchor_accept", "quarantine"'):
+            if literal in text:
+                written.setdefault(path.relative_to(PACKAGE).as_posix(), []).append(literal)
+    assert written == {"limits.py": [f"= {limits.BRIEF_BUDGET_DEFAULT}"]}
+    assert record.STORE_KINDS == frozenset(limits.STORE_KINDS)
+    assert f"(default {limits.SEARCH_K_DEFAULT})" in " ".join(run_cli("search", "--help").stdout.split())
+    assert f"(default {limits.BRIEF_BUDGET_DEFAULT})" in " ".join(run_cli("brief", "--help").stdout.split())

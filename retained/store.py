@@ -12,21 +12,24 @@ these, so a verb gives the same facts on every edge.
 from __future__ import annotations
 
 import builtins  # signatures after Store.list name the built-in list through it
-import collections
-import contextlib
 import datetime
 import os
 import sqlite3
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from retained import limits
-from retained.core import anchors, chain, files, lock, record
+from retained.core import anchors, lock, record
 from retained.core.log import Log
 from retained.errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
 from retained.version import __version__
+
+if TYPE_CHECKING:
+    from retained.index.access import IndexAccess
+    from retained.index.hybrid import Hybrid
+    from retained.index.writer import Index
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
 _NO_NOTES: dict[str, Any] = {}
@@ -39,11 +42,6 @@ class Guarded(NamedTuple):
 
     content: record.Content
     notes: dict[str, Any]
-
-
-def _entry(line: Any) -> dict[str, Any]:
-    """A stored record as callers see it: the record, where it lives."""
-    return {"seq": line.seq, "offset": line.offset, "length": line.length, "record": line.record}
 
 
 class Store:
@@ -84,31 +82,17 @@ class Store:
         # follow_writes so new records get vectors on a background thread.
         self.embed_settings = dict(embed_settings or {})
         self._follow = follow_writes
-        self._hybrid: Any = None
         # group_commit: threads sharing this Store share fsyncs (see Log.append).
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
-        self._index: Any = None  # the derived index (retained/index.py), opened on first use
+        self._access: IndexAccess | None = None  # the derived index and its fallbacks, opened on first use
         # Threads may share a Store (the MCP server's handlers do): the parts
         # opened on first use are opened once, under this lock.
         self._opening = threading.Lock()
-        # When the index cannot be opened (e.g. left owned by root), search
-        # builds this one from the log in a private temporary directory.
-        self._scratch: Any = None
 
     def close(self) -> None:
         self.log.close()
-        if self._hybrid is not None:
-            self._hybrid.close()
-            self._hybrid = None
-        if self._index is not None:
-            self._index.close()
-            self._index = None
-        if self._scratch is not None:
-            import shutil
-
-            self._scratch.close()
-            shutil.rmtree(self._scratch.path.parent, ignore_errors=True)
-            self._scratch = None
+        if self._access is not None:
+            self._access.close()
 
     def exists(self) -> bool:
         """Whether a store is here: its log exists (the first write creates it)."""
@@ -216,24 +200,9 @@ class Store:
         if key in _WARNED_DIRS:
             return []
         _WARNED_DIRS.add(key)
-        return [f["message"] for f in self._unsafe_permissions(anchor_dir=False)]
+        from retained.audit import unsafe_permissions
 
-    def _unsafe_permissions(self, *, anchor_dir: bool = True) -> list[dict[str, Any]]:
-        """``unsafe_permissions`` findings: the store directory, the log, the anchor directory writable by others."""
-        places = [("the store directory", self.directory, "700"), ("the log", self.log.path, "600")]
-        if anchor_dir and self.anchor_dir is not None:
-            places.append(("the anchor directory", self.anchor_dir, "700"))
-        out = []
-        for what, path, fix in places:
-            mode = files.writable_by_others(path)
-            if mode is not None:
-                out.append({
-                    "kind": "unsafe_permissions", "seq": None, "offset": None, "expected": "not writable by group or others",
-                    "observed": oct(mode),
-                    "message": f"{what} {path} has mode {oct(mode)[2:]}: group or others may write it, so they can "
-                    f"rewrite the store's history; run `chmod {fix} {path}`",
-                })
-        return out
+        return [f["message"] for f in unsafe_permissions(self, anchor_dir=False)]
 
     def write(
         self,
@@ -399,7 +368,7 @@ class Store:
         # The reason is caller text like any other: the guard sees it first.
         content = self.prepare(redaction.record_content(seq, reason)).content
         result = redaction.redact(self.log, seq, content, client=client or self.client).to_dict()
-        result["index"] = self._scrub_index()
+        result["index"] = self.index_access.scrub_if_present()
         return result
 
     def quarantine(self, offset: int, *, reason: str | None = None, client: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -419,30 +388,8 @@ class Store:
         if reason is not None and not isinstance(reason, str):
             raise InvalidRecord("field reason: must be a string; nothing was changed", path="reason")
         result = redaction.quarantine(self.log, offset, reason=reason, client=client or self.client, prepare=self.prepare)
-        result["index"] = self._rebuild_if_present()
+        result["index"] = self.index_access.rebuild_if_present()
         return result
-
-    def _rebuild_if_present(self) -> str:
-        from retained.index.schema import INDEX_NAME
-
-        if not (self.directory / INDEX_NAME).exists():
-            return "absent"
-        self.rebuild()
-        return "rebuilt"
-
-    def _scrub_index(self) -> str:
-        from retained.index.schema import INDEX_NAME
-
-        if not (self.directory / INDEX_NAME).exists():
-            return "absent"
-        from retained.index.writer import Index
-
-        idx = Index(self.log)
-        try:
-            idx.scrub()
-        finally:
-            idx.close()
-        return "rebuilt"
 
     # -- reading -----------------------------------------------------------
 
@@ -453,15 +400,8 @@ class Store:
             NotFound: a seq has no valid record (unless ``missing_ok``).
         """
         wanted = _seq_list(seqs, "ids")
-        with self._one_read():
-            found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
+        found = self.index_access.find(wanted)
         remaining = set(wanted) - found.keys()
-        for line in self.log.scan() if remaining else ():
-            if line.chained and line.seq in remaining:
-                found[line.seq] = _entry(line)
-                remaining.discard(line.seq)
-                if not remaining:
-                    break
         if remaining and not missing_ok:
             s = min(remaining)
             raise NotFound(f"no record with seq {s}; see `retained list` for what exists", seq=s)
@@ -546,81 +486,32 @@ class Store:
         listed = Filter(kind=kind, scope=scope, client=client, below=before, above=after,
                         ts_from=_day(since, "since").isoformat() if since is not None else None,
                         ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)
-        result = self._recent(limit, listed)
+        result = self.index_access.recent(limit, listed)
         result["more"] = result["total_matches"] - result["returned"]
         return result
 
-    def _recent(self, limit: int, listed: Any) -> dict[str, Any]:
-        if self.log.exists():
-            try:
-                # The index counts and orders without reading the whole log.
-                return self.index.recent(limit, listed=listed)
-            except (RetainedError, sqlite3.Error, OSError):
-                pass  # an unusable index: the log alone answers, more slowly, without links
-        # With ``after`` the page nearest above it is wanted: the last ``limit`` matches read backwards.
-        out: Any = collections.deque(maxlen=limit) if listed.above is not None else []
-        matched = 0
-        for line in self.log.scan_reverse():
-            if line.status != record.RECORD or not listed.admits(line.seq, line.record):
-                continue
-            matched += 1
-            if listed.above is not None or len(out) < limit:
-                out.append(_entry(line))
-        records = builtins.list(out)
-        self._add_links(records)
-        return {"records": records, "returned": len(records), "total_matches": matched,
-                "left_out": {"beyond_limit": matched - len(records)}}
-
-    # -- the index (retained/index.py) -------------------------------------
+    # -- the index (retained/index/) ------------------------------------------
 
     @property
-    def index(self) -> Any:
-        """The derived index, opened on first use; safe to delete and rebuild."""
-        if self._index is None:
+    def index_access(self) -> IndexAccess:
+        """The index and its vectors, opened on first use, with the log as the fallback (``index.access``)."""
+        if self._access is None:
             with self._opening:
-                if self._index is None:
-                    from retained.index.writer import Index
+                if self._access is None:
+                    from retained.index.access import IndexAccess
 
-                    self._index = Index(self.log, witness=None if self.anchor_dir is None else self._witness)
-        return self._index
+                    self._access = IndexAccess(self.log, anchor_dir=self.anchor_dir, embed_settings=self.embed_settings)
+        return self._access
 
-    def _witness(self, seq: int, h: str, size: int) -> None:
-        """Record a head the index had read, found gone from the log, before the index is rebuilt.
+    @property
+    def index(self) -> Index:
+        """The derived index, opened on first use; safe to delete and rebuild."""
+        return self.index_access.index
 
-        So a rebuild never erases the evidence of a rollback: verify reports
-        it until the new history is accepted. An anchor that cannot be
-        written is not the reader's failure.
-        """
-        if self.anchor_dir is None:
-            return
-        try:
-            anchors.record_head(self.anchor_dir, self.directory, seq, h, size, "index", durable=True)
-        except RetainedError:
-            pass
-
-    def _one_read(self) -> Any:
-        """A block whose reads catch the index up once (``Index.one_catch_up``): one Store call."""
-        return self.index.one_catch_up() if self.log.exists() else contextlib.nullcontext()
-
-    def _get_indexed(self, seqs: builtins.list[int]) -> dict[int, dict[str, Any]]:
-        """Records found through the index (read from the log, hash checked), with their links."""
-        if not self.log.exists():
-            return {}
-        try:
-            return self.index.read_many(seqs)
-        except (sqlite3.Error, OSError):
-            return {}  # the index is unusable: the caller scans the log
-
-    def _add_links(self, entries: builtins.list[dict[str, Any]]) -> None:
-        """Add ``superseded_by`` / ``retracted_by`` from the index to entries read without them."""
-        if not entries or not self.log.exists():
-            return
-        try:
-            links = self.index.links_of([entry["seq"] for entry in entries])
-        except (RetainedError, sqlite3.Error, OSError):
-            return  # an unusable index: the entries stand without links, as the log alone gives them
-        for entry in entries:
-            entry.update(links.get(entry["seq"], {}))
+    @property
+    def hybrid(self) -> Hybrid:
+        """Vector search beside the index (``index.hybrid``); lexical when embeddings are off."""
+        return self.index_access.hybrid
 
     def search(
         self,
@@ -634,70 +525,8 @@ class Store:
         context: int = 0,
     ) -> dict[str, Any]:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
-        if not self.log.exists():
-            from retained.index.search import Search
-
-            empty = Search.empty_reply(query, k=k, max_tokens=max_tokens)
-            empty.update(mode="lexical", mode_reason="the store has no log yet")
-            return empty
-        options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
-                   "include_superseded": include_superseded, "include_retracted": include_retracted}
-        try:
-            with self._one_read():
-                return self.hybrid.search(query, **options)
-        except (sqlite3.Error, OSError, RetainedError) as exc:
-            if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
-                raise
-            return self._search_log(query, reason=self._index_problem(exc), **options)
-
-    def _search_log(self, query: str, *, reason: str, **options: Any) -> dict[str, Any]:
-        """Search without the store's index: the same ranking over an index built from the log alone.
-
-        The slow path: the temporary index (in a private directory, removed
-        on close) is built from the whole log on first use, then only
-        catches up.
-        """
-        import tempfile
-
-        from retained.index.schema import INDEX_NAME
-        from retained.index.writer import Index
-
-        if self._scratch is None:
-            self._scratch = Index(self.log, Path(tempfile.mkdtemp(prefix="retained-search-")) / INDEX_NAME)
-        reply = self._scratch.search(query, **options)
-        reply.update(mode="lexical", mode_reason=f"answered from the log, more slowly: {reason}")
-        return reply
-
-    def _index_problem(self, exc: BaseException) -> str:
-        """Why the index cannot be used, which file it is, and how to fix it."""
-        from retained.index.schema import INDEX_NAME
-
-        path = self.directory / INDEX_NAME
-        detail = exc.message if isinstance(exc, RetainedError) else str(exc)
-        owner = ""
-        try:
-            uid = path.stat().st_uid
-            if hasattr(os, "geteuid") and uid != os.geteuid():
-                owner = f" (it belongs to user id {uid}, e.g. after a `sudo retained ...`)"
-        except OSError:
-            pass
-        return (
-            f"the index {path} cannot be used{owner}: {detail}; it is derived from the log and safe to delete: "
-            f"remove {path} and its -wal and -shm files (with sudo if another user owns them) or give them back "
-            "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
-        )
-
-    @property
-    def hybrid(self) -> Any:
-        """Vector search beside the index (retained/hybrid.py); lexical when embeddings are off."""
-        if self._hybrid is None:
-            index = self.index
-            with self._opening:
-                if self._hybrid is None:
-                    from retained.index.hybrid import from_settings
-
-                    self._hybrid = from_settings(index, self.embed_settings)
-        return self._hybrid
+        return self.index_access.search(query, k=k, max_tokens=max_tokens, scope=scope, context=context,
+                                        include_superseded=include_superseded, include_retracted=include_retracted)
 
     def rebuild(self, progress: Any = None) -> dict[str, Any]:
         """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``.
@@ -705,14 +534,7 @@ class Store:
         Raises:
             IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
         """
-        from retained.index.writer import IndexError_, IndexFull
-
-        try:
-            return self.index.rebuild(progress)
-        except IndexFull:
-            raise  # a full disk says nothing against the index file: its own message says to free space
-        except (sqlite3.Error, OSError, IndexError_) as exc:
-            raise IndexError_(self._index_problem(exc), path=str(self.index.path)) from exc
+        return self.index_access.rebuild(progress)
 
     def embed(self, *, backfill: bool = False, progress: Any = None) -> dict[str, Any]:
         """The optional embeddings: their status, or with ``backfill`` vectors for every record without one.
@@ -733,7 +555,7 @@ class Store:
             )
         if backfill:
             return hybrid.backfill(progress)
-        with self._one_read():
+        with self.index_access.one_read():
             return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
 
     def stats(self, *, progress: Any = None) -> dict[str, Any]:
@@ -774,31 +596,6 @@ class Store:
 
         return session_brief(self.directory, budget, scope, anchor_dir=self.anchor_dir)
 
-    def _verify_index(self, report: dict[str, Any], lines: Any, snapshot: tuple[int, int]) -> dict[str, Any]:
-        if not self.log.exists():
-            return {"checked": False, "findings": 0}
-        from retained.index.writer import IndexFull
-
-        note = None
-        checked = True
-        try:
-            findings = self.index.verify(lines, snapshot=snapshot)
-        except IndexFull as exc:
-            # A full disk says nothing about the index or the log: reported, not a finding.
-            findings, note, checked = [], exc.message, False
-        except (RetainedError, sqlite3.Error, OSError) as exc:
-            findings = [{"kind": "index_unusable", "seq": None, "offset": None, "expected": "a usable index",
-                         "observed": str(exc), "message": self._index_problem(exc)}]
-        caught = self.index.last_catch_up
-        if note is None and caught.get("state") == "stale":
-            note = f"the index could not catch up ({caught.get('reason')}); it was checked as far as it reaches"
-        report["findings"].extend(findings)
-        report["ok"] = not report["findings"]
-        out: dict[str, Any] = {"checked": checked, "findings": len(findings)}
-        if note is not None:
-            out["note"] = note
-        return out
-
     def head(self) -> dict[str, Any]:
         """The chain head (seq, hash, bytes): anchor it elsewhere to detect a rewritten log.
 
@@ -830,85 +627,9 @@ class Store:
         Raises:
             InvalidRecord: an ``anchor`` is not ``SEQ:HASH``; nothing was checked.
         """
-        given = [anchors.parse(a) for a in ([anchor] if isinstance(anchor, str) else anchor or [])]
-        # Anchors are read before the snapshot is fixed: one recorded by
-        # another process after it could name a head verify does not judge.
-        loaded = anchors.load(self.anchor_dir, self.directory) if self.anchor_dir is not None else None
-        size = self.log.size()
-        head_seq, head_hash, head_end = self.log.tail(stop=size)
-        to_check = [*(loaded.anchors if loaded is not None else ()), *given]
-        # The index check reads the lines the chain walk passes it (one read
-        # of the log) while worker processes classify the next ranges; its
-        # findings follow the chain's.
-        index: dict[str, Any] = {"findings": []}
+        from retained import audit
 
-        def check(lines: Any) -> None:
-            index.update(checked=self._verify_index(index, lines, (size, head_seq)))
-
-        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress)
-        report = walked.to_dict()
-        report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
-        report["quarantined"] = self.log.quarantined()
-        report["log"] = str(self.log.path)
-        report["exists"] = self.log.exists()
-        report["findings"].extend(index["findings"])
-        anchored = anchors.check(to_check, walked.watched, walked.head_seq)
-        report["findings"].extend(anchored)
-        report["findings"].extend(self._unsafe_permissions())
-        report["anchors"] = self._anchor_after_verify(loaded, given, anchored, (head_seq, head_hash, head_end))
-        if loaded is not None:
-            report["findings"].extend(loaded.problems)
-        report["ok"] = not report["findings"]
-        report["index"] = index["checked"]
-        if self.embed_settings.get("RETAINED_EMBED_URL") or self.embed_settings.get("RETAINED_EMBED_MODEL"):
-            # Records without a current vector are reported, not failures: they
-            # are backfilled, and search says when it is lexical because of them.
-            try:
-                report["vectors"] = self.hybrid.verify()
-            except (RetainedError, sqlite3.Error) as exc:
-                report["vectors"] = {"error": str(exc)}
-        return report
-
-    def _anchor_after_verify(
-        self, loaded: anchors.Loaded | None, given: builtins.list[Any], findings: builtins.list[dict[str, Any]], head: tuple[int, str, int]
-    ) -> dict[str, Any]:
-        """Record the head verify judged; after a clean check the anchor file shrinks to it. Returns what was done."""
-        out: dict[str, Any] = {"dir": None if self.anchor_dir is None else str(self.anchor_dir),
-                               "checked": len(given) + (len(loaded.anchors) if loaded is not None else 0),
-                               "given": len(given), "not_on_chain": len(findings), "recorded": False}
-        if loaded is None or self.anchor_dir is None:
-            return out
-        out.update(store_id=loaded.store_id, file=None if loaded.file is None else str(loaded.file))
-        seq, h, end = head
-        if not seq or loaded.store_id is None:
-            return out
-        try:
-            if not findings and not loaded.problems:
-                anchors.compact(loaded, self.directory, seq, h, end, "verify")
-                out["recorded"] = True
-            else:
-                out["recorded"] = anchors.record_head(self.anchor_dir, self.directory, seq, h, end, "verify",
-                                                      durable=True)["recorded"]
-        except RetainedError as exc:
-            # The check stands; only the record of this head is missing.
-            out["error"] = exc.message
-        return out
-
-    def _index_evidence(self) -> None:
-        """Bring the index up to the log now, so a head it had read and the log lost is anchored first.
-
-        Before an acceptance: otherwise the next read would find the index
-        built from the old log and record its head after the acceptance,
-        as new evidence.
-        """
-        from retained.index.schema import INDEX_NAME
-
-        if not (self.directory / INDEX_NAME).exists():
-            return
-        try:
-            self.index.catch_up()
-        except (RetainedError, sqlite3.Error, OSError):
-            pass  # an unusable index holds no evidence this can read
+        return audit.verify(self, anchor=anchor, progress=progress)
 
     def anchor(self, *, accept: bool = False, reason: str | None = None) -> dict[str, Any]:
         """The anchors recorded for this store, each with its state on today's chain; ``accept`` settles those off it.
@@ -923,53 +644,9 @@ class Store:
         Raises:
             InvalidRecord: anchoring is off (no ``anchor_dir``) or ``reason`` is not a string.
         """
-        if self.anchor_dir is None:
-            raise InvalidRecord(
-                "anchoring is off for this store: pass anchor_dir to Store (the command line and the server take "
-                "RETAINED_ANCHOR_DIR, default $XDG_STATE_HOME/retained)",
-                path="anchor_dir",
-            )
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidRecord("field reason: must be a string saying why the new history is accepted", path="reason")
-        if accept:
-            self._index_evidence()
-        loaded = anchors.load(self.anchor_dir, self.directory)
-        size = self.log.size()
-        walked = chain.verify_file(self.log, stop=size, watch={a.seq for a in loaded.anchors})
-        off = anchors.check(loaded.anchors, walked.watched, walked.head_seq)
-        off_by_anchor = {(f["seq"], f["expected"], f["anchor"]["file"]): f["kind"] for f in off}
-        listed = []
-        for entry in loaded.history:
-            state = "accepted" if entry["settled_by"] else off_by_anchor.get((entry["seq"], entry["hash"], entry["file"]), "ok")
-            listed.append({**entry, "state": state})
-        result: dict[str, Any] = {
-            "store_id": loaded.store_id, "dir": str(self.anchor_dir),
-            "file": None if loaded.file is None else str(loaded.file),
-            "head": {"seq": walked.head_seq, "hash": walked.head_hash, "bytes": size},
-            "anchors": listed, "not_on_chain": len(off), "problems": loaded.problems, "accepted": None,
-        }
-        if not accept:
-            return result
-        if not off and not loaded.problems:
-            result["accepted"] = {"count": 0, "record": None, "note": "every anchor is on the chain: nothing to accept"}
-            return result
-        named = [{"seq": f["seq"], "hash": f["expected"], "finding": f["kind"], "time": f["anchor"]["time"],
-                  "source": f["anchor"]["source"]} for f in off]
-        content = record.make_content(
-            text=f"accepted the log's history as it is: {len(off)} recorded heads were not on it"
-            + (f" and {len(loaded.problems)} anchor lines could not be read" if loaded.problems else ""),
-            kind="anchor_accept",
-            fields={"accepted": named[: anchors.ACCEPT_LISTED_MAX], "accepted_count": len(off),
-                    "reason": reason or "accepted with `retained anchor --accept`"},
-            store_kind=True,
-        )
-        proof = self.append([self.prepare(content)])[0]
-        by = {"seq": proof["seq"], "hash": proof["hash"]}
-        anchors.settle(loaded, by)
-        anchors.record_head(self.anchor_dir, self.directory, proof["seq"], proof["hash"],
-                            proof["offset"] + proof["length"], "accept", durable=True)
-        result["accepted"] = {"count": len(off), "record": proof, "anchors": named}
-        return result
+        from retained import audit
+
+        return audit.anchor(self, lambda content: self.append([self.prepare(content)])[0], accept=accept, reason=reason)
 
 
 _ONE_DAY = datetime.timedelta(days=1)

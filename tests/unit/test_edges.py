@@ -27,7 +27,7 @@ PACKAGE = REPO / "retained"
 EDGES = sorted([*(PACKAGE / "cli").glob("*.py"), *(PACKAGE / "mcp").glob("*.py"), *(PACKAGE / "viewer").glob("*.py"),
                 PACKAGE / "http_guard.py"])
 # What a Store owns and an edge must not touch: its log, index and vectors.
-STORE_INSIDES = {"log", "index", "hybrid", "_index", "_hybrid", "_guarded", "_append", "_require"}
+STORE_INSIDES = {"log", "index", "hybrid", "index_access", "_access", "_guarded", "_append", "_require"}
 # The parts below the Store (the brief's fast path is the one reader allowed around it).
 BELOW_STORE = {"core", "index", "vectors", "data", "safety"}
 # Modules of the core an edge may use, each for a reason that is not storage.

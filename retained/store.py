@@ -12,7 +12,6 @@ these, so a verb gives the same facts on every edge.
 from __future__ import annotations
 
 import builtins  # signatures after Store.list name the built-in list through it
-import datetime
 import os
 import sqlite3
 import threading
@@ -422,26 +421,7 @@ class Store:
                 ``limits.TIMELINE_WINDOW_MAX``.
         """
         (around,) = _seq_list([around], "around")
-        if type(window) is not int or not 0 <= window <= limits.TIMELINE_WINDOW_MAX:
-            raise InvalidRecord(
-                f"field window: must be a whole number from 0 to {limits.TIMELINE_WINDOW_MAX}, got {window!r}",
-                path="window",
-            )
-        head = self.head()["seq"] or 0
-        low, high = max(1, around - window), min(head, around + window)
-        entries = self.get(list(range(low, high + 1)), missing_ok=True) if around <= head else []
-        if around not in {e["seq"] for e in entries}:
-            raise NotFound(
-                f"no record with seq {around}; nothing to show around it; list the newest records to see what exists",
-                seq=around,
-            )
-        return {
-            "records": entries,
-            "returned": len(entries),
-            "more": (low - 1) + (head - high),
-            "more_before": low - 1,
-            "more_after": head - high,
-        }
+        return self.index_access.timeline(around, window)
 
     def list(
         self,
@@ -473,19 +453,10 @@ class Store:
         Raises:
             InvalidRecord: a limit, seq or day is malformed (the field is named).
         """
-        from retained.index.schema import Filter
+        from retained.index.access import listing_filter
 
-        if type(limit) is not int or not 0 <= limit <= limits.SEQ_MAX:
-            raise InvalidRecord(f"field limit: must be a whole number from 0 to {limits.SEQ_MAX}", path="limit")
-        for name, text in (("client", client), ("kind", kind), ("scope", scope)):
-            if text is not None and not isinstance(text, str):
-                raise InvalidRecord(f"field {name}: must be a string, got {type(text).__name__}", path=name)
-        for name, bound in (("before", before), ("after", after)):
-            if bound is not None and (type(bound) is not int or bound < 0):
-                raise InvalidRecord(f"field {name}: {bound!r} is not a seq bound (a whole number from 0)", path=name)
-        listed = Filter(kind=kind, scope=scope, client=client, below=before, above=after,
-                        ts_from=_day(since, "since").isoformat() if since is not None else None,
-                        ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)
+        listed = listing_filter(limit, kind=kind, scope=scope, client=client, since=since, until=until, before=before,
+                                after=after)
         result = self.index_access.recent(limit, listed)
         result["more"] = result["total_matches"] - result["returned"]
         return result
@@ -647,19 +618,6 @@ class Store:
         from retained import audit
 
         return audit.anchor(self, lambda content: self.append([self.prepare(content)])[0], accept=accept, reason=reason)
-
-
-_ONE_DAY = datetime.timedelta(days=1)
-
-
-def _day(value: Any, path: str) -> datetime.date:
-    """A ``YYYY-MM-DD`` day as a ``datetime.date``."""
-    if isinstance(value, str) and len(value) == 10:
-        try:
-            return datetime.date.fromisoformat(value)
-        except ValueError:
-            pass
-    raise InvalidRecord(f"field {path}: {value!r} is not a day; give YYYY-MM-DD (UTC), e.g. 2026-11-29", path=path)
 
 
 def _seq_list(seqs: Any, path: str) -> list[int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import os
 import sqlite3
 import threading
@@ -19,9 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retained import limits
 from retained.core import anchors, record
 from retained.core.log import Line, Log
-from retained.errors import RetainedError
+from retained.errors import InvalidRecord, NotFound, RetainedError
 from retained.index.schema import INDEX_NAME, Filter
 from retained.index.search import Search
 from retained.index.writer import Index, IndexError_, IndexFull
@@ -33,6 +35,35 @@ if TYPE_CHECKING:
 def entry(line: Line) -> dict[str, Any]:
     """A stored record as callers see it: the record, where it lives."""
     return {"seq": line.seq, "offset": line.offset, "length": line.length, "record": line.record}
+
+
+_ONE_DAY = datetime.timedelta(days=1)
+
+
+def listing_filter(limit: Any, *, kind: Any = None, scope: Any = None, client: Any = None, since: Any = None,
+                   until: Any = None, before: Any = None, after: Any = None) -> Filter:
+    """The `Filter` of ``Store.list``'s arguments, each checked (InvalidRecord names the field)."""
+    if type(limit) is not int or not 0 <= limit <= limits.SEQ_MAX:
+        raise InvalidRecord(f"field limit: must be a whole number from 0 to {limits.SEQ_MAX}", path="limit")
+    for name, text in (("client", client), ("kind", kind), ("scope", scope)):
+        if text is not None and not isinstance(text, str):
+            raise InvalidRecord(f"field {name}: must be a string, got {type(text).__name__}", path=name)
+    for name, bound in (("before", before), ("after", after)):
+        if bound is not None and (type(bound) is not int or bound < 0):
+            raise InvalidRecord(f"field {name}: {bound!r} is not a seq bound (a whole number from 0)", path=name)
+    return Filter(kind=kind, scope=scope, client=client, below=before, above=after,
+                  ts_from=_day(since, "since").isoformat() if since is not None else None,
+                  ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)
+
+
+def _day(value: Any, path: str) -> datetime.date:
+    """A ``YYYY-MM-DD`` day as a ``datetime.date``."""
+    if isinstance(value, str) and len(value) == 10:
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise InvalidRecord(f"field {path}: {value!r} is not a day; give YYYY-MM-DD (UTC), e.g. 2026-11-29", path=path)
 
 
 class IndexAccess:
@@ -130,6 +161,30 @@ class IndexAccess:
                 if not remaining:
                     break
         return found
+
+    def timeline(self, around: int, window: Any) -> dict[str, Any]:
+        """``Store.timeline`` for a checked seq ``around`` (see there)."""
+        if type(window) is not int or not 0 <= window <= limits.TIMELINE_WINDOW_MAX:
+            raise InvalidRecord(
+                f"field window: must be a whole number from 0 to {limits.TIMELINE_WINDOW_MAX}, got {window!r}",
+                path="window",
+            )
+        head = self.log.tail()[0]
+        low, high = max(1, around - window), min(head, around + window)
+        found = self.find(list(range(low, high + 1))) if around <= head else {}
+        entries = [found[s] for s in range(low, high + 1) if s in found]
+        if around not in found:
+            raise NotFound(
+                f"no record with seq {around}; nothing to show around it; list the newest records to see what exists",
+                seq=around,
+            )
+        return {
+            "records": entries,
+            "returned": len(entries),
+            "more": (low - 1) + (head - high),
+            "more_before": low - 1,
+            "more_after": head - high,
+        }
 
     def recent(self, limit: int, listed: Filter) -> dict[str, Any]:
         """Newest records first with their links, and the count of what matched (``Index.recent``), or from the log."""

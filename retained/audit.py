@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from retained.core import anchors, chain, files, record
 from retained.errors import InvalidRecord, RetainedError
@@ -22,6 +22,7 @@ from retained.errors import InvalidRecord, RetainedError
 if TYPE_CHECKING:
     from retained.core.log import Log
     from retained.index.access import IndexAccess
+    from retained.replies import Report, WriteProof
 
 
 class Parts(Protocol):
@@ -82,7 +83,7 @@ def verify_index(store: Parts, report: dict[str, Any], lines: Any, snapshot: tup
     return out
 
 
-def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any = None) -> dict[str, Any]:
+def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any = None) -> Report:
     """``Store.verify``: every finding over one snapshot of the log (see there)."""
     given = [anchors.parse(a) for a in ([anchor] if isinstance(anchor, str) else anchor or [])]
     # Anchors are read before the snapshot is fixed: one recorded by
@@ -101,7 +102,7 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
         index.update(checked=verify_index(store, index, lines, (size, head_seq)))
 
     walked = chain.verify_file(log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress)
-    report = walked.to_dict()
+    report = cast("Report", walked.to_dict())  # the walk's counts and findings; the rest is added here
     report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
     report["quarantined"] = log.quarantined()
     report["log"] = str(log.path)
@@ -154,7 +155,7 @@ def _record_judged_head(
 
 
 def anchor(
-    store: Parts, append: Callable[[record.Content], dict[str, Any]], *, accept: bool = False, reason: str | None = None,
+    store: Parts, append: Callable[[record.Content], WriteProof], *, accept: bool = False, reason: str | None = None,
 ) -> dict[str, Any]:
     """``Store.anchor``: the anchors with their state; with ``accept`` the history accepted (see there).
 

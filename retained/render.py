@@ -22,6 +22,7 @@ import re
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief's path does not import typing
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 # A kind, scope, source, client or extra field in a header line.
@@ -94,7 +95,7 @@ def _seq_refs(seqs: Any) -> str:
     return ",".join(f"#{s}" for s in seqs)
 
 
-def block(entry: dict[str, Any]) -> str:
+def block(entry: Mapping[str, Any]) -> str:
     """One record as a header line, then its text and body indented.
 
     ``entry`` holds display-ready values: ``seq``, ``kind``, ``ts``,
@@ -127,7 +128,7 @@ def block(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_shown: tuple[str, str | None] | None = None) -> str:
+def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_shown: tuple[str, str | None] | None = None) -> str:
     """A stored record (``{"seq", "record", "superseded_by"?, ...}`` as the Store returns it) as text.
 
     Every field its writer set is shown: the chain's own fields (hash, prev)
@@ -141,7 +142,7 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
     # brief and the MCP server's start-up import this module without needing it.
     from retained.index.schema import LINKED_BY, link_targets
 
-    rec: dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
+    rec: Mapping[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
     seq = entry.get("seq", rec.get("seq"))
     links = {name: entry[name] for name in LINKED_BY.values() if entry.get(name)}
     if rec.get("redacted"):
@@ -173,13 +174,13 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
     return block(shown_entry)
 
 
-def _proof_line(proof: dict[str, Any]) -> str:
+def _proof_line(proof: Mapping[str, Any]) -> str:
     if proof.get("duplicate"):
         return f"already recorded as seq {proof['seq']} (same client_op_id); nothing new was written"
     return f"recorded seq {proof['seq']} at {proof.get('ts')}: durable and read back"
 
 
-def proof(proof: dict[str, Any]) -> str:
+def proof(proof: Mapping[str, Any]) -> str:
     """A write's proof: where the record is and how it links, then what the write guard changed."""
     lines = [
         _proof_line(proof),
@@ -199,14 +200,14 @@ def proof(proof: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _within(entries: list[dict[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
+def _within(entries: Sequence[Mapping[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
     """Each entry's text as a reply's budget leaves it (``documents.shown``), for the text form an agent reads."""
     from retained.index.documents import REST_HINT, shown
 
     return shown([e.get("record") or {} for e in entries], query, max_tokens, rest=rest or REST_HINT)
 
 
-def records(result: dict[str, Any], *, preview_chars: int | None = None, whole: bool = False) -> str:
+def records(result: Mapping[str, Any], *, preview_chars: int | None = None, whole: bool = False) -> str:
     """Records read by seq, newest first (``Store.list``) or around a seq (``Store.timeline``), and what was not shown.
 
     ``whole``: every record's text whole within the default budget (cuts say
@@ -226,7 +227,7 @@ def records(result: dict[str, Any], *, preview_chars: int | None = None, whole: 
     return "\n".join([*lines, tail])
 
 
-def search(reply: dict[str, Any], *, query: str | None = None, max_tokens: int | None = None, whole: bool = False) -> str:
+def search(reply: Mapping[str, Any], *, query: str | None = None, max_tokens: int | None = None, whole: bool = False) -> str:
     """A search reply: the ranked records (each result's context records after it, marked ``|``), then how many
     matched and what was left out, and why (I2).
 
@@ -256,7 +257,7 @@ def search(reply: dict[str, Any], *, query: str | None = None, max_tokens: int |
     return "\n".join(lines)
 
 
-def verify(report: dict[str, Any]) -> str:
+def verify(report: Mapping[str, Any]) -> str:
     """A verify report: what was judged, anything kept aside, every finding (up to ``FINDINGS_SHOWN``), the verdict."""
     lines = []
     if not report.get("exists", True):

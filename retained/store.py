@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from retained import limits
 from retained.core import anchors, lock, record
@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from retained.index.access import IndexAccess
     from retained.index.hybrid import Hybrid
     from retained.index.writer import Index
+    from retained.replies import Entry, Found, Listing, Notes, Report, Timeline, WriteProof
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
-_NO_NOTES: dict[str, Any] = {}
+_NO_NOTES: Notes = {}
 # Store directories whose unsafe permissions this process already warned of (once per process).
 _WARNED_DIRS: set[str] = set()
 
@@ -40,7 +41,7 @@ class Guarded(NamedTuple):
     """A record's content as the write guard left it, and what the write's reply should say of it."""
 
     content: record.Content
-    notes: dict[str, Any]
+    notes: Notes
 
 
 class Store:
@@ -155,14 +156,14 @@ class Store:
         if encoded is not None and self.guard.untouched(fields, encoded):
             return Guarded(content, _NO_NOTES)
         result = self.guard.apply(fields)
-        notes: dict[str, Any] = {}
+        notes: Notes = {}
         if result.private_spans_removed:
             notes["private_spans_removed"] = result.private_spans_removed
         if result.redactions:
             notes["redactions"] = result.redactions
         return Guarded(record.Content(result.fields), notes)
 
-    def append(self, items: list[Guarded], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def append(self, items: list[Guarded], *, client: dict[str, Any] | None = None) -> list[WriteProof]:
         """Append records the guard has seen (``prepare``); one proof each, in order, once durable.
 
         Every write of the store comes through here and then ``Log.append``,
@@ -184,7 +185,8 @@ class Store:
         proofs = self.log.append([item.content for item in items], client=client or self.client)
         if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
-        out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
+        out: list[WriteProof] = [{**proof, **item.notes} if item.notes else proof
+                                 for proof, item in zip(proofs, items, strict=True)]
         if not self._permissions_checked:
             self._permissions_checked = True
             notices = self._permission_notices()
@@ -216,7 +218,7 @@ class Store:
         client_op_id: str | None = None,
         client: dict[str, Any] | None = None,
         related: bool = False,
-    ) -> dict[str, Any]:
+    ) -> WriteProof:
         """Append a note (or any caller kind) and return its proof once durable.
 
         With ``related``, after the acknowledgement the proof also names up to
@@ -240,7 +242,7 @@ class Store:
         )
         proof = self.append([self.prepare(content)], client=client)[0]
         if related and not proof.get("duplicate"):
-            proof.update(self._related(proof["seq"], text, scope))
+            proof.update(cast("WriteProof", self._related(proof["seq"], text, scope)))  # related, notices
         return proof
 
     def _related(self, seq: int, text: str, scope: str | None) -> dict[str, Any]:
@@ -260,7 +262,7 @@ class Store:
             f"earlier record(s) {seqs} look like the same subject; if this corrects them, "
             f"write it with supersedes=[{seqs}] (they then leave search)"]}
 
-    def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[WriteProof]:
         """Append many records with one lock and one fsync; proofs in order.
 
         Each item holds the arguments of ``write`` (``text`` required, plus
@@ -324,7 +326,7 @@ class Store:
         summary: str | None = None,
         scope: str | None = None,
         client: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> WriteProof:
         """Append a checkpoint: a labelled point in the work (label as text, summary as body)."""
         if not isinstance(label, str) or not label.strip():
             raise InvalidRecord("field label: must be a non-empty string; nothing was written", path="label")
@@ -333,7 +335,7 @@ class Store:
         content = record.make_content(text=label, kind="checkpoint", body=summary, scope=scope, store_kind=True)
         return self.append([self.prepare(content)], client=client)[0]
 
-    def forget(self, seqs: list[int], reason: str, *, client: dict[str, Any] | None = None) -> dict[str, Any]:
+    def forget(self, seqs: list[int], reason: str, *, client: dict[str, Any] | None = None) -> WriteProof:
         """Append a retraction naming ``seqs``: they leave search and the brief, stay readable."""
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidRecord("field reason: must be a non-empty string saying why; nothing was written", path="reason")
@@ -392,7 +394,7 @@ class Store:
 
     # -- reading -----------------------------------------------------------
 
-    def get(self, seqs: list[int], *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    def get(self, seqs: list[int], *, missing_ok: bool = False) -> list[Entry]:
         """The records with these seqs, in the order asked.
 
         Raises:
@@ -406,7 +408,7 @@ class Store:
             raise NotFound(f"no record with seq {s}; see `retained list` for what exists", seq=s)
         return [found[s] for s in wanted if s in found]
 
-    def timeline(self, around: int, *, window: int = limits.TIMELINE_WINDOW_DEFAULT) -> dict[str, Any]:
+    def timeline(self, around: int, *, window: int = limits.TIMELINE_WINDOW_DEFAULT) -> Timeline:
         """The record ``around`` and up to ``window`` records on each side, oldest first, with their links.
 
         Returns ``{"records", "returned", "more", "more_before", "more_after"}``:
@@ -434,7 +436,7 @@ class Store:
         until: str | None = None,
         before: int | None = None,
         after: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Listing:
         """Newest records first, each with its links, and how many more match (I2).
 
         Filters: ``kind``, ``scope``, ``client`` (the writer's name), ``since``
@@ -494,7 +496,7 @@ class Store:
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
-    ) -> dict[str, Any]:
+    ) -> Found:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
         return self.index_access.search(query, k=k, max_tokens=max_tokens, scope=scope, context=context,
                                         include_superseded=include_superseded, include_retracted=include_retracted)
@@ -580,7 +582,7 @@ class Store:
             "anchor_file": str(anchors.anchor_file(self.anchor_dir, sid)) if self.anchor_dir is not None and sid else None,
         }
 
-    def verify(self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None) -> dict[str, Any]:
+    def verify(self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None) -> Report:
         """Walk the whole chain and report every finding (memory flat in log size); ``progress(done_bytes, total_bytes)``.
 
         Verify judges one snapshot: the log's size and head when it begins

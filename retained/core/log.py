@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any, BinaryIO
 
+    from retained.replies import Placed, WriteProof
+
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
 
@@ -173,7 +175,7 @@ class Log:
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
         # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
-        self._ops: dict[str, dict[str, Any]] = {}
+        self._ops: dict[str, Placed] = {}
         self._ops_end = 0
         self._ops_ino: int | None = None
         self.recovered: list[dict[str, Any]] = []
@@ -459,7 +461,7 @@ class Log:
             self._tail_key = key
         return self._tail
 
-    def _ops_lookup(self, client_op_id: str, size: int) -> dict[str, Any] | None:
+    def _ops_lookup(self, client_op_id: str, size: int) -> Placed | None:
         """The proof of an earlier write with this client_op_id, if any.
 
         Built by one scan per process and then extended from where it ended,
@@ -501,7 +503,7 @@ class Log:
         *,
         client: dict[str, Any],
         ts: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[WriteProof]:
         """Append records and return their proofs once they are durable.
 
         The one way into the file: a single write is a batch of one. Takes
@@ -657,7 +659,7 @@ class Log:
         seq, prev, offset = tail_seq, tail_hash, size
         stamp = record.utc_now()
         lines: list[bytes] = []
-        new_ops: dict[str, dict[str, Any]] = {}
+        new_ops: dict[str, Placed] = {}
         for req in batch:
             mark = (seq, prev, offset, len(lines))
             added: list[str] = []
@@ -693,12 +695,12 @@ class Log:
         size: int,
         at: tuple[int, str, int],
         lines: list[bytes],
-        new_ops: dict[str, dict[str, Any]],
+        new_ops: dict[str, Placed],
         added: list[str],
-    ) -> tuple[list[dict[str, Any]], tuple[int, str, int]]:
+    ) -> tuple[list[WriteProof], tuple[int, str, int]]:
         """Seal one request's records from chain position ``at``: their lines go to ``lines``; returns their proofs and the new position."""
         seq, prev, offset = at
-        proofs: list[dict[str, Any]] = []
+        proofs: list[WriteProof] = []
         contents = req.contents
         batch = len(contents) > 1
         ts = req.ts or stamp
@@ -723,7 +725,8 @@ class Log:
                 content, seq=seq + 1, prev=prev, ts=ts, client=req.client, record_bytes_max=self.record_bytes_max
             )
             line = sealed.line
-            proof = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line), "ts": ts}
+            proof: Placed = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line),
+                             "ts": ts}
             if op is not None:
                 new_ops[op] = proof
                 added.append(op)
@@ -890,13 +893,13 @@ class _Request:
         self.contents = contents
         self.client = client
         self.ts = ts
-        self.proofs: list[dict[str, Any]] | None = None
+        self.proofs: list[WriteProof] | None = None
         self.error: BaseException | None = None
         self.wrote = False  # some of its records are among the lines written
         self.done = False
         self.woken: threading.Lock | None = None
 
-    def result(self) -> list[dict[str, Any]]:
+    def result(self) -> list[WriteProof]:
         if self.error is not None:
             raise self.error
         if self.proofs is None:
@@ -934,7 +937,7 @@ class Exclusive:
         finally:
             log._mutex.release()
 
-    def append(self, contents: list[record.Content], *, client: dict[str, Any], ts: str | None = None) -> list[dict[str, Any]]:
+    def append(self, contents: list[record.Content], *, client: dict[str, Any], ts: str | None = None) -> list[WriteProof]:
         """``Log.append`` without taking the lock again: the same pipeline."""
         req = _Request(contents, client, ts)
         try:
@@ -959,7 +962,7 @@ def _link_fields(raw: bytes) -> tuple[Any, Any, Any]:
     return obj.get("seq"), obj.get("prev"), obj.get("hash")
 
 
-def proof_of(line: Line) -> dict[str, Any]:
+def proof_of(line: Line) -> Placed:
     """The proof fields of a stored chained line."""
     if not line.chained:
         raise ValueError(f"the line at byte {line.offset} is {line.status}, not a chained record: it has no proof")

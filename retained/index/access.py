@@ -30,9 +30,10 @@ from retained.index.writer import Index, IndexError_, IndexFull
 
 if TYPE_CHECKING:
     from retained.index.hybrid import Hybrid
+    from retained.replies import Entry, Found, Listing, Timeline
 
 
-def entry(line: Line) -> dict[str, Any]:
+def entry(line: Line) -> Entry:
     """A stored record as callers see it: the record, where it lives."""
     return {"seq": line.seq, "offset": line.offset, "length": line.length, "record": line.record}
 
@@ -140,13 +141,13 @@ class IndexAccess:
 
     # -- reads, with the log as the fallback ------------------------------------
 
-    def find(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
+    def find(self, seqs: list[int]) -> dict[int, Entry]:
         """``{seq: entry}`` for those of ``seqs`` that have a valid record, with their links when the index answers.
 
         Through the index (one read of the log), else, or for a seq it lacks,
         by a scan of the log.
         """
-        found: dict[int, dict[str, Any]] = {}
+        found: dict[int, Entry] = {}
         if self.log.exists():
             with self.one_read():
                 try:
@@ -162,7 +163,7 @@ class IndexAccess:
                     break
         return found
 
-    def timeline(self, around: int, window: Any) -> dict[str, Any]:
+    def timeline(self, around: int, window: Any) -> Timeline:
         """``Store.timeline`` for a checked seq ``around`` (see there)."""
         if type(window) is not int or not 0 <= window <= limits.TIMELINE_WINDOW_MAX:
             raise InvalidRecord(
@@ -186,7 +187,7 @@ class IndexAccess:
             "more_after": head - high,
         }
 
-    def recent(self, limit: int, listed: Filter) -> dict[str, Any]:
+    def recent(self, limit: int, listed: Filter) -> Listing:
         """Newest records first with their links, and the count of what matched (``Index.recent``), or from the log."""
         if self.log.exists():
             try:
@@ -208,7 +209,7 @@ class IndexAccess:
         return {"records": records, "returned": len(records), "total_matches": matched,
                 "left_out": {"beyond_limit": matched - len(records)}}
 
-    def _add_links(self, entries: list[dict[str, Any]]) -> None:
+    def _add_links(self, entries: list[Entry]) -> None:
         """Add ``superseded_by`` / ``retracted_by`` from the index to entries read without them."""
         if not entries or not self.log.exists():
             return
@@ -219,11 +220,11 @@ class IndexAccess:
         for e in entries:
             e.update(links.get(e["seq"], {}))
 
-    def search(self, query: str, **options: Any) -> dict[str, Any]:
+    def search(self, query: str, **options: Any) -> Found:
         """``Hybrid.search`` (``Index.search`` when lexical); without a usable index, the same over the log."""
         if not self.log.exists():
             empty = Search.empty_reply(query, k=options["k"], max_tokens=options["max_tokens"])
-            empty.update(mode="lexical", mode_reason="the store has no log yet")
+            empty["mode"], empty["mode_reason"] = "lexical", "the store has no log yet"
             return empty
         try:
             with self.one_read():
@@ -233,7 +234,7 @@ class IndexAccess:
                 raise
             return self._search_log(query, reason=self.problem(exc), **options)
 
-    def _search_log(self, query: str, *, reason: str, **options: Any) -> dict[str, Any]:
+    def _search_log(self, query: str, *, reason: str, **options: Any) -> Found:
         """Search without the store's index: the same ranking over an index built from the log alone.
 
         The slow path: the temporary index (in a private directory, removed
@@ -245,7 +246,7 @@ class IndexAccess:
         if self._scratch is None:
             self._scratch = Index(self.log, Path(tempfile.mkdtemp(prefix="retained-search-")) / INDEX_NAME)
         reply = self._scratch.search(query, **options)
-        reply.update(mode="lexical", mode_reason=f"answered from the log, more slowly: {reason}")
+        reply["mode"], reply["mode_reason"] = "lexical", f"answered from the log, more slowly: {reason}"
         return reply
 
     def problem(self, exc: BaseException) -> str:

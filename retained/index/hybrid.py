@@ -56,7 +56,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retained import limits
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
@@ -66,6 +66,9 @@ from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
 from retained.vectors import numeric as vectors
 from retained.vectors.embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
+
+if TYPE_CHECKING:
+    from retained.replies import Entry, Found
 
 # Bounds and defaults, each with its reason.
 DENSE_WEIGHT = 0.25  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
@@ -483,7 +486,7 @@ class Hybrid:
         include_retracted: bool = False,
         mode: str = "auto",
         context: int = 0,
-    ) -> dict[str, Any]:
+    ) -> Found:
         """Search with vectors when they can be used, else lexically; the reply says which and why.
 
         ``mode`` is "auto" (hybrid when possible), "lexical", or "dense"
@@ -522,7 +525,7 @@ class Hybrid:
             info["breaker"] = self.embedder.status()["breaker"]["state"]
         if reason is not None or query_vec is None:
             reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
-            reply.update(mode="lexical", mode_reason=reason, vectors=info)
+            reply["mode"], reply["mode_reason"], reply["vectors"] = "lexical", reason, info
             return reply
         return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
                            context=context, **opts)
@@ -547,7 +550,7 @@ class Hybrid:
         scope: str | None,
         include_superseded: bool,
         include_retracted: bool,
-    ) -> dict[str, Any]:
+    ) -> Found:
         check_search_args(text, k, max_tokens, context)
         opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
@@ -576,7 +579,7 @@ class Hybrid:
         visible = lexical_visible + len(unmatched)
         lex_rank = {s: i for i, (s, *_) in enumerate(lex, start=1)}
         dense_rank = {s: i for i, (s, _) in enumerate(dense, start=1)}
-        results: list[dict[str, Any]] = []
+        results: list[Entry] = []
         used = over_budget = unreadable = 0
         with self.index.lock:
             places = index_schema.places(self.index.connection(), [s for s, _ in top])
@@ -609,7 +612,7 @@ class Hybrid:
         }
         from retained.index import query as _query
 
-        reply = {
+        reply: Found = {
             "query": _query.build(text) or "",
             "results": results,
             "total_matches": total,

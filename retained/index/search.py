@@ -21,7 +21,7 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from retained import limits
 from retained.core import record
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from retained.core.log import Log
+    from retained.replies import ContextCount, Entry, Found, Links
 
 # Column weights for bm25 (text, body, fields). Measured on LoCoMo with
 # harness/eval_locomo.py: weights between 0.3 and 3 move recall@5 by under
@@ -229,8 +230,8 @@ class _Index(Protocol):
     def lock(self) -> threading.RLock: ...
     def connection(self) -> sqlite3.Connection: ...
     def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]: ...
-    def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[dict[str, Any] | None]: ...
-    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None: ...
+    def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]: ...
+    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None: ...
 
 
 class Search:
@@ -559,7 +560,7 @@ class Search:
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
-    ) -> dict[str, Any]:
+    ) -> Found:
         """Ranked records for ``text`` with the I2 accounting.
 
         Returns ``{"query", "results", "total_matches", "returned",
@@ -601,7 +602,7 @@ class Search:
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both
         visible = total - hidden_sup - hidden_ret
-        results: list[dict[str, Any]] = []
+        results: list[Entry] = []
         used = over_budget = unreadable = 0
         read = self.index.read_rows((seq, offset, length, h) for seq, _, offset, length, h, _ in top)
         for _seq, score, *_ in top:
@@ -630,7 +631,7 @@ class Search:
         }
         if len(results) + sum(left_out.values()) != total:
             raise InvariantBroken(f"search: {len(results)} returned + {left_out} left out != {total} matched (I2)")
-        reply: dict[str, Any] = {
+        reply: Found = {
             "query": expr or "",
             "results": results,
             "total_matches": total,
@@ -648,14 +649,14 @@ class Search:
 
     def attach_context(
         self,
-        results: list[dict[str, Any]],
+        results: list[Entry],
         n: int,
         max_tokens: int | None,
         used: int,
         *,
         include_superseded: bool = False,
         include_retracted: bool = False,
-    ) -> dict[str, Any]:
+    ) -> ContextCount:
         """Give each result ``context``: up to ``n`` records of its scope around it, nearest first, in place.
 
         The records just before and just after a result alternate (before
@@ -692,7 +693,7 @@ class Search:
         read = dict(zip(first, self.index.read_rows(first.values()), strict=True))
         included = tokens = over_budget = 0
         for entry, nearest in zip(results, nearest_of, strict=True):
-            got: list[dict[str, Any]] = []
+            got: list[Entry] = []
             for row in [row for row in nearest if row[0] not in seen][:n]:
                 near = read[row[0]]
                 if near is None:
@@ -754,16 +755,16 @@ class Search:
                     break
         return out
 
-    def add_links(self, entries: list[dict[str, Any]]) -> None:
+    def add_links(self, entries: list[Entry]) -> None:
         """Give each entry its ``superseded_by`` / ``retracted_by`` / ``redacted_by``, in place (one query)."""
         if entries:
             with self._mutex:
-                links = links_of(self.connection(), [e["seq"] for e in entries])
+                links = cast("dict[int, Links]", links_of(self.connection(), [e["seq"] for e in entries]))
             for entry in entries:
                 entry.update(links.get(entry["seq"], {}))
 
     @staticmethod
-    def empty_reply(text: str, *, k: int = limits.SEARCH_K_DEFAULT, max_tokens: int | None = None) -> dict[str, Any]:
+    def empty_reply(text: str, *, k: int = limits.SEARCH_K_DEFAULT, max_tokens: int | None = None) -> Found:
         """The reply for a store with no log yet: nothing matched, nothing left out."""
         check_search_args(text, k, max_tokens)
         return {

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import blake3
 
@@ -59,6 +59,9 @@ from retained.index.search import (
     Ranking,
     Search,
 )
+
+if TYPE_CHECKING:
+    from retained.replies import Entry, Links, Listing
 
 # The names callers import from here, those defined in documents and index_search included.
 __all__ = [
@@ -690,16 +693,16 @@ class Index:
         with self._mutex:
             return schema.place(self.connection(), seq)
 
-    def links(self, seq: int) -> dict[str, list[int]]:
+    def links(self, seq: int) -> Links:
         """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``."""
         return self.links_of([seq]).get(seq, {})
 
-    def links_of(self, seqs: Sequence[int]) -> dict[int, dict[str, list[int]]]:
+    def links_of(self, seqs: Sequence[int]) -> dict[int, Links]:
         """`links` of each of ``seqs`` in one query (a seq nothing names is absent)."""
         with self._mutex:
-            return schema.links_of(self.connection(), seqs)
+            return cast("dict[int, Links]", schema.links_of(self.connection(), seqs))
 
-    def read(self, seq: int) -> dict[str, Any] | None:
+    def read(self, seq: int) -> Entry | None:
         """The record read from the log at its indexed place, checked against its hash.
 
         None when the index has no such seq or the line there no longer holds it.
@@ -709,7 +712,7 @@ class Index:
             return None
         return self._read_checked(seq, *found)
 
-    def read_many(self, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
+    def read_many(self, seqs: Sequence[int]) -> dict[int, Entry]:
         """``{seq: entry}`` for those of ``seqs`` the index holds and the log still has there, with their links.
 
         One catch-up, one query for the places and one for the links, and
@@ -719,7 +722,7 @@ class Index:
         with self._mutex:
             db = self.connection()
             found = schema.places(db, seqs)
-            links = schema.links_of(db, list(found))
+            links = cast("dict[int, Links]", schema.links_of(db, list(found)))
         rows = [(seq, *found[seq]) for seq in dict.fromkeys(seqs) if seq in found]
         out = {}
         for row, entry in zip(rows, self.read_rows(rows), strict=True):
@@ -728,7 +731,7 @@ class Index:
                 out[row[0]] = entry
         return out
 
-    def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[dict[str, Any] | None]:
+    def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]:
         """The record at each ``(seq, offset, length, hash)``, read from the log and checked against the hash.
 
         None where the line there no longer holds that record. The log is
@@ -746,17 +749,17 @@ class Index:
         if batch:
             yield from self._checked(batch)
 
-    def _checked(self, rows: list[tuple[int, int, int, str]]) -> Iterator[dict[str, Any] | None]:
+    def _checked(self, rows: list[tuple[int, int, int, str]]) -> Iterator[Entry | None]:
         raws = self.log.read_many([(offset, length) for _, offset, length, _ in rows])
         for (seq, offset, length, h), raw in zip(rows, raws, strict=True):
             line = make_line(offset, raw)
             ok = line.chained and line.seq == seq and line.hash == h
             yield {"seq": seq, "offset": offset, "length": length, "record": line.record} if ok else None
 
-    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None:
+    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None:
         return next(self._checked([(seq, offset, length, h)]))
 
-    def recent(self, limit: int = 20, *, listed: schema.Filter | None = None) -> dict[str, Any]:
+    def recent(self, limit: int = 20, *, listed: schema.Filter | None = None) -> Listing:
         """Newest records first (for ``list``), each with its links, and the I2 count of what matched.
 
         ``listed`` filters (`schema.Filter`).
@@ -770,7 +773,7 @@ class Index:
             with schema.transaction(db):  # one snapshot for the count, the rows and their links
                 total = schema.count_listed(db, listed=listed)
                 rows = schema.newest(db, limit, listed=listed)
-                links = schema.links_of(db, [row[0] for row in rows])
+                links = cast("dict[int, Links]", schema.links_of(db, [row[0] for row in rows]))
         out = []
         for row, entry in zip(rows, self.read_rows(rows), strict=True):
             if entry is not None:

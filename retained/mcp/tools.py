@@ -11,7 +11,7 @@ are built (``tool_specs``), never when this module is imported.
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,6 +19,7 @@ from retained import limits, render
 from retained.shapes import Found, Proof, Records, Report
 
 if TYPE_CHECKING:
+    from retained.replies import WriteProof
     from retained.store import Store
 
 T = TypeVar("T")
@@ -138,8 +139,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import Field
 
-    def result(structured: dict[str, Any], text: str) -> CallToolResult:
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+    def result(structured: Mapping[str, Any], text: str) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=dict(structured))
 
     def call(tool: str, fn: "Callable[[Store], T]") -> T:
         try:
@@ -147,7 +148,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         except Exception as exc:  # noqa: BLE001 - the edge: every failure becomes a coded tool error
             raise _as_tool_error(tool, exc) from None
 
-    def proof_result(proof: dict[str, Any]) -> CallToolResult:
+    def proof_result(proof: "WriteProof") -> CallToolResult:
         structured = {"duplicate": False, **proof}
         return result(structured, render.proof(structured))
 
@@ -290,6 +291,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         """
         if ids is not None and around is not None:
             raise _invalid("give ids or around, not both; nothing was read")
+        got: Mapping[str, Any]
         if around is not None:
             got = call("memory_get", lambda store: store.timeline(around, window=window))
         elif ids is not None:

@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,7 @@ class VerifyRun:
         self.state = "running"
         self.done_bytes = 0
         self.total_bytes = 0
-        self.report: dict[str, Any] | None = None
+        self.report: Mapping[str, Any] | None = None
         self.error: str | None = None
         self.seconds = 0.0
         self.finished_at = ""
@@ -229,11 +230,11 @@ class Viewer:
 
         return self._answer(build)
 
-    def _chain(self, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    def _chain(self, entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """The records ``entry`` corrects and that correct it, oldest first (each way at most ``CHAIN_MAX``)."""
-        found = {entry["seq"]: entry}
+        found: dict[int, Mapping[str, Any]] = {entry["seq"]: entry}
         for step in ("back", "forward"):
-            frontier = [entry]
+            frontier: Sequence[Mapping[str, Any]] = [entry]
             for _ in range(CHAIN_MAX):
                 wanted: list[int] = []
                 for e in frontier:

@@ -37,6 +37,30 @@ class Parts(Protocol):
     def index_access(self) -> IndexAccess: ...
 
 
+# Store directories whose unsafe permissions this process already warned of (once per process).
+_WARNED_DIRS: set[str] = set()
+
+
+def permission_notices(store: Parts) -> list[str]:
+    """Once per process and directory: a warning if others may write the store (for a write's reply)."""
+    key = str(store.directory.resolve())
+    if key in _WARNED_DIRS:
+        return []
+    _WARNED_DIRS.add(key)
+    return [f["message"] for f in unsafe_permissions(store, anchor_dir=False)]
+
+
+def head(store: Parts) -> dict[str, Any]:
+    """``Store.head``: the chain head, the store id and the anchor file (see there)."""
+    seq, h, end = store.log.tail()
+    directory, anchor_dir = store.directory, store.anchor_dir
+    sid = anchors.store_id(directory) if anchor_dir is not None else anchors.store_id(directory, create=False)
+    return {
+        "seq": seq, "hash": h, "bytes": end, "log": str(store.log.path), "store_id": sid,
+        "anchor_file": str(anchors.anchor_file(anchor_dir, sid)) if anchor_dir is not None and sid else None,
+    }
+
+
 def unsafe_permissions(store: Parts, *, anchor_dir: bool = True) -> list[dict[str, Any]]:
     """``unsafe_permissions`` findings: the store directory, the log, the anchor directory writable by others."""
     places = [("the store directory", store.directory, "700"), ("the log", store.log.path, "600")]

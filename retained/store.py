@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from retained import limits
-from retained.core import anchors, lock, record
+from retained.core import lock, record
 from retained.core.log import Log
-from retained.errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
+from retained.errors import RECORD_LIMIT_SETTING, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
 from retained.version import __version__
 
 if TYPE_CHECKING:
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
 _NO_NOTES: Notes = {}
-# Store directories whose unsafe permissions this process already warned of (once per process).
-_WARNED_DIRS: set[str] = set()
 
 
 class Guarded(NamedTuple):
@@ -189,21 +187,13 @@ class Store:
                                  for proof, item in zip(proofs, items, strict=True)]
         if not self._permissions_checked:
             self._permissions_checked = True
-            notices = self._permission_notices()
+            from retained.audit import permission_notices
+
+            notices = permission_notices(self)
             if notices:
                 for proof in out:
                     proof["notices"] = [*proof.get("notices", ()), *notices]
         return out
-
-    def _permission_notices(self) -> list[str]:
-        """Once per process and directory: a warning if others may write the store (for the write's reply)."""
-        key = str(self.directory.resolve())
-        if key in _WARNED_DIRS:
-            return []
-        _WARNED_DIRS.add(key)
-        from retained.audit import unsafe_permissions
-
-        return [f["message"] for f in unsafe_permissions(self, anchor_dir=False)]
 
     def write(
         self,
@@ -521,15 +511,7 @@ class Store:
         Raises:
             EmbedConfigError: embeddings are off (the reason names the setting to set).
         """
-        hybrid = self.hybrid
-        if hybrid.embedder is None:
-            raise EmbedConfigError(
-                hybrid.off_reason or "embeddings are off: set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
-            )
-        if backfill:
-            return hybrid.backfill(progress)
-        with self.index_access.one_read():
-            return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
+        return self.index_access.embed(backfill=backfill, progress=progress)
 
     def stats(self, *, progress: Any = None) -> dict[str, Any]:
         """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only."""
@@ -575,12 +557,9 @@ class Store:
         Also the store id and the anchor file where verify and the brief
         record heads (None when anchoring is off or the store does not exist).
         """
-        seq, h, end = self.log.tail()
-        sid = anchors.store_id(self.directory) if self.anchor_dir is not None else anchors.store_id(self.directory, create=False)
-        return {
-            "seq": seq, "hash": h, "bytes": end, "log": str(self.log.path), "store_id": sid,
-            "anchor_file": str(anchors.anchor_file(self.anchor_dir, sid)) if self.anchor_dir is not None and sid else None,
-        }
+        from retained import audit
+
+        return audit.head(self)
 
     def verify(self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None) -> Report:
         """Walk the whole chain and report every finding (memory flat in log size); ``progress(done_bytes, total_bytes)``.

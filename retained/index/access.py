@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from retained import limits
 from retained.core import anchors, record
 from retained.core.log import Line, Log
-from retained.errors import InvalidRecord, NotFound, RetainedError
+from retained.errors import EmbedConfigError, InvalidRecord, NotFound, RetainedError
 from retained.index.schema import INDEX_NAME, Filter
 from retained.index.search import Search
 from retained.index.writer import Index, IndexError_, IndexFull
@@ -265,6 +265,18 @@ class IndexAccess:
             f"remove {path} and its -wal and -shm files (with sudo if another user owns them) or give them back "
             "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
         )
+
+    def embed(self, *, backfill: bool, progress: Any) -> dict[str, Any]:
+        """``Store.embed``: the vectors' status, or a backfill (see there)."""
+        hybrid = self.hybrid
+        if hybrid.embedder is None:
+            raise EmbedConfigError(
+                hybrid.off_reason or "embeddings are off: set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
+            )
+        if backfill:
+            return hybrid.backfill(progress)
+        with self.one_read():
+            return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
 
     # -- rebuilding ---------------------------------------------------------------
 

@@ -4,9 +4,12 @@ Writing: ``write``, ``write_batch``, ``checkpoint``, ``forget``, ``redact``.
 Reading: ``get`` (by seq), ``timeline`` (around a seq), ``list`` (newest
 first), ``search``, ``brief``, ``head``, ``stats``. Checking and copying:
 ``verify``, ``rebuild``, ``export``, ``backup``, ``embed``. Each method is a
-few lines over the log (and, where present, the index). The CLI and the MCP
-server hold no storage logic and reach nothing below this class: they call
-these, so a verb gives the same facts on every edge.
+few lines over the log (and, where present, the index): the reads and their
+fallbacks to the log are ``retained.index.access``'s, verify and anchor
+acceptance ``retained.audit``'s. The replies' types are in
+``retained.replies``. The CLI and the MCP server hold no storage logic and
+reach nothing below this class: they call these, so a verb gives the same
+facts on every edge.
 """
 
 from __future__ import annotations

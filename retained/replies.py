@@ -4,8 +4,8 @@ Each is a ``TypedDict`` that the code building the reply is annotated with,
 so mypy checks every key where it is written and every read of one. The
 edges print these dicts as they are (``--json``, MCP structured content);
 ``retained.shapes`` declares the part of them the MCP tools publish as
-their output schemas. Imported for annotations only: nothing here runs on a
-read or a write.
+their output schemas (its ``Proof`` is a `Placed`). The package imports this
+module for annotations only: nothing here runs on a read or a write.
 """
 
 from __future__ import annotations

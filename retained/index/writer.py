@@ -16,7 +16,7 @@ the log was replaced (restored from a copy, redacted, truncated by hand):
 reads then rebuild, and ``verify`` reports it first.
 
 The file name, the tables, the mark and the read-only queries are defined
-once in ``index_schema``; what the index stores for a record (its words,
+once in ``schema``; what the index stores for a record (its words,
 links and token cost) is in ``documents``; ranked search, a part of `Index`
 (its ``searcher``), is in ``search``; the two-way verify is in ``verify``.
 Reads are batched: one catch-up per Store call (`Index.one_catch_up`) and

@@ -391,13 +391,11 @@ def places_within(db: sqlite3.Connection, size: int | None) -> Iterator[tuple[in
     return iter(db.execute("SELECT seq, offset, hash FROM records WHERE offset + length <= ? ORDER BY seq", (size,)))
 
 
-def links_to(db: sqlite3.Connection, seq: int) -> dict[str, list[int]]:
-    """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``, oldest first."""
-    return links_of(db, [seq]).get(seq, {})
-
-
 def links_of(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str, list[int]]]:
-    """`links_to` for each of ``seqs`` at once (one query per `IN_ROWS_MAX` seqs); a seq nothing names is absent."""
+    """``superseded_by`` / ``retracted_by`` / ``redacted_by`` of each of ``seqs``: the records naming it, oldest first.
+
+    One query per `IN_ROWS_MAX` seqs; a seq nothing names is absent.
+    """
     out: dict[int, dict[str, list[int]]] = {}
     for i in range(0, len(seqs), IN_ROWS_MAX):
         part = seqs[i : i + IN_ROWS_MAX]

@@ -687,30 +687,10 @@ class Index:
 
     # -- lookups --------------------------------------------------------------
 
-    def lookup(self, seq: int) -> tuple[int, int, str] | None:
-        """``(offset, length, hash)`` of a record, or None if the index has no such seq."""
-        self.catch_up()
-        with self._mutex:
-            return schema.place(self.connection(), seq)
-
-    def links(self, seq: int) -> Links:
-        """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``."""
-        return self.links_of([seq]).get(seq, {})
-
     def links_of(self, seqs: Sequence[int]) -> dict[int, Links]:
         """`links` of each of ``seqs`` in one query (a seq nothing names is absent)."""
         with self._mutex:
             return cast("dict[int, Links]", schema.links_of(self.connection(), seqs))
-
-    def read(self, seq: int) -> Entry | None:
-        """The record read from the log at its indexed place, checked against its hash.
-
-        None when the index has no such seq or the line there no longer holds it.
-        """
-        found = self.lookup(seq)
-        if found is None:
-            return None
-        return self._read_checked(seq, *found)
 
     def read_many(self, seqs: Sequence[int]) -> dict[int, Entry]:
         """``{seq: entry}`` for those of ``seqs`` the index holds and the log still has there, with their links.

@@ -107,7 +107,7 @@ def verify_index(store: Parts, report: dict[str, Any], lines: Any, snapshot: tup
     return out
 
 
-def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any = None) -> Report:
+def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any = None, workers: int = 0) -> Report:
     """``Store.verify``: every finding over one snapshot of the log (see there)."""
     given = [anchors.parse(a) for a in ([anchor] if isinstance(anchor, str) else anchor or [])]
     # Anchors are read before the snapshot is fixed: one recorded by
@@ -118,14 +118,15 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     head_seq, head_hash, head_end = log.tail(stop=size)
     to_check = [*(loaded.anchors if loaded is not None else ()), *given]
     # The index check reads the lines the chain walk passes it (one read
-    # of the log) while worker processes classify the next ranges; its
+    # of the log) while any worker processes classify the next ranges; its
     # findings follow the chain's.
     index: dict[str, Any] = {"findings": []}
 
     def check(lines: Any) -> None:
         index.update(checked=verify_index(store, index, lines, (size, head_seq)))
 
-    walked = chain.verify_file(log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress)
+    walked = chain.verify_file(log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress,
+                               workers=workers)
     report = cast("Report", walked.to_dict())  # the walk's counts and findings; the rest is added here
     report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
     report["quarantined"] = log.quarantined()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from retained import limits
-from retained.core import lock, record
+from retained.core import anchors, lock, record
 from retained.core.log import Log
 from retained.errors import RECORD_LIMIT_SETTING, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
 from retained.version import __version__
@@ -64,7 +64,7 @@ class Store:
         self.directory = Path(directory).expanduser()
         # Where the store's head is recorded outside it (retained/anchors.py);
         # None: no anchors. The edges pass the setting (settings.store_options).
-        self.anchor_dir = None if anchor_dir is None else Path(anchor_dir)
+        self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
         self._permissions_checked = False
         if self.directory.exists() and not self.directory.is_dir():
             raise NoStore(
@@ -164,12 +164,14 @@ class Store:
             notes["redactions"] = result.redactions
         return Guarded(record.Content(result.fields), notes)
 
-    def append(self, items: list[Guarded], *, client: dict[str, Any] | None = None) -> list[WriteProof]:
+    def append(
+        self, items: list[Guarded], *, client: dict[str, Any] | None = None, op_reuse: str = "conflict"
+    ) -> list[WriteProof]:
         """Append records the guard has seen (``prepare``); one proof each, in order, once durable.
 
         Every write of the store comes through here and then ``Log.append``,
         the one pipeline into the file: write, checkpoint, forget,
-        write_batch and import alike.
+        write_batch and import alike. ``op_reuse`` as in ``Log.append``.
         """
         for i, item in enumerate(items):
             if not isinstance(item, Guarded):
@@ -183,7 +185,7 @@ class Store:
             self.log.reopen()
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
-        proofs = self.log.append([item.content for item in items], client=client or self.client)
+        proofs = self.log.append([item.content for item in items], client=client or self.client, op_reuse=op_reuse)
         if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out: list[WriteProof] = [{**proof, **item.notes} if item.notes else proof
@@ -494,13 +496,16 @@ class Store:
         return self.index_access.search(query, k=k, max_tokens=max_tokens, scope=scope, context=context,
                                         include_superseded=include_superseded, include_retracted=include_retracted)
 
-    def rebuild(self, progress: Any = None) -> dict[str, Any]:
+    def rebuild(self, progress: Any = None, *, workers: int = 0) -> dict[str, Any]:
         """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``.
+
+        ``workers``: worker processes a large log's ranges may be indexed in
+        (``retained.core.pool``); 0, the default, starts none.
 
         Raises:
             IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
         """
-        return self.index_access.rebuild(progress)
+        return self.index_access.rebuild(progress, workers=workers)
 
     def embed(self, *, backfill: bool = False, progress: Any = None) -> dict[str, Any]:
         """The optional embeddings: their status, or with ``backfill`` vectors for every record without one.
@@ -516,26 +521,33 @@ class Store:
         """
         return self.index_access.embed(backfill=backfill, progress=progress)
 
-    def stats(self, *, progress: Any = None) -> dict[str, Any]:
-        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only."""
+    def stats(self, *, progress: Any = None, workers: int = 0) -> dict[str, Any]:
+        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only.
+
+        ``workers`` as for ``verify``.
+        """
         from retained.index import stats
 
-        return stats.stats(self.log, progress=progress)
+        return stats.stats(self.log, progress=progress, workers=workers)
 
-    def export(self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None) -> dict[str, Any]:
+    def export(
+        self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None, overwrite: bool = False
+    ) -> dict[str, Any]:
         """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.data.export``).
 
-        ``out`` is a binary stream, or a path: a new file (0600) renamed into
-        place when complete, whose path the result gives.
+        ``out`` is a binary stream, or a path: a new file (0600) put in
+        place when complete, whose path the result gives; an existing file
+        is refused unless ``overwrite``.
 
         Raises:
+            PathRefused: the path exists (without ``overwrite``) or is inside the store; nothing was written.
             ExportRefused: verify found problems and ``force`` is false; nothing was written.
         """
         from retained.data import export
 
         if hasattr(out, "write"):
             return export.export(self.log, out, format=format, force=force, progress=progress)
-        return export.export_to_file(self.log, out, format=format, force=force, progress=progress)
+        return export.export_to_file(self.log, out, format=format, force=force, progress=progress, overwrite=overwrite)
 
     def backup(self, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
         """Copy the log under the store lock to a new directory ``dest``, then verify the copy (see ``retained.data.backup``).
@@ -564,8 +576,15 @@ class Store:
 
         return audit.head(self)
 
-    def verify(self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None) -> Report:
+    def verify(
+        self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None, workers: int = 0
+    ) -> Report:
         """Walk the whole chain and report every finding (memory flat in log size); ``progress(done_bytes, total_bytes)``.
+
+        ``workers``: worker processes a large log's ranges may be classified
+        in (``retained.core.pool``; the report is the same); 0, the default,
+        starts none. Pass more only from a program whose main module is
+        guarded (``if __name__ == "__main__":``), as the command line does.
 
         Verify judges one snapshot: the log's size and head when it begins
         (``snapshot`` in the report). The chain walk and the index check both
@@ -584,7 +603,7 @@ class Store:
         """
         from retained import audit
 
-        return audit.verify(self, anchor=anchor, progress=progress)
+        return audit.verify(self, anchor=anchor, progress=progress, workers=workers)
 
     def anchor(self, *, accept: bool = False, reason: str | None = None) -> dict[str, Any]:
         """The anchors recorded for this store, each with its state on today's chain; ``accept`` settles those off it.

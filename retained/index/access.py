@@ -280,10 +280,10 @@ class IndexAccess:
 
     # -- rebuilding ---------------------------------------------------------------
 
-    def rebuild(self, progress: Any = None) -> dict[str, Any]:
+    def rebuild(self, progress: Any = None, *, workers: int = 0) -> dict[str, Any]:
         """``Index.rebuild``, with an index that cannot be opened reported by `problem`."""
         try:
-            return self.index.rebuild(progress)
+            return self.index.rebuild(progress, workers=workers)
         except IndexFull:
             raise  # a full disk says nothing against the index file: its own message says to free space
         except (sqlite3.Error, OSError, IndexError_) as exc:

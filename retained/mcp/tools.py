@@ -88,6 +88,39 @@ class Memory:
             store.close()
 
 
+
+def _bounded(reply: Mapping[str, Any], bytes_max: int) -> dict[str, Any]:
+    """``reply`` (a Records reply) cut to records of ``bytes_max`` stored bytes in all (at least one), saying what was cut.
+
+    The bound is the record limit: a reply carries at most one largest
+    record's worth (500 records of 16 MiB would otherwise be one reply of
+    8 GB), and the first record always comes back whole.
+
+    What was cut is counted in ``more`` and named in ``left_out_for_size``
+    (their seqs, and how to read them), so the reply still accounts for
+    every record it matched (I2).
+    """
+    got = dict(reply)
+    entries = got["records"]
+    total = 0
+    for i, entry in enumerate(entries):
+        total += int(entry.get("length") or 0)
+        if i and total > bytes_max:
+            cut = entries[i:]
+            got["records"] = entries[:i]
+            got["returned"] = i
+            got["more"] = got.get("more", 0) + len(cut)
+            got["left_out_for_size"] = {
+                "seqs": [e["seq"] for e in cut],
+                "reply_bytes_max": bytes_max,
+                "message": f"{len(cut)} record(s) left out: the reply holds at most {bytes_max} bytes of records; "
+                           "read them with memory_get ids=[...] in smaller groups",
+            }
+            break
+    return got
+
+
+
 def _as_tool_error(tool: str, exc: BaseException) -> Exception:
     """The ToolError for a failure, with the stable code first."""
     from mcp.server.mcpserver.exceptions import ToolError
@@ -299,6 +332,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             got = {"records": entries, "returned": len(entries), "more": 0}
         else:
             got = call("memory_get", lambda store: store.list(limit=limit, kind=kind, scope=scope))
+        got = _bounded(got, memory.options.get("record_bytes_max") or limits.RECORD_BYTES_MAX)
         return result(got, render.records(got, whole=True))
 
     def memory_search(

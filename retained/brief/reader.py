@@ -7,8 +7,9 @@ hashes and ``sqlite3`` for the index), and the brief's path imports nothing
 else of retained but the few leaf modules it must have: ``errors``,
 ``paths``, ``render`` (the one text form of a record), ``core.files``
 (opening without links), ``core.lines`` (what a line is, read backwards),
-``core.anchors`` (the brief records the head it read) and ``index.schema``
-(the index's tables and read-only queries). Never orjson, the storage core
+``core.anchors`` (the brief records the head it read), ``index.schema``
+(the index's tables and read-only queries) and ``brief.session`` (the one
+entry every caller of the brief goes through). Never orjson, the storage core
 (``core.log``, ``core.record``, ``core.lock``) or the index writer:
 tests/unit/test_brief.py checks the set.
 

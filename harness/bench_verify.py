@@ -72,7 +72,7 @@ CHILD = r"""
 import json, resource, sys, time, tracemalloc
 op, directory, trace = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 import orjson
-from retained import Store
+from retained import Store, audit
 from retained.core import chain, pool
 from retained.core.log import Log
 WORKERS = pool.cpu_workers()  # what the command line passes
@@ -155,7 +155,7 @@ elif op == "chain_parallel":
 elif op == "verify_walk":
     s = Store(directory)
     r = chain.walk(s.log.scan(), s.log.path.name).to_dict()
-    r["index"] = s._verify_index(r, None, None)
+    r["index"] = audit.verify_index(s, r, None, None)
     out["records"], out["findings"] = r["records"], len(r["findings"])
 elif op == "verify":
     r = Store(directory).verify(workers=WORKERS)

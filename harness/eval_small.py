@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 MEMORIES = [
@@ -57,7 +58,7 @@ assert sum(1 for _, _, group in QUESTIONS if group == "shared") == 6
 assert sorted(want for _, want, _ in QUESTIONS) == list(range(12))
 
 
-def _seq(entry: dict[str, Any]) -> int | None:
+def _seq(entry: Mapping[str, Any]) -> int | None:
     if isinstance(entry.get("seq"), int):
         return entry["seq"]
     record = entry.get("record")

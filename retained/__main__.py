@@ -17,7 +17,7 @@ exit_on_interrupt()
 
 # The brief's modules (light: see ``retained.brief.reader``), after the handler.
 from retained.brief import compose as brief  # noqa: E402
-from retained.core.anchors import dir_from  # noqa: E402
+from retained.brief.session import session_brief  # noqa: E402
 from retained.paths import store_dir  # noqa: E402
 
 
@@ -37,12 +37,7 @@ def _brief() -> int | None:
     opts = brief.parse_args(rest)
     if opts is None:
         return None
-    directory = store_dir(opts["dir"])
-    budget = brief.DEFAULT_BUDGET if opts["budget"] is None else opts["budget"]
-    try:
-        result = brief.build_brief(directory, budget, opts["scope"], anchor_dir=dir_from(os.environ))
-    except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
-        result = brief.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=opts["scope"])
+    result = session_brief(store_dir(opts["dir"]), opts["budget"], opts["scope"], environ=os.environ, never_fail=True)
     try:
         sys.stdout.buffer.write(brief.output(result, "json" if opts["json"] else opts["format"]))
         sys.stdout.flush()

@@ -50,6 +50,22 @@ SEARCH_K_MAX = 200
 LIST_LIMIT_MAX = 500
 SCOPE_CHARS_MAX = 200
 
+# Results a search returns unless asked for more: a page a person or an agent reads whole.
+SEARCH_K_DEFAULT = 10
+
+# Tokens the session-start brief may use unless told: about 6 KB of text, a
+# useful start of a session without crowding the context (and well within the
+# brief's output cap).
+BRIEF_BUDGET_DEFAULT = 1500
+
+# The kinds of record the store writes itself, each through its own verb
+# (checkpoint, forget, redact, quarantine, anchor --accept): a caller's write
+# may not use them (record.make_content refuses them).
+STORE_KINDS = ("checkpoint", "retract", "redaction", "quarantine", "anchor_accept")
+# Records whose text is about other records (a retraction's, a redaction's):
+# no vector is made for them.
+MARKER_KINDS = ("retract", "redaction")
+
 # How the bounds relate, checked at import (explicit raises: `python -O` strips asserts).
 if SCAN_CHUNK_BYTES < TAIL_CHUNK_BYTES:
     raise ImportError("limits: SCAN_CHUNK_BYTES must be at least TAIL_CHUNK_BYTES")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from retained.index.schema import LINKED_BY, link_targets  # the index's reading of link fields
@@ -90,7 +91,7 @@ def _seq_refs(seqs: Any) -> str:
     return ",".join(f"#{s}" for s in seqs)
 
 
-def block(entry: dict[str, Any]) -> str:
+def block(entry: Mapping[str, Any]) -> str:
     """One record as a header line, then its text and body indented.
 
     ``entry`` holds display-ready values: ``seq``, ``kind``, ``ts``,
@@ -123,7 +124,7 @@ def block(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_shown: tuple[str, str | None] | None = None) -> str:
+def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_shown: tuple[str, str | None] | None = None) -> str:
     """A stored record (``{"seq", "record", "superseded_by"?, ...}`` as the Store returns it) as text.
 
     Every field its writer set is shown: the chain's own fields (hash, prev)
@@ -133,7 +134,7 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
     reply's budget left for it (``documents.shown``: text and body, whole or
     cut around the query's words) and the note that says where the rest is.
     """
-    rec: dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
+    rec: Mapping[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
     seq = entry.get("seq", rec.get("seq"))
     links = {name: entry[name] for name in LINKED_BY.values() if entry.get(name)}
     if rec.get("redacted"):
@@ -168,13 +169,13 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
     return block(shown_entry)
 
 
-def _proof_line(proof: dict[str, Any]) -> str:
+def _proof_line(proof: Mapping[str, Any]) -> str:
     if proof.get("duplicate"):
         return f"already recorded as seq {proof['seq']} (same client_op_id); nothing new was written"
     return f"recorded seq {proof['seq']} at {proof.get('ts')}: durable and read back"
 
 
-def proof(proof: dict[str, Any]) -> str:
+def proof(proof: Mapping[str, Any]) -> str:
     """A write's proof: where the record is and how it links, then what the write guard changed."""
     lines = [
         _proof_line(proof),
@@ -194,7 +195,7 @@ def proof(proof: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _within(entries: list[dict[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
+def _within(entries: Sequence[Mapping[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
     """Each entry's text as a reply's budget leaves it (``documents.shown``), for the text form an agent reads."""
     # Deferred: documents imports the storage core (orjson), which the brief's reader never needs.
     from retained.index.documents import REST_HINT, shown
@@ -202,7 +203,7 @@ def _within(entries: list[dict[str, Any]], query: str | None, max_tokens: int | 
     return shown([e.get("record") or {} for e in entries], query, max_tokens, rest=rest or REST_HINT)
 
 
-def records(result: dict[str, Any], *, preview_chars: int | None = None, whole: bool = False) -> str:
+def records(result: Mapping[str, Any], *, preview_chars: int | None = None, whole: bool = False) -> str:
     """Records read by seq, newest first (``Store.list``) or around a seq (``Store.timeline``), and what was not shown.
 
     ``whole``: every record's text whole within the default budget (cuts say
@@ -224,7 +225,7 @@ def records(result: dict[str, Any], *, preview_chars: int | None = None, whole: 
     return "\n".join([*lines, tail])
 
 
-def search(reply: dict[str, Any], *, query: str | None = None, max_tokens: int | None = None, whole: bool = False) -> str:
+def search(reply: Mapping[str, Any], *, query: str | None = None, max_tokens: int | None = None, whole: bool = False) -> str:
     """A search reply: the ranked records (each result's context records after it, marked ``|``), then how many
     matched and what was left out, and why (I2).
 
@@ -254,7 +255,7 @@ def search(reply: dict[str, Any], *, query: str | None = None, max_tokens: int |
     return "\n".join(lines)
 
 
-def verify(report: dict[str, Any]) -> str:
+def verify(report: Mapping[str, Any]) -> str:
     """A verify report: what was judged, anything kept aside, every finding (up to ``FINDINGS_SHOWN``), the verdict."""
     lines = []
     if not report.get("exists", True):

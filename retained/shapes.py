@@ -7,16 +7,12 @@ output schema, so a client sees the fields below as structured content.
 
 from typing import Any, NotRequired, TypedDict
 
+from retained.replies import Placed
 
-class Proof(TypedDict):
+
+class Proof(Placed):
     """What a write returns (``Store.write``, ``checkpoint``, ``forget``): where the record is and how it links."""
 
-    seq: int
-    hash: str
-    prev: str
-    offset: int
-    length: int
-    ts: str
     duplicate: bool
     notices: NotRequired[list[str]]
 

@@ -63,6 +63,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from retained import limits
 from retained.brief.reader import IndexView, LogReader
 from retained.core import anchors
 from retained.core.lines import DAMAGED, FOREIGN, LOG_NAME, RECORD, TORN
@@ -84,9 +85,7 @@ from retained.render import short as _short
 from retained.render import ts as _ts
 from retained.sync import layout as sync_layout  # the stores `retained sync` pulled beside this one
 
-# A brief of about 6 KB of text: a useful start of session without crowding
-# the context; fits the output cap with room to spare.
-DEFAULT_BUDGET = 1500
+DEFAULT_BUDGET = limits.BRIEF_BUDGET_DEFAULT
 # Bytes the records shown may take in the largest output form (their JSON
 # entries, or their text blocks as one JSON string). With the opening and
 # closing lines and the JSON envelope this keeps every form under 10,000

@@ -8,7 +8,8 @@ else of retained but the few leaf modules it must have: ``errors``,
 ``paths``, ``render`` (the one text form of a record), ``core.files``
 (opening without links), ``core.lines`` (what a line is, read backwards),
 ``core.anchors`` (the brief records the head it read), ``index.schema``
-(the index's tables and read-only queries) and ``sync.layout`` (where
+(the index's tables and read-only queries), ``brief.session`` (the one
+entry every caller of the brief goes through) and ``sync.layout`` (where
 ``retained sync`` keeps the stores it pulled, which the brief names). Never orjson, the storage core
 (``core.log``, ``core.record``, ``core.lock``) or the index writer:
 tests/unit/test_brief.py checks the set.

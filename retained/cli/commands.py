@@ -23,9 +23,10 @@ import orjson
 
 from retained import limits, paths, render
 from retained.brief import compose as brief
+from retained.brief.session import session_brief
 from retained.cli import hook_install
 from retained.core import json_input, pool
-from retained.core.anchors import dir_from, listing_text
+from retained.core.anchors import listing_text
 from retained.errors import NoStore, RetainedError
 from retained.interrupt import raise_on_interrupt
 from retained.paths import chosen_dir
@@ -437,13 +438,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    budget = brief.DEFAULT_BUDGET if args.budget is None else args.budget
-    try:
-        result = brief.build_brief(store_dir(args), budget, args.scope, anchor_dir=dir_from(os.environ))
-    except RetainedError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
-        result = brief.unavailable(store_dir(args), f"{type(exc).__name__}: {exc}", budget=budget, scope=args.scope)
+    result = session_brief(store_dir(args), args.budget, args.scope, environ=os.environ, never_fail=True)
     sys.stdout.buffer.write(brief.output(result, "json" if args.json else args.format))
     sys.stdout.flush()
     return 0
@@ -454,7 +449,8 @@ BRIEF_EXAMPLE = "retained brief --budget 800 --scope proj-a --format claude"
 
 
 def _brief_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", type=int, metavar="TOKENS", help="token budget, estimated as UTF-8 bytes / 4 (default 1500)")
+    p.add_argument("--budget", type=int, metavar="TOKENS", help="token budget, estimated as UTF-8 bytes / 4 "
+                   f"(default {limits.BRIEF_BUDGET_DEFAULT})")
     p.add_argument("--scope", type=scope, help="only records with this scope")
     p.add_argument("--format", choices=("text", "claude", "json"), default="text",
                    help="text, claude (the JSON a Claude Code SessionStart hook prints), or json (same as --json)")
@@ -594,8 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("search", "ranked records for a query, saying how many it left out and why", "retained search 'deploy target' -k 5 --scope proj-a", cmd_search)
     p.add_argument("query", help="any text; punctuation and search syntax are taken literally")
-    p.add_argument("-k", type=whole(1, limits.SEARCH_K_MAX), default=10,
-                   help=f"most results to return, 1 to {limits.SEARCH_K_MAX} (default 10)")
+    p.add_argument("-k", type=whole(1, limits.SEARCH_K_MAX), default=limits.SEARCH_K_DEFAULT,
+                   help=f"most results to return, 1 to {limits.SEARCH_K_MAX} (default {limits.SEARCH_K_DEFAULT})")
     p.add_argument("--max-tokens", type=whole(1, limits.SEQ_MAX), help="token budget for the results (estimate: utf-8 bytes / 4)")
     p.add_argument("--scope", type=scope, help="only records with this scope")
     p.add_argument("--include-superseded", action="store_true", help="also show records a later record superseded")

@@ -28,7 +28,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
@@ -47,6 +47,9 @@ from retained.errors import (
     StoreDamaged,
     WriteFailed,
 )
+
+if TYPE_CHECKING:
+    from retained.replies import Placed, WriteProof
 
 LOCK_NAME = "log.lock"
 
@@ -111,7 +114,7 @@ class Log:
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
         # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
-        self._ops: dict[str, dict[str, Any]] = {}
+        self._ops: dict[str, Placed] = {}
         self._ops_end = 0
         self._ops_ino: int | None = None
         self.recovered: list[dict[str, Any]] = []
@@ -234,17 +237,6 @@ class Log:
             if line.chained:
                 return line
         return None
-
-    def find(self, seq: int) -> Line:
-        """The valid line holding ``seq``, by a scan (the index does this faster).
-
-        Raises:
-            NotFound: no valid chained line has that seq.
-        """
-        for line in self.scan():
-            if line.chained and line.seq == seq:
-                return line
-        raise NotFound(f"no record with seq {seq} in {self.path}; see `retained list` for what exists", seq=seq)
 
     def quarantined(self) -> list[dict[str, Any]]:
         """Torn tails set aside by earlier appends, with their sizes."""
@@ -423,7 +415,7 @@ class Log:
             self._tail_key = key
         return self._tail
 
-    def _ops_lookup(self, client_op_id: str, size: int) -> dict[str, Any] | None:
+    def _ops_lookup(self, client_op_id: str, size: int) -> Placed | None:
         """The proof of an earlier write with this client_op_id, if any.
 
         Built by one scan per process and then extended from where it ended,
@@ -466,7 +458,7 @@ class Log:
         client: dict[str, Any],
         ts: str | None = None,
         op_reuse: str = "conflict",
-    ) -> list[dict[str, Any]]:
+    ) -> list[WriteProof]:
         """Append records and return their proofs once they are durable.
 
         The one way into the file: a single write is a batch of one. Takes
@@ -627,7 +619,7 @@ class Log:
         seq, prev, offset = tail_seq, tail_hash, size
         stamp = record.utc_now()
         lines: list[bytes] = []
-        new_ops: dict[str, dict[str, Any]] = {}
+        new_ops: dict[str, Placed] = {}
         for req in batch:
             mark = (seq, prev, offset, len(lines))
             added: list[str] = []
@@ -663,12 +655,12 @@ class Log:
         size: int,
         at: tuple[int, str, int],
         lines: list[bytes],
-        new_ops: dict[str, dict[str, Any]],
+        new_ops: dict[str, Placed],
         added: list[str],
-    ) -> tuple[list[dict[str, Any]], tuple[int, str, int]]:
+    ) -> tuple[list[WriteProof], tuple[int, str, int]]:
         """Seal one request's records from chain position ``at``: their lines go to ``lines``; returns their proofs and the new position."""
         seq, prev, offset = at
-        proofs: list[dict[str, Any]] = []
+        proofs: list[WriteProof] = []
         contents = req.contents
         batch = len(contents) > 1
         ts = req.ts or stamp
@@ -695,7 +687,8 @@ class Log:
                 content, seq=seq + 1, prev=prev, ts=ts, client=req.client, record_bytes_max=self.record_bytes_max
             )
             line = sealed.line
-            proof = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line), "ts": ts}
+            proof: Placed = {"seq": seq + 1, "hash": sealed.hash, "prev": prev, "offset": offset, "length": len(line),
+                             "ts": ts}
             if op is not None:
                 new_ops[op] = proof
                 added.append(op)
@@ -704,7 +697,7 @@ class Log:
             seq, prev, offset = seq + 1, sealed.hash, offset + len(line)
         return proofs, (seq, prev, offset)
 
-    def _check_same(self, op: str, earlier: dict[str, Any], fields: dict[str, Any], lines: list[bytes], size: int) -> None:
+    def _check_same(self, op: str, earlier: Placed, fields: dict[str, Any], lines: list[bytes], size: int) -> None:
         """Raise OpIdConflict when the record ``earlier`` proves holds other caller content than ``fields``.
 
         The first record is read from the file, or from this batch's lines
@@ -890,13 +883,13 @@ class _Request:
         self.conflicts = conflicts
         self.client = client
         self.ts = ts
-        self.proofs: list[dict[str, Any]] | None = None
+        self.proofs: list[WriteProof] | None = None
         self.error: BaseException | None = None
         self.wrote = False  # some of its records are among the lines written
         self.done = False
         self.woken: threading.Lock | None = None
 
-    def result(self) -> list[dict[str, Any]]:
+    def result(self) -> list[WriteProof]:
         if self.error is not None:
             raise self.error
         if self.proofs is None:
@@ -930,7 +923,7 @@ class Exclusive:
         finally:
             log._mutex.release()
 
-    def append(self, contents: list[record.Content], *, client: dict[str, Any], ts: str | None = None) -> list[dict[str, Any]]:
+    def append(self, contents: list[record.Content], *, client: dict[str, Any], ts: str | None = None) -> list[WriteProof]:
         """``Log.append`` without taking the lock again: the same pipeline."""
         req = _Request(contents, client, ts)
         try:
@@ -955,7 +948,7 @@ def _link_fields(raw: bytes) -> tuple[Any, Any, Any]:
     return obj.get("seq"), obj.get("prev"), obj.get("hash")
 
 
-def proof_of(line: Line) -> dict[str, Any]:
+def proof_of(line: Line) -> Placed:
     """The proof fields of a stored chained line."""
     if not line.chained:
         raise ValueError(f"the line at byte {line.offset} is {line.status}, not a chained record: it has no proof")

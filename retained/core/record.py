@@ -36,7 +36,7 @@ RESERVED_FIELDS = frozenset({"v", "seq", "ts", "prev", "hash", "client", "cd", "
 # Set by the caller through named API arguments, never through ``fields``.
 API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
 # Kinds with a meaning to the store; written only through their own calls.
-STORE_KINDS = frozenset({"checkpoint", "retract", "redaction", "anchor_accept", "quarantine"})
+STORE_KINDS = frozenset(limits.STORE_KINDS)
 CHAIN_FIELDS, REDACTED_FIELDS = lines.CHAIN_FIELDS, lines.REDACTED_FIELDS
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -56,15 +56,19 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from retained import limits
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
 from retained.index import schema as index_schema
+from retained.index.dense import Matrix, embed_text, turns
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
 from retained.vectors import numeric as vectors
-from retained.vectors.dense import Matrix, embed_text, turns
 from retained.vectors.embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
+
+if TYPE_CHECKING:
+    from retained.replies import Entry, Found
 
 # Bounds and defaults, each with its reason.
 DENSE_WEIGHT = 0.25  # RRF weight of the dense list; chosen on half of LoCoMo (harness/eval_hybrid.py)
@@ -76,7 +80,9 @@ DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
 BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
-SKIP_KINDS = ("retract", "redaction")  # store kinds with no text worth embedding
+
+_MARKERS = "(" + ", ".join(f"'{kind}'" for kind in limits.MARKER_KINDS) + ")"  # in SQL
+
 
 class Hybrid:
     """Vectors for one index and one embedder, and the search that uses them.
@@ -156,12 +162,6 @@ class Hybrid:
         row = db.execute("SELECT value FROM vectors_meta WHERE key = 'generation'").fetchone()
         return int(row[0]) if row else 0
 
-    def _bump_generation(self, db: sqlite3.Connection) -> None:
-        db.execute(
-            "INSERT INTO vectors_meta (key, value) VALUES ('generation', 1)"
-            " ON CONFLICT (key) DO UPDATE SET value = value + 1"
-        )
-
     # -- redactions -----------------------------------------------------------------
 
     def _prune_if_redacted(self, db: sqlite3.Connection) -> None:
@@ -170,7 +170,7 @@ class Hybrid:
         newest = int(row[0] or 0)
         seen = db.execute("SELECT value FROM vectors_meta WHERE key = 'pruned_to'").fetchone()
         if newest > int(seen[0] if seen else 0):
-            prune_db(db)
+            index_schema.prune_vectors(db)
             db.execute(
                 "INSERT INTO vectors_meta (key, value) VALUES ('pruned_to', ?)"
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -180,7 +180,7 @@ class Hybrid:
     # -- which records lack a vector ---------------------------------------------
 
     _PENDING = (
-        "FROM records AS r WHERE r.redacted = 0 AND coalesce(r.kind, '') NOT IN ('retract', 'redaction')"
+        f"FROM records AS r WHERE r.redacted = 0 AND coalesce(r.kind, '') NOT IN {_MARKERS}"
         " AND r.seq > ? AND NOT EXISTS (SELECT 1 FROM vectors AS v WHERE v.model = ? AND v.seq = r.seq"
         " AND v.hash = r.hash)"
     )
@@ -198,8 +198,8 @@ class Hybrid:
         seq = int(seq_s)
         if seq == 0:
             return 0
-        found = db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
-        return seq if found and found[0] == h else 0
+        found = index_schema.place(db, seq)
+        return seq if found and found[2] == h else 0
 
     def _set_mark(self, db: sqlite3.Connection, model: str) -> None:
         """Advance the mark over the leading run of records that need nothing."""
@@ -228,12 +228,9 @@ class Hybrid:
     def counts(self) -> dict[str, Any]:
         """For verify and stats: records, vectors of the configured model, missing, other models."""
         self.index.catch_up()
+        eligible = self._eligible()
         with self.index.lock:
-            db = self._db()
-            eligible = db.execute(
-                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
-            ).fetchone()[0]
-            per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(db) or {}).items()}
+            per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(self._db()) or {}).items()}
         model = self.model
         missing = self.pending() if model is not None else None
         return {
@@ -290,11 +287,10 @@ class Hybrid:
             if not rows:
                 return {"embedded": 0, "pending": 0, "error": None}
             todo: list[tuple[int, str, str]] = []
-            for seq, offset, length, h in rows:
-                line = self.index.log.line_at(offset, length)
-                if not line.chained or line.seq != seq or line.hash != h:
+            for (seq, _, _, h), entry in zip(rows, self.index.read_rows(rows), strict=True):
+                if entry is None:
                     continue  # the log moved under the index; its catch-up rebuilds
-                todo.append((seq, h, embed_text(line.record or {})))
+                todo.append((seq, h, embed_text(entry["record"] or {})))
             error = None
             embedded = 0
             texts = [t for _, _, t in todo if t]
@@ -311,25 +307,17 @@ class Hybrid:
                     # A record with no text gets a zero-length row: considered, never ranked.
                     blob = vectors.pack(next(it)) if text else b""
                     out.append((model, seq, h, len(blob) // 4, blob))
-                with self.index.lock:
-                    db = self._db()
-                    db.execute("BEGIN IMMEDIATE")
-                    try:
-                        stale = db.execute(
-                            f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
-                            (model, *[o[1] for o in out]),
-                        ).fetchone()[0] if out else 0
-                        if stale:
-                            self._bump_generation(db)
-                        db.executemany(
-                            "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
-                        )
-                        self._set_mark(db, model)
-                        db.execute("COMMIT")
-                    except BaseException:
-                        if db.in_transaction:
-                            db.execute("ROLLBACK")
-                        raise
+                with self.index.lock, index_schema.transaction(self._db(), immediate=True) as db:
+                    stale = db.execute(
+                        f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
+                        (model, *[o[1] for o in out]),
+                    ).fetchone()[0] if out else 0
+                    if stale:
+                        index_schema.bump_vectors_generation(db)
+                    db.executemany(
+                        "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
+                    )
+                    self._set_mark(db, model)
                 embedded = sum(1 for o in out if o[4])
         return {"embedded": embedded, "pending": self.pending(), "error": error}
 
@@ -491,14 +479,14 @@ class Hybrid:
         self,
         text: str,
         *,
-        k: int = 10,
+        k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
         mode: str = "auto",
         context: int = 0,
-    ) -> dict[str, Any]:
+    ) -> Found:
         """Search with vectors when they can be used, else lexically; the reply says which and why.
 
         ``mode`` is "auto" (hybrid when possible), "lexical", or "dense"
@@ -537,16 +525,16 @@ class Hybrid:
             info["breaker"] = self.embedder.status()["breaker"]["state"]
         if reason is not None or query_vec is None:
             reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
-            reply.update(mode="lexical", mode_reason=reason, vectors=info)
+            reply["mode"], reply["mode_reason"], reply["vectors"] = "lexical", reason, info
             return reply
         return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
                            context=context, **opts)
 
     def _eligible(self) -> int:
+        """Records a vector is made for: unredacted, not a retraction or redaction."""
         with self.index.lock:
-            db = self._db()
-            return int(db.execute(
-                "SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN ('retract', 'redaction')"
+            return int(self._db().execute(
+                f"SELECT count(*) FROM records WHERE redacted = 0 AND coalesce(kind, '') NOT IN {_MARKERS}"
             ).fetchone()[0])
 
     def _fused(
@@ -562,7 +550,7 @@ class Hybrid:
         scope: str | None,
         include_superseded: bool,
         include_retracted: bool,
-    ) -> dict[str, Any]:
+    ) -> Found:
         check_search_args(text, k, max_tokens, context)
         opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
@@ -591,24 +579,20 @@ class Hybrid:
         visible = lexical_visible + len(unmatched)
         lex_rank = {s: i for i, (s, *_) in enumerate(lex, start=1)}
         dense_rank = {s: i for i, (s, _) in enumerate(dense, start=1)}
-        results: list[dict[str, Any]] = []
+        results: list[Entry] = []
         used = over_budget = unreadable = 0
         with self.index.lock:
-            db = self.index.connection()
-            places = {
-                s: db.execute("SELECT offset, length, hash FROM records WHERE seq = ?", (s,)).fetchone() for s, _ in top
-            }
+            places = index_schema.places(self.index.connection(), [s for s, _ in top])
+        read = self.index.read_rows((s, *places[s]) for s, _ in top if s in places)
         for seq, score in top:
             if over_budget:
                 over_budget += 1
                 continue
-            place = places.get(seq)
-            line = self.index.log.line_at(place[0], place[1]) if place else None
-            if place is None or line is None or not line.chained or line.seq != seq or line.hash != place[2]:
+            entry = next(read) if seq in places else None
+            if entry is None:
                 unreadable += 1
                 continue
-            entry: dict[str, Any] = {"seq": seq, "offset": place[0], "length": place[1], "record": line.record}
-            cost = estimate_tokens(line.record or {})
+            cost = estimate_tokens(entry["record"] or {})
             if max_tokens is not None and used + cost > max_tokens:
                 over_budget += 1
                 continue
@@ -616,9 +600,9 @@ class Hybrid:
             entry["score"] = score
             entry["tokens"] = cost
             entry["ranks"] = {"lexical": lex_rank.get(seq), "dense": dense_rank.get(seq)}
-            if include_superseded or include_retracted:
-                entry.update(self.index.links(seq))
             results.append(entry)
+        if include_superseded or include_retracted:
+            self.index.searcher.add_links(results)
         left_out = {
             "beyond_k": visible - len(top),
             "over_budget": over_budget,
@@ -628,7 +612,7 @@ class Hybrid:
         }
         from retained.index import query as _query
 
-        reply = {
+        reply: Found = {
             "query": _query.build(text) or "",
             "results": results,
             "total_matches": total,
@@ -743,27 +727,6 @@ def _whole(settings: Mapping[str, str], name: str, default: int) -> int:
     return int(raw)
 
 
-def prune_db(db: sqlite3.Connection) -> int:
-    """Delete vectors of redacted records and of seqs the index no longer holds with that hash.
-
-    Returns how many rows went. A redacted line keeps its chain hash, so the
-    redacted flag, not the hash, is what finds its vector.
-    """
-    for stmt in index_schema.statements(index_schema.VECTORS_SCHEMA):
-        db.execute(stmt)
-    cur = db.execute(
-        "DELETE FROM vectors WHERE seq IN (SELECT seq FROM records WHERE redacted = 1)"
-        " OR NOT EXISTS (SELECT 1 FROM records AS r WHERE r.seq = vectors.seq AND r.hash = vectors.hash)"
-    )
-    n = cur.rowcount
-    if n:
-        db.execute(
-            "INSERT INTO vectors_meta (key, value) VALUES ('generation', 1)"
-            " ON CONFLICT (key) DO UPDATE SET value = value + 1"
-        )
-    return n
-
-
 def prune(index: Index) -> int:
     """Drop the vectors a redaction or a replaced log left behind; call after `Index.rebuild`.
 
@@ -772,7 +735,7 @@ def prune(index: Index) -> int:
     """
     index.catch_up()
     with index.lock:
-        return prune_db(index.connection())
+        return index_schema.prune_vectors(index.connection())
 
 
 def status_line(reply: dict[str, Any]) -> str:

@@ -319,6 +319,33 @@ def connect_read_only(path: Path, timeout_s: float) -> sqlite3.Connection:
                            isolation_level=None, check_same_thread=False)
 
 
+class transaction:  # lower case: used as a function, `with transaction(db):`
+    """``with transaction(db):`` one transaction: BEGIN on entry, COMMIT when the block ends, ROLLBACK if it raises.
+
+    ``immediate`` takes the write lock at once (``BEGIN IMMEDIATE``), so the
+    reads that decide a write see what it writes over. A read transaction
+    makes one snapshot of several reads. ``begun`` says whether BEGIN itself
+    succeeded (a caller may answer from the index as it is when another
+    process holds it past the busy timeout).
+    """
+
+    __slots__ = ("begun", "db", "mode")
+
+    def __init__(self, db: sqlite3.Connection, *, immediate: bool = False) -> None:
+        self.db, self.mode, self.begun = db, "BEGIN IMMEDIATE" if immediate else "BEGIN", False
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute(self.mode)
+        self.begun = True
+        return self.db
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is None:
+            self.db.execute("COMMIT")
+        elif self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+
+
 def place(db: sqlite3.Connection, seq: int) -> tuple[int, int, str] | None:
     """``(offset, length, hash)`` of the line indexed for ``seq``, or None."""
     row = db.execute("SELECT offset, length, hash FROM records WHERE seq = ?", (seq,)).fetchone()
@@ -366,36 +393,49 @@ def places_within(db: sqlite3.Connection, size: int | None) -> Iterator[tuple[in
     return iter(db.execute("SELECT seq, offset, hash FROM records WHERE offset + length <= ? ORDER BY seq", (size,)))
 
 
-def links_to(db: sqlite3.Connection, seq: int) -> dict[str, list[int]]:
-    """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``, oldest first."""
-    out: dict[str, list[int]] = {}
-    for source, rel in db.execute("SELECT source, rel FROM links WHERE target = ? ORDER BY source", (seq,)):
-        out.setdefault(LINKED_BY[rel], []).append(source)
+def links_of(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str, list[int]]]:
+    """``superseded_by`` / ``retracted_by`` / ``redacted_by`` of each of ``seqs``: the records naming it, oldest first.
+
+    One query per `IN_ROWS_MAX` seqs; a seq nothing names is absent.
+    """
+    out: dict[int, dict[str, list[int]]] = {}
+    for i in range(0, len(seqs), IN_ROWS_MAX):
+        part = seqs[i : i + IN_ROWS_MAX]
+        for target, source, rel in db.execute(
+            f"SELECT target, source, rel FROM links WHERE target IN ({','.join('?' * len(part))}) ORDER BY source", part
+        ):
+            out.setdefault(target, {}).setdefault(LINKED_BY[rel], []).append(source)
     return out
 
 
-class Listed:
-    """What `newest` and `count_listed` select: unredacted records, and any of these filters.
+class Filter:
+    """Which records a read admits: the one filter of list, count, search and context.
 
-    ``below`` / ``above``: seq bounds (exclusive). ``kind``: equal to one;
-    ``kinds_not``: not in these (a record with no kind never matches).
-    ``scope``; ``client``: the writer's name. ``ts_from`` / ``ts_before``:
-    the record's ts from one (inclusive) and before the other (exclusive),
-    compared as text (RFC 3339 times in UTC sort as text). ``current``:
-    neither superseded nor retracted.
+    Always unredacted records, and any of these: ``below`` / ``above``: seq
+    bounds (exclusive). ``kind``: equal to one; ``kinds_not``: not in these
+    (a record with no kind never matches). ``scope``; ``client``: the
+    writer's name. ``ts_from`` / ``ts_before``: the record's ts from one
+    (inclusive) and before the other (exclusive), compared as text (RFC 3339
+    times in UTC sort as text). ``include_superseded`` / ``include_retracted``
+    (both true unless given; ``current`` makes both false): records a later
+    one supersedes or retracts.
     """
 
-    __slots__ = ("above", "below", "client", "current", "kind", "kinds_not", "scope", "ts_before", "ts_from")
+    __slots__ = ("above", "below", "client", "include_retracted", "include_superseded", "kind", "kinds_not",
+                 "scope", "ts_before", "ts_from")
 
     def __init__(self, *, below: int | None = None, above: int | None = None, kind: str | None = None,
                  kinds_not: Sequence[str] = (), scope: str | None = None, client: str | None = None,
-                 ts_from: str | None = None, ts_before: str | None = None, current: bool = False) -> None:
+                 ts_from: str | None = None, ts_before: str | None = None, current: bool = False,
+                 include_superseded: bool = True, include_retracted: bool = True) -> None:
         self.below, self.above, self.kind, self.kinds_not = below, above, kind, tuple(kinds_not)
-        self.scope, self.client, self.ts_from, self.ts_before, self.current = scope, client, ts_from, ts_before, current
+        self.scope, self.client, self.ts_from, self.ts_before = scope, client, ts_from, ts_before
+        self.include_superseded = include_superseded and not current
+        self.include_retracted = include_retracted and not current
 
     def admits(self, seq: int, rec: dict[str, Any]) -> bool:
         """Whether a record read from the log passes the filters `where` puts in SQL (for a reader without
-        an index). ``current`` is not judged here: it needs the flags only the index keeps."""
+        an index). The superseded and retracted flags are not judged here: only the index keeps them."""
         kind, ts = rec.get("kind"), rec.get("ts")
         if self.kind is not None and kind != self.kind:
             return False
@@ -411,41 +451,49 @@ class Listed:
             return False
         return self.ts_before is None or (type(ts) is str and ts < self.ts_before)
 
-    def where(self) -> tuple[str, list[Any]]:
-        where = ["redacted = 0"]
+    def where(self, table: str = "") -> tuple[str, list[Any]]:
+        """The SQL condition over ``records`` (``table``: its alias with a dot, e.g. ``"m."``) and its arguments."""
+        where = [f"{table}redacted = 0"]
         args: list[Any] = []
-        if self.current:
-            where += ["superseded = 0", "retracted = 0"]
+        if not self.include_superseded:
+            where.append(f"{table}superseded = 0")
+        if not self.include_retracted:
+            where.append(f"{table}retracted = 0")
         if self.kinds_not:
-            where.append(f"kind NOT IN ({', '.join('?' * len(self.kinds_not))})")
+            where.append(f"{table}kind NOT IN ({', '.join('?' * len(self.kinds_not))})")
             args.extend(self.kinds_not)
         for condition, value in (("kind = ?", self.kind), ("scope = ?", self.scope), ("client = ?", self.client),
                                  ("seq < ?", self.below), ("seq > ?", self.above), ("ts >= ?", self.ts_from),
                                  ("ts < ?", self.ts_before)):
             if value is not None:
-                where.append(condition)
+                where.append(table + condition)
                 args.append(value)
         return " AND ".join(where), args
+
+    def hides(self, superseded: int, retracted: int, redacted: int) -> bool:
+        """Whether a row with these flags is left out (the flags' part of `where`, for rows already read)."""
+        return bool(redacted or (superseded and not self.include_superseded)
+                    or (retracted and not self.include_retracted))
 
 
 def count_listed(db: sqlite3.Connection, *, below: int | None = None, kind: str | None = None,
                  kinds_not: Sequence[str] = (), scope: str | None = None, current: bool = False,
-                 listed: Listed | None = None) -> int:
+                 listed: Filter | None = None) -> int:
     """How many unredacted records `newest` would list with no limit (same filters)."""
-    cond, args = (listed or Listed(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)).where()
+    cond, args = (listed or Filter(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)).where()
     return int(db.execute(f"SELECT count(*) FROM records WHERE {cond}", args).fetchone()[0])
 
 
 def newest(db: sqlite3.Connection, limit: int, *, below: int | None = None, kind: str | None = None,
            kinds_not: Sequence[str] = (), scope: str | None = None,
-           current: bool = False, listed: Listed | None = None) -> list[tuple[int, int, int, str]]:
+           current: bool = False, listed: Filter | None = None) -> list[tuple[int, int, int, str]]:
     """``(seq, offset, length, hash)`` of unredacted records, newest first, at most ``limit``.
 
-    The filters are `Listed`'s (``listed``, or the keyword arguments). With
+    The filters are `Filter`'s (``listed``, or the keyword arguments). With
     an ``above`` bound the ``limit`` records nearest above it are taken (the
     page after it), still returned newest first; otherwise the newest.
     """
-    listed = listed or Listed(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
+    listed = listed or Filter(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
     cond, args = listed.where()
     if listed.above is not None:
         rows = db.execute(
@@ -504,6 +552,32 @@ def kinds_of(db: sqlite3.Connection, seqs: Sequence[int]) -> Iterator[tuple[int,
         yield from db.execute(
             f"SELECT seq, kind, scope, redacted FROM records WHERE seq IN ({','.join('?' * len(part))})", part
         )
+
+
+def prune_vectors(db: sqlite3.Connection) -> int:
+    """Delete vectors of redacted records and of seqs the index no longer holds with that hash.
+
+    Returns how many rows went. A redacted line keeps its chain hash, so the
+    redacted flag, not the hash, is what finds its vector.
+    """
+    for stmt in statements(VECTORS_SCHEMA):
+        db.execute(stmt)
+    cur = db.execute(
+        "DELETE FROM vectors WHERE seq IN (SELECT seq FROM records WHERE redacted = 1)"
+        " OR NOT EXISTS (SELECT 1 FROM records AS r WHERE r.seq = vectors.seq AND r.hash = vectors.hash)"
+    )
+    n = cur.rowcount
+    if n:
+        bump_vectors_generation(db)
+    return n
+
+
+def bump_vectors_generation(db: sqlite3.Connection) -> None:
+    """Count one more change of the stored vectors (a reader's cached matrix of them is then stale)."""
+    db.execute(
+        "INSERT INTO vectors_meta (key, value) VALUES ('generation', 1)"
+        " ON CONFLICT (key) DO UPDATE SET value = value + 1"
+    )
 
 
 def vector_counts(db: sqlite3.Connection) -> dict[str, tuple[int, int]] | None:

@@ -11,8 +11,8 @@ docs/retrieval.md). Every reply accounts for what it matched (invariant I2):
 records around each result (`attach_context`) and the earlier records a new
 one may correct (`related`).
 
-`Search` is mixed into ``index.Index``, which supplies the connection, its
-lock, catch-up and the checked read of a record from the log.
+`Search` is a part of ``writer.Index`` (its ``searcher``), which supplies
+the connection, its lock, catch-up and the checked reads from the log.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from retained import limits
 from retained.core import record
@@ -32,12 +32,15 @@ from retained.core.log import make_line
 from retained.errors import InvalidRecord, InvariantBroken
 from retained.index import query
 from retained.index.documents import estimate_tokens, replies, turn
-from retained.index.schema import BOOKKEEPING_KINDS
+from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, transaction
 
 if TYPE_CHECKING:
     import sqlite3
+    import threading
+    from collections.abc import Iterable, Iterator
 
     from retained.core.log import Log
+    from retained.replies import ContextCount, Entry, Found, Links
 
 # Column weights for bm25 (text, body, fields). Measured on LoCoMo with
 # harness/eval_locomo.py: weights between 0.3 and 3 move recall@5 by under
@@ -232,33 +235,35 @@ def _newer_first(ranked: list[_Candidate], band: float, limit: int) -> list[_Can
     return out[:limit]
 
 
+class _Index(Protocol):
+    """What `Search` uses of ``writer.Index`` (named here: the writer imports this module)."""
+
+    log: Log
+    busy_timeout_s: float
+    ranking: Ranking
+
+    @property
+    def lock(self) -> threading.RLock: ...
+    def connection(self) -> sqlite3.Connection: ...
+    def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]: ...
+    def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]: ...
+    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None: ...
+
+
 class Search:
-    """The search methods of ``Index``: `ranked`, `search`, `empty_reply` and their helpers."""
+    """Search over one `Index`: `ranked`, `search`, `attach_context`, `related`, `empty_reply` and their helpers."""
 
-    ranking: Ranking = RANKING
+    def __init__(self, index: _Index) -> None:
+        self.index = index
+        self.log = index.log
+        self._mutex = index.lock
+        self.busy_timeout_s = index.busy_timeout_s
+        self.connection, self.catch_up = index.connection, index.catch_up
+        self._read_checked = index._read_checked
 
-    if TYPE_CHECKING:
-        # Supplied by Index.
-        _mutex: threading.RLock
-        log: Log
-        busy_timeout_s: float
-
-        def connection(self) -> sqlite3.Connection: ...
-        def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]: ...
-        def links(self, seq: int) -> dict[str, list[int]]: ...
-        def _read_checked(self, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None: ...
-
-    def _filters(self, scope: str | None, include_superseded: bool, include_retracted: bool) -> tuple[str, list[Any]]:
-        where = ["m.redacted = 0"]
-        args: list[Any] = []
-        if scope is not None:
-            where.append("m.scope = ?")
-            args.append(scope)
-        if not include_superseded:
-            where.append("m.superseded = 0")
-        if not include_retracted:
-            where.append("m.retracted = 0")
-        return " AND ".join(where), args
+    @property
+    def ranking(self) -> Ranking:
+        return self.index.ranking
 
     def _ranked_rows(
         self, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
@@ -283,15 +288,17 @@ class Search:
                 "SELECT seq, offset, length, hash, superseded, retracted, redacted FROM records"
                 f" WHERE seq IN ({','.join(str(seq) for seq, _ in ranked)})"
             )} if ranked else {}
+            shown = Filter(include_superseded=include_superseded, include_retracted=include_retracted)
             for seq, score in ranked:
                 m = meta.get(seq)
-                if m is None or m[5] or (m[3] and not include_superseded) or (m[4] and not include_retracted):
+                if m is None or shown.hides(m[3], m[4], m[5]):
                     continue
                 out.append((seq, score, m[0], m[1], m[2]))
                 if len(out) == limit:
                     break
             return out
-        cond, args = self._filters(scope, include_superseded, include_retracted)
+        cond, args = Filter(scope=scope, include_superseded=include_superseded,
+                            include_retracted=include_retracted).where("m.")
         # The subquery with CROSS JOIN keeps SQLite from driving the join from
         # `records` and scanning the whole FTS5 table per row (DESIGN, "the
         # fast path").
@@ -466,6 +473,7 @@ class Search:
             f" WHERE seq IN ({','.join(str(x) for x in sorted(near))})"
         )}
         fresh: dict[int, _Candidate] = {}
+        shown = Filter(include_superseded=include_superseded, include_retracted=include_retracted)
 
         def neighbour(seq: int, step: int) -> _Candidate | None:
             scope = places[seq][0]
@@ -486,7 +494,7 @@ class Search:
             got = cand.get(found) or fresh.get(found)
             if got is None:
                 _scope, offset, length, h, sup, ret, red = places[found]
-                if red or (sup and not include_superseded) or (ret and not include_retracted):
+                if shown.hides(sup, ret, red):
                     return None
                 got = fresh[found] = _Candidate((found, 0.0, offset, length, h), 0.0, None)
             return got
@@ -548,7 +556,7 @@ class Search:
                 (expr,),
             ).fetchone()
             return int(total) - int(red), int(sup), int(ret), int(both)
-        cond, args = self._filters(scope, True, True)
+        cond, args = Filter(scope=scope).where("m.")
         sql = (
             "SELECT count(*), coalesce(sum(m.superseded AND NOT m.retracted), 0),"
             " coalesce(sum(m.retracted AND NOT m.superseded), 0), coalesce(sum(m.superseded AND m.retracted), 0)"
@@ -562,13 +570,13 @@ class Search:
         self,
         text: str,
         *,
-        k: int = 10,
+        k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
-    ) -> dict[str, Any]:
+    ) -> Found:
         """Ranked records for ``text`` with the I2 accounting.
 
         Returns ``{"query", "results", "total_matches", "returned",
@@ -599,29 +607,25 @@ class Search:
         total = sup_only = ret_only = both = 0
         top: list[tuple[int, float, int, int, str, bool]] = []
         if expr is not None:
-            with self._mutex:
-                db = self.connection()
-                db.execute("BEGIN")  # one snapshot for the count and the ranking
-                try:
-                    total, sup_only, ret_only, both = self._count(expr, scope)
-                    hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
-                    hidden_ret = 0 if include_retracted else ret_only + both
-                    visible = total - hidden_sup - hidden_ret
-                    if visible > 0 and k > 0:
-                        top = self._top(text, expr, k, scope, include_superseded, include_retracted)
-                finally:
-                    db.execute("COMMIT")
+            with self._mutex, transaction(self.connection()):  # one snapshot for the count and the ranking
+                total, sup_only, ret_only, both = self._count(expr, scope)
+                hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
+                hidden_ret = 0 if include_retracted else ret_only + both
+                visible = total - hidden_sup - hidden_ret
+                if visible > 0 and k > 0:
+                    top = self._top(text, expr, k, scope, include_superseded, include_retracted)
         total += sum(1 for row in top if not row[5])  # replies that no query word matched
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both
         visible = total - hidden_sup - hidden_ret
-        results: list[dict[str, Any]] = []
+        results: list[Entry] = []
         used = over_budget = unreadable = 0
-        for seq, score, offset, length, h, _matched in top:
+        read = self.index.read_rows((seq, offset, length, h) for seq, _, offset, length, h, _ in top)
+        for _seq, score, *_ in top:
             if over_budget:
                 over_budget += 1
                 continue
-            entry = self._read_checked(seq, offset, length, h)
+            entry = next(read)
             if entry is None:
                 unreadable += 1
                 continue
@@ -632,8 +636,8 @@ class Search:
             used += cost
             entry["score"] = -score  # lower-is-better inside; report higher-is-better
             entry["tokens"] = cost
-            entry.update(self.links(seq))
             results.append(entry)
+        self.add_links(results)
         left_out = {
             "beyond_k": visible - len(top),
             "over_budget": over_budget,
@@ -643,7 +647,7 @@ class Search:
         }
         if len(results) + sum(left_out.values()) != total:
             raise InvariantBroken(f"search: {len(results)} returned + {left_out} left out != {total} matched (I2)")
-        reply: dict[str, Any] = {
+        reply: Found = {
             "query": expr or "",
             "results": results,
             "total_matches": total,
@@ -661,14 +665,14 @@ class Search:
 
     def attach_context(
         self,
-        results: list[dict[str, Any]],
+        results: list[Entry],
         n: int,
         max_tokens: int | None,
         used: int,
         *,
         include_superseded: bool = False,
         include_retracted: bool = False,
-    ) -> dict[str, Any]:
+    ) -> ContextCount:
         """Give each result ``context``: up to ``n`` records of its scope around it, nearest first, in place.
 
         The records just before and just after a result alternate (before
@@ -681,34 +685,40 @@ class Search:
 
         Returns ``{"asked", "included", "tokens", "over_budget"}``.
         """
-        hidden = ["redacted = 0"]
-        if not include_superseded:
-            hidden.append("superseded = 0")
-        if not include_retracted:
-            hidden.append("retracted = 0")
-        cond = " AND ".join(hidden)
+        cond, args = Filter(include_superseded=include_superseded, include_retracted=include_retracted).where()
         seen = {r["seq"] for r in results}
-        included = tokens = over_budget = 0
-        for entry in results:
-            scope = entry["record"].get("scope") if isinstance(entry.get("record"), dict) else None
-            scope = scope if type(scope) is str else None
-            with self._mutex:
-                db = self.connection()
+        # The records next to each result in its scope, then one read of the
+        # log for every one that can be taken: the first n of each as if
+        # every earlier one were taken (taking fewer only leaves more of
+        # those already read).
+        nearest_of = []
+        with self._mutex:
+            db = self.connection()
+            for entry in results:
+                scope = entry["record"].get("scope") if isinstance(entry.get("record"), dict) else None
                 sides = [db.execute(
                     f"SELECT seq, offset, length, hash FROM records WHERE scope IS ? AND seq {op} ? AND {cond}"
-                    f" ORDER BY seq {order} LIMIT ?", (scope, entry["seq"], n + len(results)),
+                    f" ORDER BY seq {order} LIMIT ?", (scope if type(scope) is str else None, entry["seq"], *args,
+                                                       n + len(results)),
                 ).fetchall() for op, order in (("<", "DESC"), (">", "ASC"))]
-            nearest = [row for pair in zip_longest(*sides) for row in pair if row is not None and row[0] not in seen]
-            got: list[dict[str, Any]] = []
-            for seq, offset, length, h in nearest[:n]:
-                near = self._read_checked(seq, offset, length, h)
+                nearest_of.append([row for pair in zip_longest(*sides) for row in pair
+                                   if row is not None and row[0] not in seen])
+        first: dict[int, tuple[int, int, int, str]] = {}
+        for nearest in nearest_of:
+            first.update((row[0], row) for row in [row for row in nearest if row[0] not in first][:n])
+        read = dict(zip(first, self.index.read_rows(first.values()), strict=True))
+        included = tokens = over_budget = 0
+        for entry, nearest in zip(results, nearest_of, strict=True):
+            got: list[Entry] = []
+            for row in [row for row in nearest if row[0] not in seen][:n]:
+                near = read[row[0]]
                 if near is None:
                     continue
                 cost = estimate_tokens(near["record"])
                 if max_tokens is not None and used + tokens + cost > max_tokens:
                     over_budget += 1
                     continue
-                seen.add(seq)
+                seen.add(row[0])
                 near["tokens"] = cost
                 tokens += cost
                 got.append(near)
@@ -810,8 +820,16 @@ class Search:
             finally:
                 db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
 
+    def add_links(self, entries: list[Entry]) -> None:
+        """Give each entry its ``superseded_by`` / ``retracted_by`` / ``redacted_by``, in place (one query)."""
+        if entries:
+            with self._mutex:
+                links = cast("dict[int, Links]", links_of(self.connection(), [e["seq"] for e in entries]))
+            for entry in entries:
+                entry.update(links.get(entry["seq"], {}))
+
     @staticmethod
-    def empty_reply(text: str, *, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
+    def empty_reply(text: str, *, k: int = limits.SEARCH_K_DEFAULT, max_tokens: int | None = None) -> Found:
         """The reply for a store with no log yet: nothing matched, nothing left out."""
         check_search_args(text, k, max_tokens)
         return {

@@ -56,15 +56,10 @@ def verify(
     """
     findings: list[dict[str, Any]] = []
     integrity = _IntegrityCheck(path, busy_timeout_s)
-    with lock:
-        db = connection()
-        # One read transaction: the mark and every row compared are one state
-        # of the index, whatever other processes' catch-ups commit meanwhile.
-        db.execute("BEGIN")
-        try:
-            findings = _verify_locked(log, db, integrity, replaced, lines, snapshot)
-        finally:
-            db.execute("COMMIT")
+    # One read transaction: the mark and every row compared are one state
+    # of the index, whatever other processes' catch-ups commit meanwhile.
+    with lock, schema.transaction(connection()) as db:
+        findings = _verify_locked(log, db, integrity, replaced, lines, snapshot)
     integrity.join()
     findings.extend(integrity.words)
     if integrity.error is not None:

@@ -19,8 +19,10 @@ index lines one way (`Index._index_lines`: ranges of the log through
 
 The file name, the tables, the mark and the read-only queries are defined
 once in ``schema``; what the index stores for a record (its words,
-links and token cost) is in ``documents``; ranked search, mixed into `Index`,
-is in ``search``; the two-way verify is in ``verify``.
+links and token cost) is in ``documents``; ranked search, a part of `Index`
+(its ``searcher``), is in ``search``; the two-way verify is in ``verify``.
+Reads are batched: one catch-up per Store call (`Index.one_catch_up`) and
+one open of the log for the records of a reply (`Index.read_rows`).
 """
 
 from __future__ import annotations
@@ -28,15 +30,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable
-from contextlib import closing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import blake3
 
 from retained.core import pool, record
-from retained.core.log import Log
+from retained.core.log import Log, make_line
 from retained.errors import InvalidRecord, RetainedError
 from retained.index import schema
 from retained.index.documents import FIELDS_CHARS_MAX, documents, estimate_tokens
@@ -52,10 +54,15 @@ from retained.index.search import (
     COVERAGE_WEIGHT,
     K_MAX,
     RANK_ROWS_MAX,
+    RANKING,
     RERANK_N,
     WEIGHTS,
+    Ranking,
     Search,
 )
+
+if TYPE_CHECKING:
+    from retained.replies import Entry, Links, Listing
 
 # The names callers import from here, those defined in documents and index_search included.
 __all__ = [
@@ -181,10 +188,9 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
         try:
             for stmt in schema.bulk_statements():
                 db.execute(stmt)
-            db.execute("BEGIN")
-            db.executemany(_INSERT_LINES, rows)
-            db.executemany(_INSERT_LINE_LINKS, links)
-            db.execute("COMMIT")
+            with schema.transaction(db):
+                db.executemany(_INSERT_LINES, rows)
+                db.executemany(_INSERT_LINE_LINKS, links)
             blob = db.serialize()
         finally:
             db.close()
@@ -194,6 +200,9 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
 # Python's sqlite3 serializes where SQLite was built with it (the default since
 # 3.36); elsewhere a range's rows travel as lists and are inserted here.
 _SERIALIZE = hasattr(sqlite3.Connection, "serialize")
+# Records read from the log through one open of it, at most about this many
+# bytes at a time (a reply of a few records reads once; a huge one in steps).
+READ_BATCH_BYTES = 4 * 1024 * 1024
 
 
 class IndexError_(RetainedError):
@@ -242,13 +251,16 @@ def _failure(exc: sqlite3.Error, path: Path, doing: str) -> IndexError_:
                        path=str(path))
 
 
-class Index(Search):
+class Index:
     """The FTS5 index of one log. Safe to delete; rebuilt from the log.
 
     One SQLite connection per instance, guarded by a lock so threads can
     share it. Other modules (vectors) reach the same database through
-    `connection()` and the lexical ranking through `ranked()`.
+    `connection()` and the lexical ranking through `ranked()`. Search is a
+    part of it (`searcher`, a `Search` over this index), whose verbs it offers.
     """
+
+    ranking: Ranking = RANKING  # the re-ranking steps search uses (an evaluation may set its own)
 
     def __init__(
         self,
@@ -269,7 +281,11 @@ class Index(Search):
         self._db: sqlite3.Connection | None = None
         self._mutex = threading.RLock()
         self.last_catch_up: dict[str, Any] = {}
-        self.damaged_set_aside: str | None = None  # name of an unusable index file moved aside
+        # Inside `one_catch_up`, this thread's first catch-up answers for the rest of the call.
+        self._call = threading.local()
+        self.searcher = Search(self)
+        self.search, self.ranked = self.searcher.search, self.searcher.ranked
+        self.attach_context, self.related = self.searcher.attach_context, self.searcher.related
 
     # -- connection -----------------------------------------------------------
 
@@ -300,7 +316,6 @@ class Index(Search):
                 os.unlink(str(self.path) + suffix)
             except FileNotFoundError:
                 pass
-        self.damaged_set_aside = aside.name
 
     @property
     def lock(self) -> threading.RLock:
@@ -323,14 +338,9 @@ class Index(Search):
             # (~30 MB) keeps those reads off the OS. Allocated only as used.
             db.execute("PRAGMA cache_size=-65536")
             if schema.schema_version(db) != SCHEMA_VERSION:
-                db.execute("BEGIN IMMEDIATE")
-                try:
+                with schema.transaction(db, immediate=True):
                     if schema.schema_version(db) != SCHEMA_VERSION:  # another process may have made it meanwhile
                         self._reset(db)
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
         except sqlite3.Error as exc:
             db.close()
             raise _failure(exc, self.path, "opening") from exc
@@ -378,6 +388,23 @@ class Index(Search):
                 "path": str(self.path),
             }
 
+    @contextmanager
+    def one_catch_up(self) -> Iterator[None]:
+        """Within the block, this thread catches the index up once: the first catch-up's answer serves the rest.
+
+        A Store call wraps its reads in it, so a call that reads through
+        several parts of the index (a hybrid search, a listing with links)
+        checks the log against the mark once. Nested blocks are one block.
+        """
+        if getattr(self._call, "open", False):
+            yield
+            return
+        self._call.open, self._call.done = True, None
+        try:
+            yield
+        finally:
+            self._call.open, self._call.done = False, None
+
     def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]:
         """Index whatever the log gained since the mark; returns what happened.
 
@@ -389,68 +416,65 @@ class Index(Search):
         The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
         not rebuilt) or ``stale`` (another process held the index past the
         busy timeout, or the disk is full; the answer comes from the index as
-        it was, and ``reason`` says why).
+        it was, and ``reason`` says why). Inside `one_catch_up` only the
+        first call of the thread does the work.
 
         Raises:
             IndexFull / IndexError_: the index cannot be opened, or a rebuild failed.
         """
+        # A catch-up that stops short (``stop``, the related step's) neither takes nor leaves the call's answer.
+        done = getattr(self._call, "done", None) if stop is None else None
+        if done is not None:
+            return done
         with self._mutex:
-            db = self.connection()
-            mark = schema.read_mark(db)
-            size = self.log.size()
-            # Fast path without a write lock: nothing new (the common case).
-            end = size if stop is None else min(size, stop)
-            if mark.offset >= end and self._mark_state(mark, size) != "replaced":
-                self.last_catch_up = {"state": "ok", "indexed": 0}
-                return self.last_catch_up
-            attached = self._attach_bulk(db)
-            try:
-                return self._catch_up_written(db, on_replaced, stop)
-            finally:
-                if attached:
-                    self._detach_bulk(db)
-
-    def _catch_up_written(self, db: sqlite3.Connection, on_replaced: str, stop: int | None) -> dict[str, Any]:
-        """``catch_up`` past its fast path: under the write lock, with `_BULK` attached."""
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            # Another process holds the index for longer than the busy
-            # timeout (a rebuild of a large log). Answer from the index
-            # as it is and say so; the next read catches up.
-            self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
-            return self.last_catch_up
-        try:
-            mark = schema.read_mark(db)  # another process may have moved it meanwhile
-            size = self.log.size()
-            state = self._mark_state(mark, size)
-            if state == "replaced":
-                db.execute("ROLLBACK")
-                if on_replaced == "rebuild":
-                    result = self.rebuild()  # which keeps the mark as evidence first
-                    self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
-                else:
-                    self._witness(mark)
-                    self.last_catch_up = {"state": "replaced", "indexed": 0}
-                return self.last_catch_up
-            end = size if stop is None else min(size, stop)
-            n = self._index_lines(db, mark.offset, end, None) if mark.offset < end else 0
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            failure = _failure(exc, self.path, "catching up")
-            if not isinstance(failure, IndexFull):
-                raise failure from exc
-            # The index as it was is still sound, only behind: reads answer from it and say so.
-            self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
-            return self.last_catch_up
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        self.last_catch_up = {"state": "ok", "indexed": n}
+            self.last_catch_up = self._catch_up(on_replaced, stop)
+        if stop is None and getattr(self._call, "open", False):
+            self._call.done = self.last_catch_up
         return self.last_catch_up
+
+    def _catch_up(self, on_replaced: str, stop: int | None) -> dict[str, Any]:
+        db = self.connection()
+        mark = schema.read_mark(db)
+        size = self.log.size()
+        # Fast path without a write lock: nothing new (the common case).
+        if mark.offset >= (size if stop is None else min(size, stop)) and self._mark_state(mark, size) != "replaced":
+            return {"state": "ok", "indexed": 0}
+        attached = self._attach_bulk(db)
+        try:
+            tx = schema.transaction(db, immediate=True)
+            try:
+                with tx:
+                    mark = schema.read_mark(db)  # another process may have moved it meanwhile
+                    size = self.log.size()
+                    replaced = self._mark_state(mark, size) == "replaced"
+                    end = size if stop is None else min(size, stop)
+                    n = 0 if replaced or mark.offset >= end else self._index_lines(db, mark.offset, end, None)
+            except sqlite3.OperationalError as exc:
+                if not tx.begun:
+                    # Another process holds the index for longer than the busy
+                    # timeout (a rebuild of a large log). Answer from the index
+                    # as it is and say so; the next read catches up.
+                    return {"state": "stale", "indexed": 0, "reason": str(exc)}
+                return self._stale_or_raise(exc)
+            except sqlite3.Error as exc:
+                return self._stale_or_raise(exc)
+        finally:
+            if attached:
+                self._detach_bulk(db)
+        if not replaced:
+            return {"state": "ok", "indexed": n}
+        if on_replaced == "rebuild":
+            result = self.rebuild()  # which keeps the mark as evidence first
+            return {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
+        self._witness(mark)
+        return {"state": "replaced", "indexed": 0}
+
+    def _stale_or_raise(self, exc: sqlite3.Error) -> dict[str, Any]:
+        failure = _failure(exc, self.path, "catching up")
+        if not isinstance(failure, IndexFull):
+            raise failure from exc
+        # The index as it was is still sound, only behind: reads answer from it and say so.
+        return {"state": "stale", "indexed": 0, "reason": failure.message}
 
     def _index_lines(
         self, db: sqlite3.Connection, start: int, stop: int, progress: Callable[[int, int], None] | None,
@@ -611,30 +635,23 @@ class Index(Search):
             attached = False
             try:
                 attached = self._attach_bulk(db)
-                db.execute("BEGIN IMMEDIATE")
-                if self.witness is not None:
-                    try:
-                        mark = schema.read_mark(db)
-                    except (ValueError, sqlite3.Error):
-                        pass  # no mark to keep: the tables are not this version's
-                    else:
-                        if self._mark_state(mark, self.log.size()) == "replaced":
-                            self._witness(mark)
-                # The records' indexes are made once the table is full: one sort each, not one insert per row each.
-                self._reset(db, records_indexes=False)
-                size = self.log.size()
-                n = self._index_lines(db, 0, size, progress, workers, range_bytes, parallel_min_bytes, mp_context)
-                for stmt in schema.statements(schema.RECORDS_INDEXES):
-                    db.execute(stmt)
-                db.execute("COMMIT")
+                with schema.transaction(db, immediate=True):
+                    if self.witness is not None:
+                        try:
+                            mark = schema.read_mark(db)
+                        except (ValueError, sqlite3.Error):
+                            pass  # no mark to keep: the tables are not this version's
+                        else:
+                            if self._mark_state(mark, self.log.size()) == "replaced":
+                                self._witness(mark)
+                    # The records' indexes are made once the table is full: one sort each, not one insert per row each.
+                    self._reset(db, records_indexes=False)
+                    size = self.log.size()
+                    n = self._index_lines(db, 0, size, progress, workers, range_bytes, parallel_min_bytes, mp_context)
+                    for stmt in schema.statements(schema.RECORDS_INDEXES):
+                        db.execute(stmt)
             except sqlite3.Error as exc:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
                 raise _failure(exc, self.path, "rebuilding") from exc
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
             finally:
                 if attached:
                     self._detach_bulk(db)
@@ -642,50 +659,94 @@ class Index(Search):
 
     # -- lookups --------------------------------------------------------------
 
-    def lookup(self, seq: int) -> tuple[int, int, str] | None:
-        """``(offset, length, hash)`` of a record, or None if the index has no such seq."""
-        self.catch_up()
+    def links_of(self, seqs: Sequence[int]) -> dict[int, Links]:
+        """`links` of each of ``seqs`` in one query (a seq nothing names is absent)."""
         with self._mutex:
-            return schema.place(self.connection(), seq)
+            return cast("dict[int, Links]", schema.links_of(self.connection(), seqs))
 
-    def links(self, seq: int) -> dict[str, list[int]]:
-        """``superseded_by`` / ``retracted_by`` / ``redacted_by``: the records naming ``seq``."""
-        with self._mutex:
-            return schema.links_to(self.connection(), seq)
+    def read_many(self, seqs: Sequence[int]) -> dict[int, Entry]:
+        """``{seq: entry}`` for those of ``seqs`` the index holds and the log still has there, with their links.
 
-    def read(self, seq: int) -> dict[str, Any] | None:
-        """The record read from the log at its indexed place, checked against its hash.
-
-        None when the index has no such seq or the line there no longer holds it.
+        One catch-up, one query for the places and one for the links, and
+        one read of the log (`read_rows`).
         """
-        found = self.lookup(seq)
-        if found is None:
-            return None
-        return self._read_checked(seq, *found)
-
-    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None:
-        line = self.log.line_at(offset, length)
-        if not line.chained or line.seq != seq or line.hash != h:
-            return None
-        return {"seq": seq, "offset": offset, "length": length, "record": line.record}
-
-    def recent(self, limit: int = 20, *, listed: schema.Listed | None = None) -> dict[str, Any]:
-        """Newest records first (for ``list``) with the I2 count of what matched; ``listed`` filters (`schema.Listed`)."""
-        if type(limit) is not int or limit < 0:
-            raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
-        listed = listed or schema.Listed()
         self.catch_up()
         with self._mutex:
             db = self.connection()
-            total = schema.count_listed(db, listed=listed)
-            rows = schema.newest(db, limit, listed=listed)
-        out = []
-        for seq, offset, length, h in rows:
-            entry = self._read_checked(seq, offset, length, h)
+            found = schema.places(db, seqs)
+            links = cast("dict[int, Links]", schema.links_of(db, list(found)))
+        rows = [(seq, *found[seq]) for seq in dict.fromkeys(seqs) if seq in found]
+        out = {}
+        for row, entry in zip(rows, self.read_rows(rows), strict=True):
             if entry is not None:
+                entry.update(links.get(row[0], {}))
+                out[row[0]] = entry
+        return out
+
+    def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]:
+        """The record at each ``(seq, offset, length, hash)``, read from the log and checked against the hash.
+
+        None where the line there no longer holds that record. The log is
+        opened once per `READ_BATCH_BYTES` of lines, and lazily: a caller
+        that stops early reads no further.
+        """
+        batch: list[tuple[int, int, int, str]] = []
+        size = 0
+        for row in rows:
+            batch.append(row)
+            size += row[2]
+            if size >= READ_BATCH_BYTES:
+                yield from self._checked(batch)
+                batch, size = [], 0
+        if batch:
+            yield from self._checked(batch)
+
+    def _checked(self, rows: list[tuple[int, int, int, str]]) -> Iterator[Entry | None]:
+        raws = self.log.read_many([(offset, length) for _, offset, length, _ in rows])
+        for (seq, offset, length, h), raw in zip(rows, raws, strict=True):
+            line = make_line(offset, raw)
+            ok = line.chained and line.seq == seq and line.hash == h
+            yield {"seq": seq, "offset": offset, "length": length, "record": line.record} if ok else None
+
+    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None:
+        return next(self._checked([(seq, offset, length, h)]))
+
+    def recent(self, limit: int = 20, *, listed: schema.Filter | None = None) -> Listing:
+        """Newest records first (for ``list``), each with its links, and the I2 count of what matched.
+
+        ``listed`` filters (`schema.Filter`).
+        """
+        if type(limit) is not int or limit < 0:
+            raise InvalidRecord("field limit: must be a whole number from 0", path="limit")
+        listed = listed or schema.Filter()
+        self.catch_up()
+        with self._mutex:
+            db = self.connection()
+            with schema.transaction(db):  # one snapshot for the count, the rows and their links
+                total = schema.count_listed(db, listed=listed)
+                rows = schema.newest(db, limit, listed=listed)
+                links = cast("dict[int, Links]", schema.links_of(db, [row[0] for row in rows]))
+        out = []
+        for row, entry in zip(rows, self.read_rows(rows), strict=True):
+            if entry is not None:
+                entry.update(links.get(row[0], {}))
                 out.append(entry)
         return {"records": out, "returned": len(out), "total_matches": total,
                 "left_out": {"beyond_limit": total - len(rows), "unreadable": len(rows) - len(out)}}
+
+    def scrub(self) -> None:
+        """Rebuild with SQLite's secure_delete and vacuum: after a redaction, no erased term survives in the file's pages.
+
+        The vectors of redacted records go too (`schema.prune_vectors`): a
+        redacted line keeps its hash, so its vector must go by seq.
+        """
+        db = self.connection()
+        db.execute("PRAGMA secure_delete=ON")
+        self.rebuild()
+        with self._mutex:
+            schema.prune_vectors(db)
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- verify ---------------------------------------------------------------
 

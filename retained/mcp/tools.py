@@ -4,19 +4,26 @@ Each tool is a few lines over one ``Store`` method: its typed, described
 arguments (the SDK turns them into the input schema), the call, and the reply
 as structured content (the Store's dict, shaped as ``retained.shapes``
 declares) with its text form from ``retained.render``. A failure becomes a
-``ToolError`` whose message starts with a stable code (``ERROR_CODES``) and
-says what to do. ``mcp`` and ``pydantic`` are imported only when the tools
+``ToolError`` whose message starts with a stable code (the store's, from
+``retained.errors``, or ``os_error`` / ``internal_error``) and says what to do. ``mcp`` and ``pydantic`` are imported only when the tools
 are built (``tool_specs``), never when this module is imported.
 """
 
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from retained import limits, render
 from retained.core import pool
 from retained.shapes import Found, Proof, Records, Report
+
+if TYPE_CHECKING:
+    from retained.replies import WriteProof
+    from retained.store import Store
+
+T = TypeVar("T")
 
 log = logging.getLogger("retained.mcp.server")
 
@@ -24,7 +31,6 @@ GET_LIMIT_DEFAULT = 20
 GET_LIMIT_MAX = limits.LIST_LIMIT_MAX
 WINDOW_DEFAULT = limits.TIMELINE_WINDOW_DEFAULT
 WINDOW_MAX = limits.TIMELINE_WINDOW_MAX
-SEARCH_K_DEFAULT = 10
 SEARCH_K_MAX = limits.SEARCH_K_MAX
 IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
@@ -32,29 +38,6 @@ CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
 # Kinds the store writes through its own tools; memory_write refuses them.
 OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)",
              "quarantine": "retained quarantine (CLI)"}
-
-# The stable codes a tool error starts with ("Error executing tool NAME: CODE:
-# sentence"). The store's codes (retained.errors) pass through unchanged;
-# os_error, unavailable and internal_error are the server's own.
-ERROR_CODES = (
-    "invalid_argument",
-    "reserved_field",
-    "too_large",
-    "not_found",
-    "record_damaged",
-    "conflict",
-    "store_busy",
-    "secret_detected",
-    "write_failed",
-    "readback_mismatch",
-    "log_unusable",
-    "store_damaged",
-    "no_store",
-    "os_error",
-    "unavailable",
-    "internal_error",
-)
-
 
 def client_stamp(client_params: Any) -> dict[str, str]:
     """The `client` field for a record, from the client's initialize handshake.
@@ -83,10 +66,10 @@ class Memory:
     def __init__(self, directory: Path, options: dict[str, Any] | None = None) -> None:
         self.directory = directory
         self.options = dict(options or {})
-        self._store: Any = None
+        self._store: Store | None = None  # function scope: not evaluated at run time
         self._lock = threading.Lock()
 
-    def run(self, fn: Any) -> Any:
+    def run(self, fn: "Callable[[Store], T]") -> T:
         """Call ``fn(store)`` with the store open (opened once, under the lock)."""
         store = self._store
         if store is None:
@@ -105,18 +88,10 @@ class Memory:
         if store is not None:
             store.close()
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        def go(store: Any) -> Any:
-            fn = getattr(store, method, None)
-            if fn is None:
-                raise _Unavailable(f"{method} is not available in this version of retained")
-            return fn(*args, **kwargs)
-
-        return self.run(go)
 
 
-def _bounded(got: dict[str, Any], bytes_max: int) -> dict[str, Any]:
-    """``got`` (a Records reply) cut to records of ``bytes_max`` stored bytes in all (at least one), saying what was cut.
+def _bounded(reply: Mapping[str, Any], bytes_max: int) -> dict[str, Any]:
+    """``reply`` (a Records reply) cut to records of ``bytes_max`` stored bytes in all (at least one), saying what was cut.
 
     The bound is the record limit: a reply carries at most one largest
     record's worth (500 records of 16 MiB would otherwise be one reply of
@@ -126,6 +101,7 @@ def _bounded(got: dict[str, Any], bytes_max: int) -> dict[str, Any]:
     (their seqs, and how to read them), so the reply still accounts for
     every record it matched (I2).
     """
+    got = dict(reply)
     entries = got["records"]
     total = 0
     for i, entry in enumerate(entries):
@@ -145,9 +121,6 @@ def _bounded(got: dict[str, Any], bytes_max: int) -> dict[str, Any]:
     return got
 
 
-class _Unavailable(Exception):
-    """A store feature this build does not have (e.g. search before the index)."""
-
 
 def _as_tool_error(tool: str, exc: BaseException) -> Exception:
     """The ToolError for a failure, with the stable code first."""
@@ -157,8 +130,6 @@ def _as_tool_error(tool: str, exc: BaseException) -> Exception:
 
     if isinstance(exc, RetainedError):
         return ToolError(f"{exc.code}: {exc}")
-    if isinstance(exc, _Unavailable):
-        return ToolError(f"unavailable: {exc}; upgrade retained or use another tool")
     if isinstance(exc, OSError):
         where = f" at {exc.filename}" if exc.filename else ""
         return ToolError(
@@ -206,16 +177,16 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
 
     ask_related = related_on()  # RETAINED_RELATED, read once: the server's writes ask for related records or never
 
-    def result(structured: dict[str, Any], text: str) -> CallToolResult:
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+    def result(structured: Mapping[str, Any], text: str) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=dict(structured))
 
-    def call(tool: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(tool: str, fn: "Callable[[Store], T]") -> T:
         try:
-            return memory.call(method, *args, **kwargs)
+            return memory.run(fn)
         except Exception as exc:  # noqa: BLE001 - the edge: every failure becomes a coded tool error
             raise _as_tool_error(tool, exc) from None
 
-    def proof_result(proof: dict[str, Any]) -> CallToolResult:
+    def proof_result(proof: "WriteProof") -> CallToolResult:
         structured = {"duplicate": False, **proof}
         return result(structured, render.proof(structured))
 
@@ -295,20 +266,10 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         if kind in OWN_KINDS:
             raise _invalid(f"kind '{kind}' is written by {OWN_KINDS[kind]}, not memory_write; nothing was written")
         client = client_stamp(ctx.session.client_params)
-        proof = call(
-            "memory_write",
-            "write",
-            text,
-            kind=kind,
-            scope=scope,
-            source=source,
-            body=body,
-            fields=fields,
-            supersedes=supersedes,
-            client_op_id=client_op_id,
-            client=client,
-            related=ask_related,
-        )
+        proof = call("memory_write", lambda store: store.write(
+            text, kind=kind, scope=scope, source=source, body=body, fields=fields, supersedes=supersedes,
+            client_op_id=client_op_id, client=client, related=ask_related,
+        ))
         return proof_result(proof)
 
     def memory_checkpoint(
@@ -329,7 +290,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         in the session-start brief. Returns the proof, as memory_write does.
         """
         client = client_stamp(ctx.session.client_params)
-        return proof_result(call("memory_checkpoint", "checkpoint", label, summary=summary, scope=scope, client=client))
+        return proof_result(call("memory_checkpoint", lambda store: store.checkpoint(label, summary=summary, scope=scope,
+                                                                                   client=client)))
 
     def memory_get(
         ids: Annotated[
@@ -367,19 +329,20 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         """
         if ids is not None and around is not None:
             raise _invalid("give ids or around, not both; nothing was read")
+        got: Mapping[str, Any]
         if around is not None:
-            got = call("memory_get", "timeline", around, window=window)
+            got = call("memory_get", lambda store: store.timeline(around, window=window))
         elif ids is not None:
-            entries = call("memory_get", "get", ids)
+            entries = call("memory_get", lambda store: store.get(ids))
             got = {"records": entries, "returned": len(entries), "more": 0}
         else:
-            got = call("memory_get", "list", limit=limit, kind=kind, scope=scope)
+            got = call("memory_get", lambda store: store.list(limit=limit, kind=kind, scope=scope))
         got = _bounded(got, memory.options.get("record_bytes_max") or limits.RECORD_BYTES_MAX)
         return result(got, render.records(got, whole=True))
 
     def memory_search(
         query: Annotated[str, Field(min_length=1, max_length=2000, description="words to look for, in plain language")],
-        k: Annotated[int, Field(ge=1, le=SEARCH_K_MAX, description="how many results at most")] = SEARCH_K_DEFAULT,
+        k: Annotated[int, Field(ge=1, le=SEARCH_K_MAX, description="how many results at most")] = limits.SEARCH_K_DEFAULT,
         scope: Scope = None,
         max_tokens: Annotated[
             int | None, Field(ge=1, description="a budget for the results' text, in estimated tokens")
@@ -405,16 +368,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         returned + left out = matched. If much was left out, search again with a
         larger k or max_tokens, or a narrower query or scope.
         """
-        found = call(
-            "memory_search",
-            "search",
-            query,
-            k=k,
-            scope=scope,
-            max_tokens=max_tokens,
-            include_superseded=include_superseded,
-            context=context,
-        )
+        found = call("memory_search", lambda store: store.search(
+            query, k=k, scope=scope, max_tokens=max_tokens, include_superseded=include_superseded, context=context,
+        ))
         return result(found, render.search(found, query=query, max_tokens=max_tokens, whole=True))
 
     def memory_verify() -> Annotated[CallToolResult, Report]:
@@ -428,7 +384,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         before relying on the log as evidence, not on every turn.
         """
         # The server is an edge started by a guarded entry point: it asks for workers, as `retained verify` does.
-        report = call("memory_verify", "verify", workers=pool.cpu_workers())
+        report = call("memory_verify", lambda store: store.verify(workers=pool.cpu_workers()))
         return result(report, render.verify(report))
 
     def memory_forget(
@@ -450,7 +406,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         supersedes=[seq]. Returns the proof of the retract record.
         """
         client = client_stamp(ctx.session.client_params)
-        return proof_result(call("memory_forget", "forget", ids, reason=reason, client=client))
+        return proof_result(call("memory_forget", lambda store: store.forget(ids, reason=reason, client=client)))
 
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -496,23 +452,22 @@ def add_brief(server: Any, memory: Memory) -> None:
         import os
 
         from retained.brief import compose as brief
-        from retained.core.anchors import dir_from
+        from retained.brief.session import session_brief
 
         # A brief read here starts a session as the hook's does, so it records
         # the head it read in the same place (docs/anchors.md).
-        result = brief.build_brief(memory.directory, brief.DEFAULT_BUDGET if budget is None else budget, scope or None,
-                                   anchor_dir=dir_from(os.environ))
-        return brief.render_text(result)
+        return brief.render_text(session_brief(memory.directory, budget, scope or None, environ=os.environ))
 
     brief_text = (
         "What this memory holds, for the start of a session: checkpoints first, then other records, "
-        "newest first, within a token budget (default 1500); it always says how many records it left "
+        f"newest first, within a token budget (default {limits.BRIEF_BUDGET_DEFAULT}); it always says how many "
+        "records it left "
         "out and why. Optional: budget (tokens), scope (one project or topic)."
     )
 
     @server.prompt(name="brief", title="Session brief", description=brief_text)
     def brief_prompt(
-        budget: Annotated[str, Field(description="how many tokens the brief may use (default 1500)")] = "",
+        budget: Annotated[str, Field(description=f"how many tokens the brief may use (default {limits.BRIEF_BUDGET_DEFAULT})")] = "",
         scope: Annotated[str, Field(description="only records of this project or topic")] = "",
     ) -> str:
         value = budget.strip()

@@ -39,13 +39,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from retained import limits
 from retained.core import record
 from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
 from retained.core.log import Exclusive, Log, proof_of
 from retained.errors import InvalidRecord, NoStore, NotFound
+
+if TYPE_CHECKING:
+    from retained.replies import WriteProof
 
 TMP_SUFFIX = ".redact-tmp"
 QUARANTINE_TMP_SUFFIX = ".quarantine-tmp"
@@ -56,7 +59,7 @@ _COPY_CHUNK = 1024 * 1024
 @dataclass
 class Redaction:
     seq: int
-    proof: dict[str, Any] | None
+    proof: WriteProof | None
     bytes_before: int
     bytes_after: int
     already_redacted: bool = False

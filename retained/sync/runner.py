@@ -108,7 +108,7 @@ def run(store: Any, url: str, *, machine: str | None = None, endpoint_url: str |
                 if got.get("erased"):
                     # The mirror's index held the erased words: scrubbed as `retained redact` scrubs the store's own.
                     with type(store)(layout.mirror_dir(directory, sid)) as other:
-                        other._scrub_index()
+                        other.index_access.scrub_if_present()
         report["ok"] = not report["findings"]
         state.write(layout.sync_dir(directory) / layout.FINDINGS_NAME,
                     {"remote": url, "time": record.utc_now(), "findings": report["findings"]})

@@ -141,7 +141,6 @@ class Breaker:
         self._lock = threading.Lock()
         self.failures = 0
         self.last_error: str | None = None
-        self.last_code: str | None = None
         self._opened_at: float | None = None
         self._trial = False  # a half-open trial request is in flight
 
@@ -165,7 +164,6 @@ class Breaker:
         with self._lock:
             self.failures += 1
             self.last_error = error.message
-            self.last_code = error.code
             if self._trial or self.failures >= self.failures_max:
                 self._opened_at = self._clock()
             self._trial = False

@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,6 @@ PAGE_DEFAULT = 50  # records per timeline page
 PAGE_MAX = 500
 NEIGHBOURS = 3  # records shown on each side of a record, in its scope
 CHAIN_MAX = 50  # records followed along a supersede chain, each way
-K_DEFAULT = 10
 K_MAX = 100
 BUDGET_MAX = 10_000_000  # tokens: a brief or search budget past this is a typo, not a wish
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
@@ -124,7 +124,7 @@ class VerifyRun:
         self.state = "running"
         self.done_bytes = 0
         self.total_bytes = 0
-        self.report: dict[str, Any] | None = None
+        self.report: Mapping[str, Any] | None = None
         self.error: str | None = None
         self.seconds = 0.0
         self.finished_at = ""
@@ -242,7 +242,7 @@ class Viewer:
         params: dict[str, Any] = {
             "q": _text(q, "q"),
             "scope": _text(q, "scope"),
-            "k": _int(q, "k", K_DEFAULT, 1, K_MAX),
+            "k": _int(q, "k", limits.SEARCH_K_DEFAULT, 1, K_MAX),
             "max_tokens": _int(q, "max_tokens", None, 1, BUDGET_MAX),
             "superseded": bool(_text(q, "superseded")),
             "retracted": bool(_text(q, "retracted")),
@@ -274,11 +274,11 @@ class Viewer:
 
         return self._answer(build)
 
-    def _chain(self, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    def _chain(self, entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """The records ``entry`` corrects and that correct it, oldest first (each way at most ``CHAIN_MAX``)."""
-        found = {entry["seq"]: entry}
+        found: dict[int, Mapping[str, Any]] = {entry["seq"]: entry}
         for step in ("back", "forward"):
-            frontier = [entry]
+            frontier: Sequence[Mapping[str, Any]] = [entry]
             for _ in range(CHAIN_MAX):
                 wanted: list[int] = []
                 for e in frontier:
@@ -310,7 +310,7 @@ class Viewer:
 
     def brief(self, request: Request) -> Response:
         q = request.query_params
-        budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, BUDGET_MAX), _text(q, "scope")
+        budget, scope = _int(q, "budget", limits.BRIEF_BUDGET_DEFAULT, 0, BUDGET_MAX), _text(q, "scope")
         params = {"budget": budget, "scope": scope}
 
         def build(where: dict[str, Any]) -> str:

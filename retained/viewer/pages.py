@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import html
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -311,8 +311,8 @@ def _shell_quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def record(entry: Mapping[str, Any], *, older: list[dict[str, Any]], newer: list[dict[str, Any]],
-           chain: list[dict[str, Any]], log_path: str, where: Mapping[str, Any]) -> str:
+def record(entry: Mapping[str, Any], *, older: Sequence[Mapping[str, Any]], newer: Sequence[Mapping[str, Any]],
+           chain: Sequence[Mapping[str, Any]], log_path: str, where: Mapping[str, Any]) -> str:
     """One record: its text, its proof, every field, its links, its neighbours in its scope, its supersede chain."""
     rec = entry["record"]
     seq = int(entry["seq"])

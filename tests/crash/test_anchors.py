@@ -264,12 +264,12 @@ def test_cli_anchor_verify_anchor_and_head(store_dir, anchor_dir, tmp_path):
 
 
 def test_a_store_others_may_write_is_reported_by_verify_and_warned_of_once_per_process(store_dir, anchor_dir):
-    from retained import store as store_module
+    from retained import audit
 
     with Store(store_dir, anchor_dir=anchor_dir) as store:
         assert "notices" not in store.write("private")
     os.chmod(store_dir, 0o770)
-    store_module._WARNED_DIRS.clear()  # a fresh process, as far as the warning goes
+    audit._WARNED_DIRS.clear()  # a fresh process, as far as the warning goes
     try:
         with Store(store_dir, anchor_dir=anchor_dir) as store:
             first = store.write("after the chmod")

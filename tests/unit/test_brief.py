@@ -579,6 +579,7 @@ def test_brief_path_imports_neither_mcp_nor_portalocker(mixed: Store, store_dir:
 BRIEF_PATH = {
     "retained", "retained.__main__", "retained.errors", "retained.version", "retained.interrupt", "retained.paths",
     "retained.limits", "retained.render", "retained.brief", "retained.brief.compose", "retained.brief.reader",
+    "retained.brief.session",  # the one entry of every caller of the brief: limits, compose and errors
     "retained.core", "retained.core.files", "retained.core.lines", "retained.core.anchors", "retained.index",
     "retained.index.schema", "retained.sync", "retained.sync.layout",
 }

@@ -16,7 +16,7 @@ import pytest
 from retained import Store
 from retained.index.hybrid import Hybrid
 from retained.index.writer import Index
-from retained.vectors.dense import SCAN_ROWS_MIN, Matrix, turns
+from retained.index.dense import SCAN_ROWS_MIN, Matrix, turns
 from retained.vectors.embed import Embedder
 from tests.embed_server import EmbedServer
 

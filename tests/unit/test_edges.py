@@ -28,7 +28,7 @@ EDGES = sorted([*(PACKAGE / "cli").glob("*.py"), *(PACKAGE / "mcp").glob("*.py")
                 PACKAGE / "http_guard.py"])
 # What a Store owns and an edge must not touch: its log, index and vectors. Which modules an
 # edge may import is a rule of docs/architecture.md, checked by test_layers.py.
-STORE_INSIDES = {"log", "index", "hybrid", "_index", "_hybrid", "_guarded", "_append", "_require"}
+STORE_INSIDES = {"log", "index", "hybrid", "index_access", "_access", "_guarded", "_append", "_require"}
 
 
 def _reach_past(path: Path) -> list[str]:
@@ -152,3 +152,22 @@ def test_the_brief_and_get_print_a_record_the_same_way(store):
     shown = render.record(store.get([2])[0])
     assert shown.startswith("#2 note ") and "supersedes=#1" in shown and "  since Monday" in shown
     assert shown in text
+
+
+def test_the_defaults_are_written_once_and_the_edges_read_them():
+    """A search's k, the brief's budget and the store's own kinds are values of retained.limits alone."""
+    from retained import limits
+    from retained.core import record
+
+    written = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for literal in (f"= {limits.BRIEF_BUDGET_DEFAULT}", f"default {limits.BRIEF_BUDGET_DEFAULT}",
+                        f"k: int = {limits.SEARCH_K_DEFAULT}", f"default={limits.SEARCH_K_DEFAULT}",
+                        f"results to return (default {limits.SEARCH_K_DEFAULT})", '"anchor_accept", "quarantine"'):
+            if literal in text:
+                written.setdefault(path.relative_to(PACKAGE).as_posix(), []).append(literal)
+    assert written == {"limits.py": [f"= {limits.BRIEF_BUDGET_DEFAULT}"]}
+    assert record.STORE_KINDS == frozenset(limits.STORE_KINDS)
+    assert f"(default {limits.SEARCH_K_DEFAULT})" in " ".join(run_cli("search", "--help").stdout.split())
+    assert f"(default {limits.BRIEF_BUDGET_DEFAULT})" in " ".join(run_cli("brief", "--help").stdout.split())

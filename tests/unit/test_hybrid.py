@@ -319,7 +319,7 @@ def test_context_and_neighbour_scores_match_their_definition() -> None:
     import numpy as np
 
     from retained.vectors import numeric as vectors
-    from retained.vectors.dense import Matrix
+    from retained.index.dense import Matrix
 
     rng = np.random.default_rng(5)
     raw = rng.standard_normal((5, 8))
@@ -350,7 +350,7 @@ def test_an_unrelated_neighbour_never_outranks_the_match() -> None:
 
     from retained.index.hybrid import CONTEXT_WEIGHT, NEIGHBOUR_WEIGHT
     from retained.vectors import numeric as vectors
-    from retained.vectors.dense import Matrix
+    from retained.index.dense import Matrix
 
     rng = np.random.default_rng(9)
     base = rng.standard_normal(384)

@@ -192,8 +192,7 @@ def test_newest_and_count_listed_agree_on_every_filter(store_dir: Path) -> None:
         assert [r[0] for r in index_schema.newest(db, 100, **filters)] == seqs, filters
         assert index_schema.count_listed(db, **filters) == len(seqs), filters
         assert [r[0] for r in index_schema.newest(db, 2, **filters)] == seqs[:2], filters
-    assert index_schema.links_to(db, 1) == {"superseded_by": [4]}
-    assert index_schema.links_to(db, 2) == {"retracted_by": [5]}
+    assert index_schema.links_of(db, [1, 2, 3]) == {1: {"superseded_by": [4]}, 2: {"retracted_by": [5]}}
     assert index_schema.count_below(db, 6) == (5, 1)  # the retraction is not listed
     assert index_schema.count_below(db, 7, "a") == (4, 0)
     assert sorted(r[:2] for r in index_schema.links_below(db, 7)) == [(1, "supersedes"), (2, "retracts")]

@@ -1,0 +1,325 @@
+"""The index as the Store reaches it: opened on first use, vectors beside it, the log alone when it cannot answer.
+
+What it owns: the store's `Index` and `Hybrid` (opened once, shared by
+threads), the reads that go through them with one catch-up per call
+(`IndexAccess.one_read`), and every fallback: a get or a listing the log
+answers when the index is unusable, a search over a private index built
+from the log, the message that says which file is at fault and how to fix
+it, and the anchoring of a head the index had read before a rebuild erases it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime
+import os
+import sqlite3
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from retained import limits
+from retained.core import anchors, record
+from retained.core.log import Line, Log
+from retained.errors import EmbedConfigError, InvalidRecord, NotFound, RetainedError
+from retained.index.schema import INDEX_NAME, Filter
+from retained.index.search import Search
+from retained.index.writer import Index, IndexError_, IndexFull
+
+if TYPE_CHECKING:
+    from retained.index.hybrid import Hybrid
+    from retained.replies import Entry, Found, Listing, Timeline
+
+
+def entry(line: Line) -> Entry:
+    """A stored record as callers see it: the record, where it lives."""
+    return {"seq": line.seq, "offset": line.offset, "length": line.length, "record": line.record}
+
+
+_ONE_DAY = datetime.timedelta(days=1)
+
+
+def listing_filter(limit: Any, *, kind: Any = None, scope: Any = None, client: Any = None, since: Any = None,
+                   until: Any = None, before: Any = None, after: Any = None) -> Filter:
+    """The `Filter` of ``Store.list``'s arguments, each checked (InvalidRecord names the field)."""
+    if type(limit) is not int or not 0 <= limit <= limits.SEQ_MAX:
+        raise InvalidRecord(f"field limit: must be a whole number from 0 to {limits.SEQ_MAX}", path="limit")
+    for name, text in (("client", client), ("kind", kind), ("scope", scope)):
+        if text is not None and not isinstance(text, str):
+            raise InvalidRecord(f"field {name}: must be a string, got {type(text).__name__}", path=name)
+    for name, bound in (("before", before), ("after", after)):
+        if bound is not None and (type(bound) is not int or bound < 0):
+            raise InvalidRecord(f"field {name}: {bound!r} is not a seq bound (a whole number from 0)", path=name)
+    return Filter(kind=kind, scope=scope, client=client, below=before, above=after,
+                  ts_from=_day(since, "since").isoformat() if since is not None else None,
+                  ts_before=(_day(until, "until") + _ONE_DAY).isoformat() if until is not None else None)
+
+
+def _day(value: Any, path: str) -> datetime.date:
+    """A ``YYYY-MM-DD`` day as a ``datetime.date``."""
+    if isinstance(value, str) and len(value) == 10:
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise InvalidRecord(f"field {path}: {value!r} is not a day; give YYYY-MM-DD (UTC), e.g. 2026-11-29", path=path)
+
+
+class IndexAccess:
+    """The index and vectors of one store's log, and the reads that fall back to the log."""
+
+    def __init__(self, log: Log, *, anchor_dir: Path | None, embed_settings: Mapping[str, str]) -> None:
+        self.log = log
+        self.directory = log.directory
+        self.anchor_dir = anchor_dir
+        self.embed_settings = embed_settings
+        self._index: Index | None = None
+        self._hybrid: Hybrid | None = None
+        # When the index cannot be opened (e.g. left owned by root), search
+        # builds this one from the log in a private temporary directory.
+        self._scratch: Index | None = None
+        self._opening = threading.Lock()  # threads share a Store: each part is opened once
+
+    def close(self) -> None:
+        if self._hybrid is not None:
+            self._hybrid.close()
+            self._hybrid = None
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+        if self._scratch is not None:
+            import shutil
+
+            self._scratch.close()
+            shutil.rmtree(self._scratch.path.parent, ignore_errors=True)
+            self._scratch = None
+
+    @property
+    def index(self) -> Index:
+        """The derived index, opened on first use; safe to delete and rebuild."""
+        if self._index is None:
+            with self._opening:
+                if self._index is None:
+                    self._index = Index(self.log, witness=None if self.anchor_dir is None else self._witness)
+        return self._index
+
+    @property
+    def hybrid(self) -> Hybrid:
+        """Vector search beside the index (``hybrid``); lexical when embeddings are off."""
+        if self._hybrid is None:
+            index = self.index
+            with self._opening:
+                if self._hybrid is None:
+                    from retained.index.hybrid import from_settings  # the embedder's client, only when searching
+
+                    self._hybrid = from_settings(index, self.embed_settings)
+        return self._hybrid
+
+    def present(self) -> bool:
+        """Whether the index file exists (a store that was never read has none)."""
+        return (self.directory / INDEX_NAME).exists()
+
+    def _witness(self, seq: int, h: str, size: int) -> None:
+        """Record a head the index had read, found gone from the log, before the index is rebuilt.
+
+        So a rebuild never erases the evidence of a rollback: verify reports
+        it until the new history is accepted. An anchor that cannot be
+        written is not the reader's failure.
+        """
+        if self.anchor_dir is None:
+            return
+        try:
+            anchors.record_head(self.anchor_dir, self.directory, seq, h, size, "index", durable=True)
+        except RetainedError:
+            pass
+
+    def one_read(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose reads catch the index up once (``Index.one_catch_up``): one Store call."""
+        return self.index.one_catch_up() if self.log.exists() else contextlib.nullcontext()
+
+    # -- reads, with the log as the fallback ------------------------------------
+
+    def find(self, seqs: list[int], *, damaged: dict[int, Any] | None = None) -> dict[int, Entry]:
+        """``{seq: entry}`` for those of ``seqs`` that have a valid record, with their links when the index answers.
+
+        Through the index (one read of the log), else, or for a seq it lacks,
+        by a scan of the log; ``damaged`` collects the first damaged line the
+        scan met claiming each seq it did not find.
+        """
+        found: dict[int, Entry] = {}
+        if self.log.exists():
+            with self.one_read():
+                try:
+                    found = self.index.read_many(seqs)
+                except (sqlite3.Error, OSError):
+                    found = {}  # the index is unusable: the log is scanned
+        remaining = set(seqs) - found.keys()
+        for line in self.log.scan() if remaining else ():
+            if line.chained and line.seq in remaining:
+                found[line.seq] = entry(line)
+                remaining.discard(line.seq)
+                if not remaining:
+                    break
+            elif damaged is not None and line.status == record.DAMAGED and line.seq in remaining:
+                damaged.setdefault(line.seq, line)
+        return found
+
+    def timeline(self, around: int, window: Any) -> Timeline:
+        """``Store.timeline`` for a checked seq ``around`` (see there)."""
+        if type(window) is not int or not 0 <= window <= limits.TIMELINE_WINDOW_MAX:
+            raise InvalidRecord(
+                f"field window: must be a whole number from 0 to {limits.TIMELINE_WINDOW_MAX}, got {window!r}",
+                path="window",
+            )
+        head = self.log.tail()[0]
+        low, high = max(1, around - window), min(head, around + window)
+        found = self.find(list(range(low, high + 1))) if around <= head else {}
+        entries = [found[s] for s in range(low, high + 1) if s in found]
+        if around not in found:
+            raise NotFound(
+                f"no record with seq {around}; nothing to show around it; list the newest records to see what exists",
+                seq=around,
+            )
+        return {
+            "records": entries,
+            "returned": len(entries),
+            "more": (low - 1) + (head - high),
+            "more_before": low - 1,
+            "more_after": head - high,
+        }
+
+    def recent(self, limit: int, listed: Filter) -> Listing:
+        """Newest records first with their links, and the count of what matched (``Index.recent``), or from the log."""
+        if self.log.exists():
+            try:
+                # The index counts and orders without reading the whole log.
+                return self.index.recent(limit, listed=listed)
+            except (RetainedError, sqlite3.Error, OSError):
+                pass  # an unusable index: the log alone answers, more slowly, without links
+        # With ``above`` the page nearest above it is wanted: the last ``limit`` matches read backwards.
+        out: Any = collections.deque(maxlen=limit) if listed.above is not None else []
+        matched = 0
+        for line in self.log.scan_reverse():
+            if line.status != record.RECORD or not listed.admits(line.seq, line.record):
+                continue
+            matched += 1
+            if listed.above is not None or len(out) < limit:
+                out.append(entry(line))
+        records = list(out)
+        self._add_links(records)
+        return {"records": records, "returned": len(records), "total_matches": matched,
+                "left_out": {"beyond_limit": matched - len(records)}}
+
+    def _add_links(self, entries: list[Entry]) -> None:
+        """Add ``superseded_by`` / ``retracted_by`` from the index to entries read without them."""
+        if not entries or not self.log.exists():
+            return
+        try:
+            links = self.index.links_of([e["seq"] for e in entries])
+        except (RetainedError, sqlite3.Error, OSError):
+            return  # an unusable index: the entries stand without links, as the log alone gives them
+        for e in entries:
+            e.update(links.get(e["seq"], {}))
+
+    def search(self, query: str, **options: Any) -> Found:
+        """``Hybrid.search`` (``Index.search`` when lexical); without a usable index, the same over the log."""
+        if not self.log.exists():
+            empty = Search.empty_reply(query, k=options["k"], max_tokens=options["max_tokens"])
+            empty["mode"], empty["mode_reason"] = "lexical", "the store has no log yet"
+            return empty
+        try:
+            with self.one_read():
+                return self.hybrid.search(query, **options)
+        except (sqlite3.Error, OSError, RetainedError) as exc:
+            if isinstance(exc, RetainedError) and exc.code != "index_unavailable":
+                raise
+            return self._search_log(query, reason=self.problem(exc), **options)
+
+    def _search_log(self, query: str, *, reason: str, **options: Any) -> Found:
+        """Search without the store's index: the same ranking over an index built from the log alone.
+
+        The slow path: the temporary index (in a private directory, removed
+        on close) is built from the whole log on first use, then only
+        catches up.
+        """
+        import tempfile
+
+        if self._scratch is None:
+            self._scratch = Index(self.log, Path(tempfile.mkdtemp(prefix="retained-search-")) / INDEX_NAME)
+        reply = self._scratch.search(query, **options)
+        reply["mode"], reply["mode_reason"] = "lexical", f"answered from the log, more slowly: {reason}"
+        return reply
+
+    def problem(self, exc: BaseException) -> str:
+        """Why the index cannot be used, which file it is, and how to fix it."""
+        path = self.directory / INDEX_NAME
+        detail = exc.message if isinstance(exc, RetainedError) else str(exc)
+        owner = ""
+        try:
+            uid = path.stat().st_uid
+            if hasattr(os, "geteuid") and uid != os.geteuid():
+                owner = f" (it belongs to user id {uid}, e.g. after a `sudo retained ...`)"
+        except OSError:
+            pass
+        return (
+            f"the index {path} cannot be used{owner}: {detail}; it is derived from the log and safe to delete: "
+            f"remove {path} and its -wal and -shm files (with sudo if another user owns them) or give them back "
+            "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
+        )
+
+    def embed(self, *, backfill: bool, progress: Any) -> dict[str, Any]:
+        """``Store.embed``: the vectors' status, or a backfill (see there)."""
+        hybrid = self.hybrid
+        if hybrid.embedder is None:
+            raise EmbedConfigError(
+                hybrid.off_reason or "embeddings are off: set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
+            )
+        if backfill:
+            return hybrid.backfill(progress)
+        with self.one_read():
+            return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
+
+    # -- rebuilding ---------------------------------------------------------------
+
+    def rebuild(self, progress: Any = None, *, workers: int = 0) -> dict[str, Any]:
+        """``Index.rebuild``, with an index that cannot be opened reported by `problem`."""
+        try:
+            return self.index.rebuild(progress, workers=workers)
+        except IndexFull:
+            raise  # a full disk says nothing against the index file: its own message says to free space
+        except (sqlite3.Error, OSError, IndexError_) as exc:
+            raise IndexError_(self.problem(exc), path=str(self.index.path)) from exc
+
+    def rebuild_if_present(self) -> str:
+        """Rebuild an existing index (the log's lines moved); ``absent`` or ``rebuilt``."""
+        if not self.present():
+            return "absent"
+        self.rebuild()
+        return "rebuilt"
+
+    def scrub_if_present(self) -> str:
+        """After a redaction: rebuild an existing index leaving no erased term in its pages (``Index.scrub``)."""
+        if not self.present():
+            return "absent"
+        idx = Index(self.log)
+        try:
+            idx.scrub()
+        finally:
+            idx.close()
+        return "rebuilt"
+
+    def catch_up_evidence(self) -> None:
+        """Bring the index up to the log now, so a head it had read and the log lost is anchored first.
+
+        Before an acceptance: otherwise the next read would find the index
+        built from the old log and record its head after the acceptance,
+        as new evidence.
+        """
+        if not self.present():
+            return
+        try:
+            self.index.catch_up()
+        except (RetainedError, sqlite3.Error, OSError):
+            pass  # an unusable index holds no evidence this can read

@@ -53,9 +53,21 @@ def _brief() -> int | None:
     return 0
 
 
+def _capture() -> int | None:
+    """``retained capture ...`` without the parser of every other command: it runs on every prompt and reply."""
+    argv = sys.argv[1:]
+    if not argv or argv[0] != "capture" or "-h" in argv or "--help" in argv:
+        return None
+    from retained.cli.capture_cmd import main as capture_main
+
+    return capture_main(argv[1:])
+
+
 def main() -> int:
-    """The ``retained`` command: the brief's fast path, or ``cli.main``."""
+    """The ``retained`` command: the brief's or capture's fast path, or ``cli.main``."""
     code = _brief()
+    if code is None:
+        code = _capture()
     if code is None:
         from retained.cli.commands import main as cli_main
 

@@ -583,6 +583,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="another origin (scheme://host[:port]), e.g. a reverse proxy's, allowed to call it (repeatable)")
 
     _hook_commands(sub, common)
+    from retained.cli import capture_cmd
+
+    p = command("capture", capture_cmd.HOOK_HELP, capture_cmd.HOOK_EXAMPLE, capture_cmd.cmd_capture)
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                   help="[EVENT] [--host H] [--scope S] [--retry] | status [--json] | import PATH [--dry-run] (see docs/capture.md)")
+    p = command("scope", capture_cmd.SCOPE_HELP, "retained scope --json", capture_cmd.cmd_scope)
+    p.add_argument("--cwd", metavar="DIR", help="the directory to name the project of (default: the current one)")
     return parser
 
 

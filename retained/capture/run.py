@@ -8,7 +8,6 @@ sends the event to the spool; ``retry`` writes spooled events later.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +54,17 @@ def _remember_prompt(store_dir: Path, event: events.Event) -> None:
     if not event.turn_id:
         return
     path = _session_file(store_dir, event.session)
+    import os
+
+    from retained.core import files
+
     try:
         ledger.ensure_dir(path.parent)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(event.turn_id, encoding="utf-8")
-        tmp.chmod(0o600)
-        tmp.replace(path)
+        fd = files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            files.write_all(fd, event.turn_id.encode("utf-8", "surrogatepass"))
+        finally:
+            os.close(fd)
     except OSError:
         pass  # only a hint: the reply is then named by its text's digest
 
@@ -241,7 +245,7 @@ def _known(store_dir: Path, store: Any, op_ids: list[str]) -> list[Any]:
 
     try:
         opened = ops.open_map(store_dir, store.log)
-    except (sqlite3.Error, OSError):
+    except OSError:
         opened = None
     if opened is None:
         return [None for _ in op_ids]
@@ -254,7 +258,7 @@ def _append(store: Any, store_dir: Path, prepared: list[tuple[str, Any]]) -> lis
 
     try:
         opened = ops.open_map(store_dir, store.log)
-    except (sqlite3.Error, OSError):
+    except OSError:
         opened = None  # without the map the log scans for the ids itself: slower, as correct
     if opened is not None:
         known, end = opened

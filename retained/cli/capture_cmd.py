@@ -10,11 +10,14 @@ entry (a host may pass a hook's stdout to the model).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
 
 from retained.version import __version__
 
@@ -53,6 +56,8 @@ def _open(directory: Path, lock_wait_s: float) -> Any:
 
 
 def _hook_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(prog="retained capture", description=HOOK_HELP, epilog=f"example: {HOOK_EXAMPLE}",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("event", nargs="?", help="the event as a JSON argument instead of stdin (Codex CLI's notify passes it so)")
@@ -92,10 +97,42 @@ def _print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+_VALUED = {"--dir": "dir", "--host": "host", "--scope": "scope", "--lock-wait-s": "lock_wait_s"}
+_FLAGS = {"--json": "json", "--retry": "retry"}
+
+
+def _fast_args(argv: list[str]) -> Any:
+    """The hook's options read without building a parser (argparse's help formatter imports shutil);
+    None for anything unusual (help, a bad value), which the parser then reports."""
+    args = SimpleNamespace(event=None, dir=None, json=False, host=None, scope=None, lock_wait_s=None, retry=False)
+    words = iter(argv)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name in _VALUED:
+            if not eq:
+                value = next(words, "")
+            if not value or value.startswith("-"):
+                return None
+            if name == "--lock-wait-s":
+                try:
+                    args.lock_wait_s = float(value)
+                except ValueError:
+                    return None
+            else:
+                setattr(args, _VALUED[name], value)
+        elif word in _FLAGS:
+            setattr(args, _FLAGS[word], True)
+        elif word.startswith("-") or args.event is not None:
+            return None
+        else:
+            args.event = word
+    return args
+
+
 def hook(argv: list[str]) -> int:
     """The hook: one event in, one ledger line, exit 0 (whatever happened)."""
     try:
-        args = _hook_parser().parse_args(argv)
+        args = _fast_args(argv) or _hook_parser().parse_args(argv)
     except SystemExit:
         return 0  # a hook never fails its host (a bad option included); argparse said why on stderr
     try:
@@ -105,7 +142,7 @@ def hook(argv: list[str]) -> int:
         return 0
 
 
-def _hook(args: argparse.Namespace) -> int:
+def _hook(args: Any) -> int:
     from retained.capture import run
 
     directory = _store_dir(args.dir)
@@ -159,6 +196,8 @@ def main(argv: list[str]) -> int:
 
 
 def _status(argv: list[str]) -> int:
+    import argparse
+
     from retained.capture import ledger, spool
 
     p = argparse.ArgumentParser(prog="retained capture status",
@@ -177,6 +216,8 @@ def _status(argv: list[str]) -> int:
 
 
 def _import(argv: list[str]) -> int:
+    import argparse
+
     from retained.capture import transcript
 
     p = argparse.ArgumentParser(prog="retained capture import",

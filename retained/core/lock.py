@@ -1,10 +1,9 @@
 """The store's OS lock: one exclusive holder at a time, across processes.
 
-A thin layer over portalocker (flock on POSIX, LockFileEx/msvcrt on Windows):
-no hand-written platform code. Each acquisition opens its own descriptor, so
+``fcntl.flock`` on POSIX, portalocker (LockFileEx/msvcrt) on Windows. Each acquisition opens its own descriptor, so
 two threads of one process exclude each other exactly as two processes do.
-portalocker is imported on first use: read-only paths (the brief) never pay
-for it.
+The lock calls are resolved on first use: read-only paths (the brief) never
+pay for them.
 """
 
 from __future__ import annotations
@@ -18,35 +17,47 @@ from retained import limits
 from retained.core.files import open_fd
 from retained.errors import LockTimeout
 
-_calls = None  # (lock, unlock, flags), resolved once by _lock_calls
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief's path imports this module, and not typing
+if TYPE_CHECKING:
+    from typing import Any
+
+_calls: Any = None  # (lock, unlock, flags, busy), resolved once by _lock_calls
 
 
-def _lock_calls():
-    """portalocker's lock and unlock for a descriptor, and EXCLUSIVE | NON_BLOCKING.
+def _lock_calls() -> Any:
+    """The lock and unlock calls for a descriptor, the flags for an exclusive non-blocking lock, and the "held" error.
 
-    Where portalocker has a flock locker object (POSIX) its methods are used:
-    the module-level ``portalocker.lock`` re-validates the flags and resolves
-    the locker on every call, work the write path would repeat on every
-    append for the same answer. Elsewhere (Windows) the module-level
-    functions. The flags are combined once, so no enum arithmetic runs per
-    call.
+    On POSIX: ``fcntl.flock`` itself, as portalocker's flock locker calls it.
+    Importing portalocker costs more than a whole capture hook may spend
+    (its package reads its own installed metadata at import), and the hook
+    takes this lock on every prompt and reply. Elsewhere (Windows)
+    portalocker's module-level functions. The flags are combined once, so
+    no enum arithmetic runs per call.
     """
     global _calls
     if _calls is None:
-        import portalocker
+        try:
+            import fcntl
+        except ImportError:
+            fcntl = None  # type: ignore[assignment]  # Windows
+        if fcntl is not None and hasattr(fcntl, "flock"):
+            flock = fcntl.flock
+            unlock_flag = fcntl.LOCK_UN
 
-        flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-        flock = getattr(portalocker.portalocker, "FlockLocker", None)
-        if flock is not None:
-            locker = flock()
-            _calls = (locker.lock, locker.unlock, flags)
+            def unlock(fd: int) -> None:
+                flock(fd, unlock_flag)
+
+            _calls = (flock, unlock, fcntl.LOCK_EX | fcntl.LOCK_NB, BlockingIOError)
         else:
-            _calls = (portalocker.lock, portalocker.unlock, flags)
+            import portalocker
+
+            flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
+            _calls = (portalocker.lock, portalocker.unlock, flags, portalocker.exceptions.LockException)
     return _calls
 
 
 def load() -> None:
-    """Import portalocker and resolve its calls now, not on the first acquisition (a server warming up)."""
+    """Resolve the lock calls now, not on the first acquisition (a server warming up)."""
     _lock_calls()
 
 
@@ -64,9 +75,7 @@ class StoreLock:
         self._fd: int | None = None
 
     def __enter__(self) -> StoreLock:
-        import portalocker
-
-        lock, _, flags = _lock_calls()
+        lock, _, flags, busy = _lock_calls()
         # With keep_open the descriptor stays open between acquisitions
         # (opening and closing it on every append would add two system calls
         # to each write); the owner serialises its own threads, and every StoreLock has
@@ -82,7 +91,7 @@ class StoreLock:
             try:
                 lock(fd, flags)
                 break
-            except portalocker.exceptions.LockException:
+            except busy:
                 if time.monotonic() >= deadline:
                     if not self.keep_open:
                         self.close()

@@ -745,7 +745,17 @@ class Store:
         """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only."""
         from retained.index import stats
 
-        return stats.stats(self.log, progress=progress)
+        result = stats.stats(self.log, progress=progress)
+        result["capture"] = self.capture_status()
+        return result
+
+    def capture_status(self) -> dict[str, Any] | None:
+        """What capture did with every event (``retained.capture.ledger.status``); None when nothing was captured here."""
+        from retained.capture import ledger, spool
+
+        if not (ledger.capture_dir(self.directory) / ledger.LEDGER_NAME).exists():
+            return None
+        return ledger.status(self.directory, spooled_now=spool.count(self.directory))
 
     def export(self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None) -> dict[str, Any]:
         """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.data.export``).

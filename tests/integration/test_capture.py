@@ -210,3 +210,20 @@ def test_scope_prints_the_project_identity_and_why(tmp_path: Path, repo: Path):
     (repo / ".retained-scope").write_text("billing-service\n", encoding="utf-8")
     named = json.loads(cli(store, "scope", "--json", cwd=repo).stdout)
     assert (named["scope"], named["source"]) == ("billing-service", "file")
+
+
+def test_stats_and_the_viewers_health_page_show_the_ledger(tmp_path: Path, repo: Path):
+    from retained import Store
+    from retained.viewer import pages
+
+    store = tmp_path / "store"
+    capture(store, prompt("s", "p-1", "kept turn", repo))
+    capture(store, b"not json <script>")
+    shown = cli(store, "stats")
+    assert shown.returncode == 0, shown.stderr
+    assert b"capture: received 2 = captured 1 + deduplicated 0 + skipped 1 + spooled 0 + failed 0" in shown.stdout
+    as_json = json.loads(cli(store, "stats", "--json").stdout)
+    assert as_json["capture"]["totals"]["received"] == 2 and as_json["capture"]["adds_up"]
+    with Store(store) as s:
+        html = pages.health(s.stats(), None, {})
+    assert "<h2>Capture</h2>" in html and "adds up" in html and "<script>" not in html

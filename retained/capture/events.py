@@ -122,10 +122,9 @@ def _claude(payload: dict[str, Any], host: str) -> Event:
         cwd=_str(payload, "cwd"),
         transcript=_str(payload, "transcript_path"),
     )
-    if name == "UserPromptSubmit":
-        event.turn_id = _str(payload, "prompt_id")
-    elif name == "SubagentStop":
-        event.turn_id = _str(payload, "agent_id")
+    # Claude Code names the turn on its prompt and on the Stop that ends it
+    # (2.1.197 sends prompt_id on both); a subagent by its agent id.
+    event.turn_id = _str(payload, "agent_id") if name == "SubagentStop" else _str(payload, "prompt_id")
     known = _CLAUDE_FIELDS.get(name)
     if known is None:
         event.nothing_because = f"{name} carries no turn to keep"

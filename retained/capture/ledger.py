@@ -14,8 +14,10 @@ reason: empty, private_only, disabled, too_large, nothing_to_keep, bad_event),
 ``spooled`` (kept in the spool for a retry: the store was busy or failing),
 ``failed`` (not even the spool could keep it: lost, and said on stderr).
 
-An event is counted once, by its last outcome: a spooled event that a retry
-later writes moves from spooled to captured (the retry's line names the same
+Every delivery counts as one event received (a host's retry of an event
+already recorded is ``deduplicated``); a retry of the spool settles the
+spooled event instead of counting a new one: it moves from spooled to what
+the retry made of it (the retry's line has ``retried`` and names the same
 ``event_id``). So, always: received = captured + deduplicated + skipped +
 spooled + failed. Redactions are counted beside the outcomes (a redacted
 turn is still captured).
@@ -114,39 +116,44 @@ def _zero() -> dict[str, int]:
 
 
 def status(store_dir: Path, spooled_now: int | None = None) -> dict[str, Any]:
-    """The counts: overall, per day (UTC) and per session, each event by its last outcome.
+    """The counts: overall, per day (UTC) and per session.
 
-    ``reasons`` counts why events were skipped, spooled or failed. The day
-    and session of an event are those of its first line (when it arrived).
+    Every delivery of an event is one received event (a host's retry that
+    finds its turn already recorded is ``deduplicated``), except a retry of
+    the spool (a line with ``retried``), which settles the spooled event it
+    names instead: that event moves from ``spooled`` to what the retry made
+    of it. ``reasons`` counts why events were skipped, spooled or failed.
     """
-    last: dict[str, dict[str, Any]] = {}
-    first: dict[str, dict[str, Any]] = {}
-    redactions: dict[str, int] = {}
-    private: dict[str, int] = {}
+    counted: list[dict[str, Any]] = []  # one per received event: its line, as settled by later retries
+    waiting: dict[str, int] = {}  # event_id -> index in counted of a spooled event not yet settled
     unreadable = 0
     for item in entries(store_dir):
         eid = item.get("event_id")
         if not isinstance(eid, str) or item.get("outcome") not in OUTCOMES:
             unreadable += 1
             continue
-        first.setdefault(eid, item)
-        last[eid] = item
-        redactions[eid] = redactions.get(eid, 0) + int(item.get("redactions") or 0)
-        private[eid] = private.get(eid, 0) + int(item.get("private_spans") or 0)
+        if item.get("retried") and eid in waiting:
+            at = waiting.pop(eid)
+            first = counted[at]
+            counted[at] = {**item, "ts": first.get("ts"), "session": first.get("session") or item.get("session"),
+                           "redactions": int(item.get("redactions") or 0), "private_spans": int(item.get("private_spans") or 0)}
+        else:
+            counted.append(item)
+        if item["outcome"] == "spooled":
+            waiting[eid] = len(counted) - 1
     total = _zero()
     days: dict[str, dict[str, int]] = {}
     sessions: dict[str, dict[str, int]] = {}
     reasons: dict[str, dict[str, int]] = {}
-    for eid, item in last.items():
+    for item in counted:
         outcome = item["outcome"]
-        arrived = first[eid]
-        day = str(arrived.get("ts", ""))[:10] or "unknown"
-        session = str(arrived.get("session") or "unknown")
+        day = str(item.get("ts", ""))[:10] or "unknown"
+        session = str(item.get("session") or "unknown")
         for bucket in (total, days.setdefault(day, _zero()), sessions.setdefault(session, _zero())):
             bucket["received"] += 1
             bucket[outcome] += 1
-            bucket["redactions"] += redactions[eid]
-            bucket["private_spans"] += private[eid]
+            bucket["redactions"] += int(item.get("redactions") or 0)
+            bucket["private_spans"] += int(item.get("private_spans") or 0)
         if outcome in ("skipped", "spooled", "failed"):
             why = str(item.get("reason") or "unknown")
             by = reasons.setdefault(outcome, {})

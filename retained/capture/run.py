@@ -25,7 +25,8 @@ class Options:
     """How to read and file one event: the host (when the payload does not say), the scope, the working directory."""
 
     def __init__(self, *, host: str | None = None, scope: str | None = None, cwd: str | None = None,
-                 disabled: str | None = None, live: bool = True) -> None:
+                 disabled: str | None = None, live: bool = True, host_version: str | None = None) -> None:
+        self.host_version = host_version  # the host's version when the event does not carry it (the edge reads it)
         self.live = live  # a hook's event (False: read back from a transcript)
         self.host = host
         self.scope = scope
@@ -77,10 +78,10 @@ def _current_prompt(store_dir: Path, session: str) -> str | None:
     return value[:200] or None
 
 
-def _host_version(event: events.Event) -> str | None:
-    """The host's version: from the event, else from the last lines of its transcript (Claude Code writes it there)."""
-    if event.host_version or not event.transcript:
-        return event.host_version
+def _host_version(event: events.Event, options: Options) -> str | None:
+    """The host's version: from the event, else as the edge found it, else from the last lines of its transcript."""
+    if event.host_version or options.host_version or not event.transcript:
+        return event.host_version or options.host_version
     import re
 
     try:
@@ -104,7 +105,7 @@ def contents(event: events.Event, store_dir: Path, options: Options) -> tuple[li
     if event.event == "UserPromptSubmit" and options.live:
         _remember_prompt(store_dir, event)
     who = identity(event.cwd or options.cwd or ".", options.scope)
-    version = _host_version(event)
+    version = _host_version(event, options)
     out: list[tuple[str, record.Content]] = []
     skipped: list[str] = []
     for turn in event.turns:
@@ -233,6 +234,10 @@ def record_events(store: Any, batch: list[tuple[events.Event, Any]], options: Op
                 mine = proofs[i: i + len(prepared)]
                 i += len(prepared)
                 written = [p for p in mine if not p.get("duplicate")]
+                # Redactions and private spans count where something was written.
+                kept = [g for (_, g), p in zip(prepared, mine, strict=True) if not p.get("duplicate")]
+                counts["redactions"] = sum(len(g.notes.get("redactions", ())) for g in kept)
+                counts["private_spans"] = sum(int(g.notes.get("private_spans_removed", 0)) for g in kept)
                 out[at] = _entry(event.key(), "captured" if written else "deduplicated", None, event,
                                  records=len(written), duplicates=len(mine) - len(written),
                                  seqs=[p["seq"] for p in mine], **counts)
@@ -301,6 +306,7 @@ def retry(store: Any, *, limit: int | None = None) -> list[dict[str, Any]]:
             break  # still busy or failing: leave the rest for later
         spool.remove(path)
         entry["event_id"] = path.name[: -len(spool.SUFFIX)]
+        entry["retried"] = True
         try:
             ledger.append(store_dir, entry)
         except OSError as exc:

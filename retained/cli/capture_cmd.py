@@ -82,6 +82,15 @@ def _lock_wait(given: float | None) -> float:
     return value if value > 0 else LOCK_WAIT_S_DEFAULT
 
 
+def _claude_version(agent: str) -> str | None:
+    """Claude Code's version from the ``AI_AGENT`` it sets for its hooks (``claude-code_2-1-197_harness``)."""
+    prefix = "claude-code_"
+    if not agent.startswith(prefix):
+        return None
+    digits = agent[len(prefix):].split("_", 1)[0]
+    return digits.replace("-", ".") if digits.replace("-", "").isdigit() else None
+
+
 def _say(message: str) -> None:
     try:
         sys.stderr.write(f"retained capture: {message}\n")
@@ -148,7 +157,8 @@ def _hook(args: Any) -> int:
     directory = _store_dir(args.dir)
     off = os.environ.get("RETAINED_CAPTURE", "").strip().lower()
     options = run.Options(host=args.host, scope=args.scope or os.environ.get("RETAINED_SCOPE") or None,
-                          cwd=os.getcwd(), disabled="RETAINED_CAPTURE=" + off if off in OFF_WORDS else None)
+                          cwd=os.getcwd(), disabled="RETAINED_CAPTURE=" + off if off in OFF_WORDS else None,
+                          host_version=_claude_version(os.environ.get("AI_AGENT", "")))
     store = _open(directory, _lock_wait(args.lock_wait_s))
     try:
         if args.retry:

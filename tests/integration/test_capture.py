@@ -106,7 +106,7 @@ def test_a_repeated_event_is_recorded_once_and_the_ledger_says_deduplicated(tmp_
         assert capture(store, event).returncode == 0
     assert [r["text"] for r in records(store)] == ["remember the port is 8443"]
     got = status(store)
-    assert got["totals"]["received"] == 1 and got["totals"]["deduplicated"] == 1  # one event, last outcome
+    assert (got["totals"]["received"], got["totals"]["captured"], got["totals"]["deduplicated"]) == (3, 1, 2)
     lines = (store / "capture" / "ledger.jsonl").read_bytes().splitlines()
     assert [orjson.loads(x)["outcome"] for x in lines] == ["captured", "deduplicated", "deduplicated"]
 

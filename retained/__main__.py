@@ -42,7 +42,8 @@ def _brief() -> int | None:
     try:
         from retained.core.anchors import dir_from
 
-        result = brief.build_brief(directory, budget, opts["scope"], anchor_dir=dir_from(os.environ))
+        result = brief.build_brief(directory, budget, opts["scope"], anchor_dir=dir_from(os.environ),
+                                   project=_project())
     except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
         result = brief.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=opts["scope"])
     try:
@@ -61,6 +62,17 @@ def _capture() -> int | None:
     from retained.cli.capture_cmd import main as capture_main
 
     return capture_main(argv[1:])
+
+
+def _project() -> str | None:
+    """The project the session starts in (``retained scope``), for the brief's "last session" part; None when off."""
+    import os
+
+    if os.environ.get("RETAINED_CAPTURE", "").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    from retained.capture.scope import identity
+
+    return identity(os.getcwd(), os.environ.get("RETAINED_SCOPE") or None).scope
 
 
 def main() -> int:

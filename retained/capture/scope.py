@@ -1,5 +1,7 @@
 """The project's identity: the scope captured turns are written under, and why.
 
+Standard library only, and no ``typing``: the session-start brief imports it.
+
 In order, the first that applies:
 
 1. an explicit scope (``--scope``, or ``RETAINED_SCOPE`` read by the edge);
@@ -19,7 +21,6 @@ directly, so the hook stays fast.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 SCOPE_FILE = ".retained-scope"
@@ -27,14 +28,19 @@ SCOPE_CHARS_MAX = 200  # the MCP tools' scope argument takes at most this many c
 _PARENTS_MAX = 64  # a bound on the walk up the directory tree
 
 
-@dataclass(frozen=True)
 class Identity:
-    """A project's scope and how it was found."""
+    """A project's scope and how it was found (``source``: explicit, file, git or directory).
 
-    scope: str
-    source: str  # explicit, file, git, directory
-    why: str
-    git_common_dir: str | None = None
+    A plain class (no dataclass, no typing): the session-start brief imports this module.
+    """
+
+    __slots__ = ("git_common_dir", "scope", "source", "why")
+
+    def __init__(self, scope: str, source: str, why: str, git_common_dir: str | None = None) -> None:
+        self.scope = scope
+        self.source = source
+        self.why = why
+        self.git_common_dir = git_common_dir
 
     def to_dict(self) -> dict[str, str | None]:
         return {"scope": self.scope, "source": self.source, "why": self.why, "git_common_dir": self.git_common_dir}

@@ -65,6 +65,7 @@ def test_a_real_session_is_captured_once_under_the_project_and_the_next_session_
     cc.claude("-p", "where do deploys go?")
     seen = cc.standin.messages(mark, main=True)[0].text()
     assert "the deploy target is staging-7" in seen and REPLY in seen, seen[:4000]
+    assert f"Where the last session of this project stopped (claude-code session {session}" in seen
     assert SECRET not in seen
 
     status = json.loads(cc.retained("capture", "status", "--json").stdout)
@@ -73,3 +74,4 @@ def test_a_real_session_is_captured_once_under_the_project_and_the_next_session_
     assert totals["received"] == totals["captured"] + totals["deduplicated"] + totals["skipped"]
     assert totals["captured"] == 4 and totals["redactions"] == 1  # two turns per session
     print("ledger:", json.dumps(totals))
+    print("brief:", seen[seen.index("Where the last session"):][:700])

@@ -227,3 +227,36 @@ def test_stats_and_the_viewers_health_page_show_the_ledger(tmp_path: Path, repo:
     with Store(store) as s:
         html = pages.health(s.stats(), None, {})
     assert "<h2>Capture</h2>" in html and "adds up" in html and "<script>" not in html
+
+
+def test_the_brief_in_the_project_starts_with_where_its_last_session_stopped(tmp_path: Path, repo: Path):
+    store = tmp_path / "store"
+    capture(store, prompt("old-session", "p-0", "an older session's question", repo))
+    cli(store, "write", "a note written by hand in between", cwd=repo)
+    for i in range(1, 4):
+        capture(store, prompt("sess-9", f"p-{i}", f"question number {i} about the release", repo))
+        capture(store, {**stop("sess-9", f"answer number {i}: ship on friday", repo), "prompt_id": f"p-{i}"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    capture(store, prompt("other-project", "x-1", "a turn of another project", elsewhere))
+    seqs = {r["text"]: r["seq"] for r in records(store)}
+    from retained import Store
+
+    with Store(store) as s:
+        s.forget([seqs["answer number 2: ship on friday"]], reason="wrong")
+
+    shown = cli(store, "brief", cwd=tmp_path / "proj-wt")  # another worktree: the same project
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout.decode()
+    head, rest = text.split("\n", 1)
+    assert head.startswith("Where the last session of this project stopped (claude-code session sess-9")
+    section = rest.split("Memory brief from retained", 1)[0]
+    assert "question number 1" in section and "answer number 3: ship on friday" in section
+    assert section.index("question number 3") < section.index("answer number 3")  # oldest first
+    assert "answer number 2" not in section  # retracted
+    assert "another project" not in section and "older session" not in section
+    plain = cli(store, "brief", cwd=elsewhere).stdout.decode()
+    assert plain.startswith("Where the last session of this project stopped (claude-code session other-project")
+    off = subprocess.run([str(RETAINED), "brief"], capture_output=True, env=_env(store, RETAINED_CAPTURE="off"),
+                         cwd=repo, timeout=WAIT_S, check=False)
+    assert off.stdout.startswith(b"Memory brief from retained")

@@ -12,7 +12,7 @@ argument):
 - the generic shape, for any other host (docs/capture.md)::
 
     {"host": "myagent", "host_version": "1.2", "event": "turn", "session": "s-1",
-     "turn": "t-7", "cwd": "/repo", "messages": [{"speaker": "user", "text": "..."}]}
+     "turn": "t-7", "cwd": "/repo", "messages": [{"speaker": "user", "text": "...", "name": "Ann"}]}
 
 Each turn gets a ``client_op_id`` from the host, the session, the turn (the
 prompt id) and what it is (``user``, ``assistant``, ``summary``,
@@ -45,6 +45,7 @@ class Turn:
     text: str
     what: str  # user, assistant, summary, subagent: the last part of the id
     span: dict[str, Any]  # where in the host's event (or transcript) the text was
+    extra: dict[str, str] = field(default_factory=dict)  # the generic shape's name and at, when given
 
 
 @dataclass
@@ -187,5 +188,12 @@ def _generic(payload: dict[str, Any], host: str | None) -> Event:
         if not isinstance(text, str):
             raise BadEvent(f"field messages[{i}].text: must be a string")
         what = message["what"] if isinstance(message.get("what"), str) else str(speaker)
-        event.turns.append(Turn(str(speaker), text, what, {"event": event.event, "field": f"messages[{i}]"}))
+        extra = {}
+        for name in ("name", "at"):
+            value = message.get(name)
+            if value is not None and not isinstance(value, str):
+                raise BadEvent(f"field messages[{i}].{name}: must be a string")
+            if value:
+                extra[name] = value
+        event.turns.append(Turn(str(speaker), text, what, {"event": event.event, "field": f"messages[{i}]"}, extra))
     return event

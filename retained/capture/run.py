@@ -125,6 +125,7 @@ def contents(event: events.Event, store_dir: Path, options: Options) -> tuple[li
         }
         if event.turn_id:
             fields["turn"] = event.turn_id
+        fields.update(turn.extra)
         content = record.make_content(
             text=turn.text, kind=KINDS.get(turn.what, "turn"), scope=who.scope, source=f"{event.host}:{event.event}",
             client_op_id=op, fields=fields,

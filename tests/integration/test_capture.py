@@ -260,3 +260,15 @@ def test_the_brief_in_the_project_starts_with_where_its_last_session_stopped(tmp
     off = subprocess.run([str(RETAINED), "brief"], capture_output=True, env=_env(store, RETAINED_CAPTURE="off"),
                          cwd=repo, timeout=WAIT_S, check=False)
     assert off.stdout.startswith(b"Memory brief from retained")
+
+
+def test_the_generic_shape_keeps_a_speakers_name_and_time(tmp_path: Path, repo: Path):
+    store = tmp_path / "store"
+    event = {"host": "locomo", "session": "c-1", "turn": "D1:1", "cwd": str(repo),
+             "messages": [{"speaker": "user", "text": "I adopted a dog", "name": "Caroline", "at": "8 May 2023"}]}
+    assert capture(store, event).returncode == 0
+    (rec,) = records(store)
+    assert (rec["speaker"], rec["name"], rec["at"], rec["turn"]) == ("user", "Caroline", "8 May 2023", "D1:1")
+    bad = capture(store, {**event, "messages": [{"speaker": "user", "text": "x", "name": 7}]})
+    assert bad.returncode == 0 and len(records(store)) == 1
+    assert "bad_event: field messages[0].name" in json.dumps(status(store)["reasons"])

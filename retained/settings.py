@@ -8,8 +8,8 @@
 | ``RETAINED_RECORD_BYTES_MAX`` | largest encoded record, bytes | 16 MiB |
 | ``RETAINED_LOCK_WAIT_S`` | how long a writer waits for the lock | 10 |
 | ``RETAINED_GROUP_COMMIT`` | threads of one process share fsyncs: on or off | on |
-| ``RETAINED_EMBED_*`` | embeddings (see hybrid.SETTINGS) | off |
-| ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see anchors.py | ``$XDG_STATE_HOME/retained`` |
+| ``RETAINED_EMBED_*`` | embeddings (see ``retained.index.hybrid.SETTINGS``) | off |
+| ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see ``retained.core.anchors`` | ``$XDG_STATE_HOME/retained`` |
 """
 
 from __future__ import annotations

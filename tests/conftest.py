@@ -14,7 +14,11 @@ from retained import Store
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
-VECTORS = SHARED / "vectors"
+# The record-format vectors: the repository's own (made by harness/make_vectors.py), and the
+# shared ones beside the repository when they are there (the tests check both, and that they agree).
+VECTORS = REPO / "tests" / "vectors"
+SHARED_VECTORS = SHARED / "vectors"
+VECTOR_DIRS = [VECTORS, *([SHARED_VECTORS] if SHARED_VECTORS.is_dir() else [])]
 
 
 class NoProcesses:

@@ -30,11 +30,12 @@ It reads only what it prints. The log is read backwards from its end
 It takes no lock, writes nothing (the index is opened read-only, though SQLite
 may create its ``-wal`` and ``-shm`` files), never builds or catches up the
 index, and imports neither ``mcp`` nor ``portalocker``. It reads the index
-through ``index_schema`` (the schema's one definition, standard library
-only), never through ``index``, whose query parser it would not use.
+through ``retained.index.schema`` (the schema's one definition, standard
+library only), never through ``retained.index.writer``, whose query parser it
+would not use.
 
 Token estimate: a record's block (its header line, its text and body, and a
-cut marker if any) costs ``index_schema.estimate_tokens`` of it, ``ceil(UTF-8
+cut marker if any) costs ``schema.estimate_tokens`` of it, ``ceil(UTF-8
 bytes / 4)`` tokens, as a search result does; ``tokens`` is the
 sum over the records shown, and ``budget`` bounds it. The opening and closing
 lines are outside the budget and short (their fields are truncated). Besides

@@ -13,7 +13,7 @@ one SessionStart entry that runs it into a Claude Code settings file:
   over it, so a crash leaves the old file or the new one.
 
 Library code: it takes paths as arguments and never reads the environment;
-``retained hook install`` (cli.py) is the edge that does.
+``retained hook install`` (``retained.cli.commands``) is the edge that does.
 """
 
 from __future__ import annotations

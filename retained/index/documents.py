@@ -1,10 +1,10 @@
 """What the index stores for one record: its words, its links, its token cost, its turn.
 
-Pure functions over a parsed record, no SQLite: ``index`` writes what they
-return, ``index_search`` and ``hybrid`` charge results with `estimate_tokens`
+Pure functions over a parsed record, no SQLite: ``writer`` indexes what they
+return, ``search`` and ``hybrid`` charge results with `estimate_tokens`
 and read records in their conversation with `turn`.
 
-Token estimate for ``max_tokens``: ``index_schema.estimate_tokens`` of a
+Token estimate for ``max_tokens``: ``schema.estimate_tokens`` of a
 result's text and body (a body that is not a string counts as its canonical
 JSON), the same formula the brief charges its records with.
 

@@ -2,7 +2,7 @@
 
 What it owns: the ``vectors`` table in the index file (one row per record
 and model: the record's seq and chain hash, the model name, the dimension and
-the L2-normalised float32 vector; its DDL is ``index_schema.VECTORS_SCHEMA``),
+the L2-normalised float32 vector; its DDL is ``schema.VECTORS_SCHEMA``),
 a ``vectors_meta`` table, and the search
 that fuses ``Index.ranked`` (bm25) with a cosine ranking over those vectors.
 It never writes the log and never writes the index's own tables; the index's

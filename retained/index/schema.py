@@ -5,8 +5,8 @@ and ``-shm`` beside it), the tables (`SCHEMA`, `VECTORS_SCHEMA`) and their
 version (`SCHEMA_VERSION`), the high-water mark kept in ``meta`` (`Mark`,
 `read_mark`, `mark_state`), the link fields that become the ``links`` table
 and the flags of ``records``, the token estimate results are charged with,
-and the read-only queries the readers share. ``index`` writes the tables
-(catch-up, rebuild); ``index_search``, ``index_verify``, ``hybrid``, the
+and the read-only queries the readers share. ``writer`` writes the tables
+(catch-up, rebuild); ``search``, ``verify``, ``hybrid``, the
 brief, ``stats`` and the self-test read them through these names.
 
 Standard library only, and nothing from ``typing`` at import: the

@@ -4,7 +4,7 @@ One forward scan of the log, classified as verify classifies it (memory flat
 in its size, apart from one counter per distinct kind, scope, client and day
 and the sets of superseded and retracted seqs),
 plus looks at the index only when it exists: the index's own public
-``Index.status()`` for the lag (no catch-up), and ``index_schema``'s
+``Index.status()`` for the lag (no catch-up), and ``schema``'s
 read-only connection and vector counts. Stats never creates an index and never
 touches the log; opening an existing index through ``Index`` does what any
 reader does (sets up its schema if it is missing or from another version).

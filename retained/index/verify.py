@@ -7,8 +7,8 @@ findings and their kinds are listed on ``Index.verify``.
 
 Imported by ``Index.verify`` when it runs, so this module (and orjson, which
 parses the lines the byte scan cannot settle) stays off the path of every
-other read. It reads the tables through ``index_schema`` and is handed the
-index's connection and lock, so it needs nothing from ``index``.
+other read. It reads the tables through ``schema`` and is handed the
+index's connection and lock, so it needs nothing from ``writer``.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ the log was replaced (restored from a copy, redacted, truncated by hand):
 reads then rebuild, and ``verify`` reports it first.
 
 The file name, the tables, the mark and the read-only queries are defined
-once in ``index_schema``; what the index stores for a record (its words,
+once in ``schema``; what the index stores for a record (its words,
 links and token cost) is in ``documents``; ranked search, mixed into `Index`,
-is in ``index_search``; the two-way verify is in ``index_verify``.
+is in ``search``; the two-way verify is in ``verify``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Nothing here is on the write path: a record is acknowledged once the log has
 it, and its vector follows when the embedder answers. This module only talks
 HTTP and checks answers; storing vectors is ``retained.index.hybrid``'s job. It reads
-no environment variable: the edges (cli.py, server.py) read
+no environment variable: the edges (``retained.cli``, ``retained.mcp``) read
 ``RETAINED_EMBED_URL``, ``RETAINED_EMBED_MODEL`` and ``RETAINED_EMBED_KEY`` and
 pass them in.
 

@@ -32,8 +32,8 @@ from pathlib import Path
 import blake3
 
 OUT = Path(__file__).with_name("guard_corpus.jsonl")
-# The shared test vectors (real retained log lines), beside the repository.
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "vectors" / "chain-v1.jsonl"
+# The record-format vectors (real retained log lines, made by harness/make_vectors.py).
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "chain-v1.jsonl"
 rng = random.Random(20261129)
 
 B62 = string.ascii_letters + string.digits

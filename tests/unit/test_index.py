@@ -15,7 +15,7 @@ from retained import Store
 from retained.errors import InvalidRecord, NotFound
 from retained.index.writer import INDEX_NAME, Index, documents, estimate_tokens
 
-from ..conftest import REPO, run_cli
+from ..conftest import REPO, VECTORS, run_cli
 
 
 def kinds(findings):
@@ -238,11 +238,8 @@ def test_a_damaged_full_text_index_fails_fts5s_own_check(store):
     assert store.verify()["ok"]
 
 
-def test_verify_is_clean_on_the_shared_vectors_with_foreign_and_redacted_lines(tmp_path):
-    vectors = REPO.parent / "shared" / "vectors"
-    src = vectors / "chain-v1-redacted-foreign.jsonl"
-    if not src.exists():
-        pytest.skip("shared vectors not present")
+def test_verify_is_clean_on_the_format_vector_with_foreign_and_redacted_lines(tmp_path):
+    src = VECTORS / "chain-v1-redacted-foreign.jsonl"
     d = tmp_path / "s"
     d.mkdir()
     shutil.copy(src, d / "log.jsonl")

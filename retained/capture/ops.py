@@ -9,7 +9,8 @@ its length as 4, big-endian). Each batch of entries ends with a mark entry
 (8 bytes ``MARK``, the log's inode as 8 bytes, the log offset the map
 covers as 8 bytes, 4 zero bytes), written with the entries in one write
 and made durable before it counts: the last entry is the mark. Each capture first brings the map up to the log's current size
-(usually a few lines), looks its ids up (a byte search over the file, then
+(a few lines are only read; past ``LOOSE_BYTES_MAX`` they are written into
+the map), looks its ids up (a byte search over the file, then
 the line itself read from the log and its id compared, so a digest clash or
 a stale entry is never taken for a match), and hands the map to the log
 (``Log.assume_ops``), which still scans, under its lock, whatever another
@@ -35,6 +36,7 @@ OPS_NAME = "ops.bin"
 DIGEST_BYTES = 16
 ENTRY_BYTES = DIGEST_BYTES + 8 + 4
 MARK = b"\xffretmark"[:8]
+LOOSE_BYTES_MAX = 256 * 1024  # log bytes past the mark read per capture before they are written into the map
 
 
 def _digest(op: str) -> bytes:
@@ -114,7 +116,20 @@ def open_map(store_dir: Path, log: Log) -> tuple[OpsMap, int] | None:
             os.ftruncate(fd, 0)
             start = 0
         end = st.st_size
-        if start != end:
+        recent: dict[str, dict[str, Any]] = {}
+        if 0 < end - start <= LOOSE_BYTES_MAX:
+            # A few lines since the mark (the last event's record, usually):
+            # read them here and leave the file as it is, saving a write and
+            # an fdatasync on most events; a later capture records them.
+            for line in log.scan(start=start, stop=end, containing=b'"client_op_id":'):
+                if line.status == record.TORN:
+                    end = line.offset
+                    break
+                if line.status == record.RECORD:
+                    op = line.record.get("client_op_id")
+                    if isinstance(op, str) and op not in recent:
+                        recent[op] = proof_of(line)
+        elif start != end:
             entries = []
             for line in log.scan(start=start, stop=end, containing=b'"client_op_id":'):
                 if line.status == record.TORN:
@@ -134,4 +149,8 @@ def open_map(store_dir: Path, log: Log) -> tuple[OpsMap, int] | None:
         data = os.pread(fd, size - size % ENTRY_BYTES, 0) if size else b""
     finally:
         os.close(fd)
-    return OpsMap(log, data), end
+    found = OpsMap(log, data)
+    for op, proof in recent.items():
+        if found.get(op) is None:
+            found[op] = proof
+    return found, end

@@ -15,7 +15,15 @@ def _store(path: Path, n: int) -> Store:
     return store
 
 
-def test_the_map_answers_for_every_id_and_extends_itself_as_the_log_grows(tmp_path: Path):
+def test_a_few_new_lines_are_read_and_not_written_into_the_map(tmp_path: Path):
+    with _store(tmp_path / "s", 5) as store:
+        known, end = ops.open_map(store.directory, store.log)
+        assert known.get("op-4")["seq"] == 5 and end == store.log.size()
+        assert (store.directory / "capture" / ops.OPS_NAME).stat().st_size == 0
+
+
+def test_the_map_answers_for_every_id_and_extends_itself_as_the_log_grows(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(ops, "LOOSE_BYTES_MAX", 0)
     with _store(tmp_path / "s", 50) as store:
         known, end = ops.open_map(store.directory, store.log)
         assert end == store.log.size()
@@ -27,7 +35,8 @@ def test_the_map_answers_for_every_id_and_extends_itself_as_the_log_grows(tmp_pa
         assert size == (51 + 2) * ops.ENTRY_BYTES  # 51 entries and one mark per catch-up
 
 
-def test_a_cut_map_or_a_replaced_log_is_rebuilt_and_a_stale_entry_is_never_a_match(tmp_path: Path):
+def test_a_cut_map_or_a_replaced_log_is_rebuilt_and_a_stale_entry_is_never_a_match(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(ops, "LOOSE_BYTES_MAX", 0)
     with _store(tmp_path / "s", 20) as store:
         ops.open_map(store.directory, store.log)
         path = store.directory / "capture" / ops.OPS_NAME

@@ -272,3 +272,17 @@ def test_the_generic_shape_keeps_a_speakers_name_and_time(tmp_path: Path, repo: 
     bad = capture(store, {**event, "messages": [{"speaker": "user", "text": "x", "name": 7}]})
     assert bad.returncode == 0 and len(records(store)) == 1
     assert "bad_event: field messages[0].name" in json.dumps(status(store)["reasons"])
+
+
+def test_a_compaction_summary_and_a_subagents_result_are_recorded(tmp_path: Path, repo: Path):
+    store = tmp_path / "store"
+    compact = {"hook_event_name": "PostCompact", "session_id": "s", "cwd": str(repo), "transcript_path": "/t.jsonl",
+               "trigger": "auto", "compact_summary": "We moved the deploy to staging-7 and fixed the CI key."}
+    sub = {"hook_event_name": "SubagentStop", "session_id": "s", "cwd": str(repo), "agent_id": "ag-1",
+           "agent_type": "Explore", "last_assistant_message": "Found 3 call sites of deploy()."}
+    assert capture(store, compact).returncode == 0 and capture(store, sub).returncode == 0
+    summary, result = records(store)
+    assert (summary["kind"], summary["event"], summary["speaker"]) == ("summary", "PostCompact", "assistant")
+    assert (result["kind"], result["event"], result["turn"], result["span"]["agent_type"]) == (
+        "turn", "SubagentStop", "ag-1", "Explore")
+    assert result["client_op_id"] == "cap:claude-code:s:ag-1:subagent"

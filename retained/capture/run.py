@@ -148,6 +148,35 @@ def capture(store: Any, raw: bytes | dict[str, Any], options: Options) -> dict[s
     return entry
 
 
+def rescue(store_dir: Path, raw: bytes, options: Options, why: str) -> dict[str, Any]:
+    """The ledger entry for an event that capture itself failed on (``why``): the event as received goes to the spool.
+
+    For the edge's last resort: whatever went wrong, the event is kept and counted.
+    """
+    event_id = record.digest(raw)[:32]
+    try:
+        spool.put(store_dir, event_id, {"raw": raw.decode("utf-8", "replace"), "options": options.to_dict()})
+    except OSError as exc:
+        entry = _entry(event_id, "failed", f"internal: {why}; the spool could not keep it either ({exc.strerror or exc})")
+    else:
+        entry = _entry(event_id, "spooled", f"internal: {why}")
+    try:
+        ledger.append(store_dir, entry)
+    except OSError as exc:
+        entry["ledger_error"] = f"the ledger could not be written ({exc.strerror or exc})"
+    return entry
+
+
+def too_large(store_dir: Path, head: bytes, limit: int) -> dict[str, Any]:
+    """The ledger entry (appended) for an event over ``limit`` bytes: skipped, never parsed."""
+    entry = _entry(record.digest(head)[:32], "skipped", "too_large", detail=f"the event is over {limit} bytes")
+    try:
+        ledger.append(store_dir, entry)
+    except OSError as exc:
+        entry["ledger_error"] = f"the ledger could not be written ({exc.strerror or exc})"
+    return entry
+
+
 def _decide(store: Any, raw: bytes | dict[str, Any], options: Options, *, retried: bool = False) -> dict[str, Any]:
     import orjson
 
@@ -301,7 +330,9 @@ def retry(store: Any, *, limit: int | None = None) -> list[dict[str, Any]]:
             continue
         given = item.get("options") or {}
         options = Options(host=given.get("host"), scope=given.get("scope"), cwd=given.get("cwd"))
-        entry = _decide(store, item.get("event") or {}, options, retried=True)
+        raw = item.get("raw")
+        event = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else item.get("event") or {}
+        entry = _decide(store, event, options, retried=True)
         if entry["outcome"] == "spooled":
             out.append(entry)
             break  # still busy or failing: leave the rest for later

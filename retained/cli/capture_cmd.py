@@ -159,27 +159,37 @@ def _hook(args: Any) -> int:
     options = run.Options(host=args.host, scope=args.scope or os.environ.get("RETAINED_SCOPE") or None,
                           cwd=os.getcwd(), disabled="RETAINED_CAPTURE=" + off if off in OFF_WORDS else None,
                           host_version=_claude_version(os.environ.get("AI_AGENT", "")))
-    store = _open(directory, _lock_wait(args.lock_wait_s))
-    try:
-        if args.retry:
+    if args.retry:
+        store = _open(directory, _lock_wait(args.lock_wait_s))
+        try:
             done = run.retry(store)
-            if args.json:
-                _print_json({"retried": done})
-            else:
-                sys.stderr.write(f"retained capture: {len(done)} spooled events retried\n")
-            return 0
-        if args.event is not None:
-            raw = args.event.encode("utf-8", "surrogatepass")
+        finally:
+            store.close()
+        if args.json:
+            _print_json({"retried": done})
         else:
-            raw = sys.stdin.buffer.read(STDIN_BYTES_MAX + 1)
-            if len(raw) > STDIN_BYTES_MAX:
-                raw = b"{}"
-        entry = run.capture(store, raw, options)
+            sys.stderr.write(f"retained capture: {len(done)} spooled events retried\n")
+        return 0
+    if args.event is not None:
+        raw = args.event.encode("utf-8", "surrogatepass")
+    else:
+        raw = sys.stdin.buffer.read(STDIN_BYTES_MAX + 1)
+    if len(raw) > STDIN_BYTES_MAX:
+        entry = run.too_large(directory, raw[:4096], STDIN_BYTES_MAX)
+        store = None
+    else:
+        try:
+            store = _open(directory, _lock_wait(args.lock_wait_s))
+            entry = run.capture(store, raw, options)
+        except Exception as exc:  # noqa: BLE001 - the hook's last resort: the event is kept and counted
+            store = None
+            entry = run.rescue(directory, raw, options, f"{type(exc).__name__}: {exc}")
+    try:
         if entry["outcome"] in ("spooled", "failed") or entry.get("ledger_error"):
             _say(f"{entry['outcome']}: {entry.get('reason')}" + (f"; {entry['ledger_error']}" if entry.get("ledger_error") else ""))
         elif entry["outcome"] == "captured" and entry.get("redactions"):
             _say(f"{entry['redactions']} secrets were replaced before the turn was written")
-        if entry["outcome"] not in ("spooled", "failed"):
+        if store is not None and entry["outcome"] not in ("spooled", "failed"):
             from retained.capture import spool
 
             if spool.count(directory):
@@ -187,7 +197,8 @@ def _hook(args: Any) -> int:
         if args.json:
             _print_json(entry)
     finally:
-        store.close()
+        if store is not None:
+            store.close()
     return 0
 
 

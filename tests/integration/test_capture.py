@@ -286,3 +286,15 @@ def test_a_compaction_summary_and_a_subagents_result_are_recorded(tmp_path: Path
     assert (result["kind"], result["event"], result["turn"], result["span"]["agent_type"]) == (
         "turn", "SubagentStop", "ag-1", "Explore")
     assert result["client_op_id"] == "cap:claude-code:s:ag-1:subagent"
+
+
+def test_an_event_capture_itself_cannot_handle_is_spooled_counted_and_written_by_the_retry(tmp_path: Path, repo: Path):
+    store = tmp_path / "store"
+    store.mkdir()
+    broken = capture(store, prompt("s", "p-1", "kept through a bad setting", repo), RETAINED_RECORD_BYTES_MAX="lots")
+    assert (broken.returncode, broken.stdout) == (0, b"") and b"spooled: internal: InvalidRecord" in broken.stderr
+    assert records(store) == [] and status(store)["totals"]["spooled"] == 1
+    assert cli(store, "capture", "--retry").returncode == 0
+    assert [r["text"] for r in records(store)] == ["kept through a bad setting"]
+    got = status(store)["totals"]
+    assert (got["received"], got["captured"], got["spooled"]) == (1, 1, 0)

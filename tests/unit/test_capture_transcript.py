@@ -51,7 +51,7 @@ def test_a_transcript_gives_each_prompt_and_the_final_reply_of_its_turn(tmp_path
 
 
 def test_import_twice_or_after_live_capture_records_each_turn_once(tmp_path: Path):
-    path = write_transcript(tmp_path / "projects" / "-work-proj" / f"{SESSION}.jsonl")
+    write_transcript(tmp_path / "projects" / "-work-proj" / f"{SESSION}.jsonl")
     store_dir = tmp_path / "store"
     with Store(store_dir, guard=Guard("redact")) as store:
         live = capture(store, {"hook_event_name": "UserPromptSubmit", "session_id": SESSION, "prompt_id": "p-1",

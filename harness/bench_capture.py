@@ -65,14 +65,18 @@ def build_store(directory: Path, records: int, seed: int = 11) -> dict[str, Any]
     return {"write_s": round(time.perf_counter() - t0, 2), "head_seq": head["seq"], "log_bytes": head["bytes"]}
 
 
+RUN = f"{os.getpid()}-{time.time_ns()}"  # a new session per benchmark run: a reused store holds the last run's turns
+
+
 def _event(kind: str, n: int) -> bytes:
-    base: dict[str, Any] = {"session_id": "bench-session", "transcript_path": "/nonexistent.jsonl", "cwd": str(REPO)}
+    session = "bench-repeat" if kind == "repeat" else f"bench-{RUN}"
+    base: dict[str, Any] = {"session_id": session, "transcript_path": "/nonexistent.jsonl", "cwd": str(REPO)}
     if kind == "prompt":
         base.update(hook_event_name="UserPromptSubmit", prompt=f"bench prompt {n}: the deploy target is staging",
                     prompt_id=f"bench-p-{n}")
     elif kind == "stop":
         base.update(hook_event_name="Stop", last_assistant_message=f"bench reply {n}: noted, staging.",
-                    stop_hook_active=False)
+                    prompt_id=f"bench-p-{n}", stop_hook_active=False)
     else:
         base.update(hook_event_name="UserPromptSubmit", prompt="the same prompt again", prompt_id="bench-repeat")
     return json.dumps(base).encode()

@@ -36,7 +36,7 @@ OPS_NAME = "ops.bin"
 DIGEST_BYTES = 16
 ENTRY_BYTES = DIGEST_BYTES + 8 + 4
 MARK = b"\xffretmark"[:8]
-LOOSE_BYTES_MAX = 256 * 1024  # log bytes past the mark read per capture before they are written into the map
+LOOSE_BYTES_MAX = 16 * 1024  # log bytes past the mark read per capture before they are written into the map (a few turns)
 
 
 def _digest(op: str) -> bytes:

@@ -301,7 +301,9 @@ def _append(store: Any, store_dir: Path, prepared: list[tuple[str, Any]]) -> lis
         if all(e is not None for e in earlier):
             return [{**e, "duplicate": True} for e in earlier]
         store.log.assume_ops(known, end)
-    return store.append([g for _, g in prepared])
+    # The id names the turn, whatever else differs between two deliveries of it
+    # (a transcript import keeps another span than the live hook): a repeat.
+    return store.append([g for _, g in prepared], op_reuse="duplicate")
 
 
 def _spool(store_dir: Path, event_id: str, payload: Any, options: Options, event: events.Event, why: str,

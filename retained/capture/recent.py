@@ -1,7 +1,7 @@
 """The last turns of a project's latest captured session, for the top of the session-start brief.
 
-The log is read backwards from its end (``Log.scan_reverse`` with the
-standard library's JSON, as the brief reads it), at most ``SCAN_BYTES_MAX``
+The log is read backwards from its end with the brief's own reader
+(``brief.reader.LogReader``: the standard library's JSON), at most ``SCAN_BYTES_MAX``
 bytes. The newest ``turn`` record of the project's scope names the session;
 that session's turns found in the part read are kept newest first within a
 token budget and shown oldest first. Retracted and superseded turns are
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retained.core import record
-from retained.core.log import Log
+from retained.brief.reader import LogReader
+from retained.core.lines import RECORD
 from retained.index.schema import LINK_FIELDS, estimate_tokens, link_targets
 
 TYPE_CHECKING = False
@@ -38,7 +38,7 @@ def last_session(store_dir: Path, scope: str, budget: int) -> dict[str, Any] | N
     ``left_out`` counts that session's turns found but not shown (over the
     budget or ``TURNS_MAX``).
     """
-    log = Log(store_dir)
+    log = LogReader(store_dir)
     size = log.size()
     if size == 0 or budget <= 0:
         return None
@@ -48,12 +48,12 @@ def last_session(store_dir: Path, scope: str, budget: int) -> dict[str, Any] | N
     found: list[dict[str, Any]] = []
     read = 0
     complete = True
-    for line in log.scan_reverse(size, fast_start=True):
+    for line in log.lines_reverse(size):
         read += line.length
         if read > SCAN_BYTES_MAX:
             complete = False
             break
-        if line.status != record.RECORD:
+        if line.status != RECORD:
             continue
         rec = line.record
         for name in LINK_FIELDS:

@@ -12,12 +12,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from retained import limits
 from retained.core.files import open_fd
 from retained.errors import LockTimeout
 
-_calls = None  # (lock, unlock, flags), resolved once by _lock_calls
+_calls: Any = None  # (lock, unlock, flags), resolved once by _lock_calls
 # A directory can be opened (and flock-ed) where O_DIRECTORY exists: POSIX.
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0) if os.name != "nt" else 0
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)

@@ -581,6 +581,8 @@ BRIEF_PATH = {
     "retained.limits", "retained.render", "retained.brief", "retained.brief.compose", "retained.brief.reader",
     "retained.core", "retained.core.files", "retained.core.lines", "retained.core.anchors", "retained.index",
     "retained.index.schema",
+    # The project the session starts in, and its last captured session (docs/capture.md): standard library only.
+    "retained.capture", "retained.capture.scope", "retained.capture.recent",
 }
 
 

@@ -303,6 +303,6 @@ def test_assume_ops_takes_a_callers_map_and_still_scans_what_the_log_gained_afte
     # "op-z" is in the caller's map only: the log must answer from the map, not from a scan of its own.
     fresh.assume_ops({"op-a": proof_a, "op-z": proof_a}, end)
     again = fresh.append([content("a", "op-a"), content("b", "op-b"), content("c", "op-c"), content("z", "op-z")],
-                         client={"name": "t"})
+                         client={"name": "t"}, op_reuse="duplicate")
     assert [p["duplicate"] for p in again] == [True, True, False, True]
     assert (again[0]["seq"], again[1]["seq"], again[2]["seq"]) == (a["seq"], b["seq"], b["seq"] + 1)

@@ -37,7 +37,8 @@ def _brief() -> int | None:
     opts = brief.parse_args(rest)
     if opts is None:
         return None
-    result = session_brief(store_dir(opts["dir"]), opts["budget"], opts["scope"], environ=os.environ, never_fail=True)
+    result = session_brief(store_dir(opts["dir"]), opts["budget"], opts["scope"], environ=os.environ, never_fail=True,
+                           project=_project())
     try:
         sys.stdout.buffer.write(brief.output(result, "json" if opts["json"] else opts["format"]))
         sys.stdout.flush()
@@ -46,9 +47,32 @@ def _brief() -> int | None:
     return 0
 
 
+def _capture() -> int | None:
+    """``retained capture ...`` without the parser of every other command: it runs on every prompt and reply."""
+    argv = sys.argv[1:]
+    if not argv or argv[0] != "capture" or "-h" in argv or "--help" in argv:
+        return None
+    from retained.cli.capture_cmd import main as capture_main
+
+    return capture_main(argv[1:])
+
+
+def _project() -> str | None:
+    """The project the session starts in (``retained scope``), for the brief's "last session" part; None when off."""
+    import os
+
+    if os.environ.get("RETAINED_CAPTURE", "").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    from retained.capture.scope import identity
+
+    return identity(os.getcwd(), os.environ.get("RETAINED_SCOPE") or None).scope
+
+
 def main() -> int:
-    """The ``retained`` command: the brief's fast path, or ``cli.main``."""
+    """The ``retained`` command: the brief's or capture's fast path, or ``cli.main``."""
     code = _brief()
+    if code is None:
+        code = _capture()
     if code is None:
         # Deferred: the command line (argparse, the Store, orjson) is what the brief's path never imports.
         from retained.cli.commands import main as cli_main

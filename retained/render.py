@@ -343,6 +343,12 @@ def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
     out.append("vectors: " + (", ".join(f"{m} {n}" for m, n in vec.items()) or "none") if vec is not None else "vectors: none")
     if s["findings"]:
         out.append(f"verify findings: {s['findings']} (run `retained verify`)")
+    cap = s.get("capture")
+    if cap:
+        t = cap["totals"]
+        out.append(f"capture: received {t['received']} = captured {t['captured']} + deduplicated {t['deduplicated']} + "
+                   f"skipped {t['skipped']} + spooled {t['spooled']} + failed {t['failed']}; secrets redacted "
+                   f"{t['redactions']} (`retained capture status`)")
     return "\n".join(out)
 
 

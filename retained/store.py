@@ -582,7 +582,17 @@ class Store:
         """
         from retained.index import stats
 
-        return stats.stats(self.log, progress=progress, workers=workers)
+        result = stats.stats(self.log, progress=progress, workers=workers)
+        result["capture"] = self.capture_status()
+        return result
+
+    def capture_status(self) -> dict[str, Any] | None:
+        """What capture did with every event (``retained.capture.ledger.status``); None when nothing was captured here."""
+        from retained.capture import ledger, spool
+
+        if not (ledger.capture_dir(self.directory) / ledger.LEDGER_NAME).exists():
+            return None
+        return ledger.status(self.directory, spooled_now=spool.count(self.directory))
 
     def export(
         self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None, overwrite: bool = False

@@ -451,6 +451,7 @@ def build_brief(
     *,
     scan_bytes_max: int = SCAN_BYTES_MAX,
     anchor_dir: str | os.PathLike[str] | None = None,
+    project: str | None = None,
 ) -> dict[str, Any]:
     """The brief of the store at ``store_dir``: what to show within ``budget`` tokens, and what was left out.
 
@@ -469,6 +470,10 @@ def build_brief(
     (``anchors.record_head``: one small write, none when it is already the
     last one); ``anchor`` names the file (or the error: a failure there never
     fails the brief).
+    With ``project`` (a scope: the project's identity, ``capture.scope``),
+    ``last_session`` holds the last turns of that project's latest captured
+    session (``capture.recent``), shown first, within a third of ``budget``;
+    the rest of the brief gets what they leave.
 
     Raises:
         InvalidRecord: ``budget`` is not a whole number from 0, or ``scope`` is not a string.
@@ -493,6 +498,12 @@ def build_brief(
             size = 0
         if size == 0:
             return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope)
+        last = None
+        if project is not None:
+            from retained.capture import recent
+
+            last = recent.last_session(directory, project, budget // recent.SHARE)
+            budget -= last["tokens"] if last else 0
         builder = _Brief(directory, budget, scope, scan_bytes_max)
         index = IndexView(directory, builder.log, size)
         try:
@@ -508,6 +519,8 @@ def build_brief(
             index.close()
         if anchor_dir is not None and builder.tail is not None:
             result["anchor"] = _anchor(anchor_dir, directory, builder.tail)
+        if last is not None:
+            result["last_session"] = last
         return result
     except (OSError, StoreDamaged) as exc:
         reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
@@ -652,7 +665,12 @@ def render_text(result: dict[str, Any]) -> str:
     if result["status"] != "ok":
         return f"retained memory: {result['message']}."
     blocks = [render_block(e) for e in result["included"]]
-    return "\n".join([opening_line(result), *blocks, closing_line(result)])
+    first = []
+    if result.get("last_session"):
+        from retained.capture import recent
+
+        first.append(recent.render(result["last_session"]))
+    return "\n".join([*first, opening_line(result), *blocks, closing_line(result)])
 
 
 def parse_args(argv: list[str]) -> dict[str, Any] | None:

@@ -28,12 +28,14 @@ def session_brief(
     anchor_dir: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     never_fail: bool = False,
+    project: str | None = None,
 ) -> dict[str, Any]:
     """The brief of the store at ``directory`` (see ``compose.build_brief``); ``budget`` None is the default.
 
     ``environ``: the settings an edge read (``os.environ``); the anchor
     directory comes from them (``anchors.dir_from``) unless ``anchor_dir``
-    is given.
+    is given. ``project``: the project the session starts in (``retained
+    scope``), whose last captured session opens the brief.
 
     Raises:
         InvalidRecord: ``budget`` or ``scope`` is malformed (with ``never_fail`` too: that is the caller's mistake).
@@ -44,7 +46,7 @@ def session_brief(
             from retained.core.anchors import dir_from
 
             anchor_dir = dir_from(environ)
-        return compose.build_brief(directory, budget, scope, anchor_dir=anchor_dir)
+        return compose.build_brief(directory, budget, scope, anchor_dir=anchor_dir, project=project)
     except InvalidRecord:
         raise
     except Exception as exc:

@@ -637,6 +637,13 @@ def build_parser() -> argparse.ArgumentParser:
     from retained.cli import sync
 
     sync.register(command, emit=emit, open_store=open_store, usage_error=UsageError)
+    from retained.cli import capture_cmd
+
+    p = command("capture", capture_cmd.HOOK_HELP, capture_cmd.HOOK_EXAMPLE, capture_cmd.cmd_capture)
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                   help="[EVENT] [--host H] [--scope S] [--retry] | status [--json] | import PATH [--dry-run] (see docs/capture.md)")
+    p = command("scope", capture_cmd.SCOPE_HELP, "retained scope --json", capture_cmd.cmd_scope)
+    p.add_argument("--cwd", metavar="DIR", help="the directory to name the project of (default: the current one)")
     return parser
 
 
@@ -654,15 +661,21 @@ def cmd_hook_install(args: argparse.Namespace) -> int:
     project = Path(args.project).expanduser().resolve() if args.project else None
     path = hook_install.claude_settings_path(Path.home(), project)
     command = hook_install.hook_command(hook_install.hook_path(), Path(retained_bin), store)
-    result = hook_install.install_claude(path, command, write=not args.print)
+    capture_cmd = hook_install.capture_command(Path(retained_bin), store)
+    skip = set(args.skip or ()) | (set(hook_install.CAPTURE_EVENTS) if args.no_capture else set())
+    capture: dict[str, str | None] = {e: None if e in skip else capture_cmd for e in hook_install.CAPTURE_EVENTS}
+    result = hook_install.install_claude(path, command, capture=capture, write=not args.print)
 
     def text() -> str:
         if args.print:
             return f"# {path} ({result['action']} if written; nothing was written)\n" + hook_install.render(result["settings"])
         if result["action"] == "unchanged":
-            return f"{path}: the SessionStart hook is already installed; nothing changed"
+            return f"{path}: the SessionStart and capture hooks are already as asked; nothing changed"
         backup = f"; the old file is kept as {result['backup']}" if result["backup"] else ""
-        return f"{path}: SessionStart hook {result['action']}{backup}\n  {command}"
+        events = dict(result["events"])
+        first = events.pop("SessionStart")
+        captured = ", ".join(f"{e} {a}" for e, a in events.items() if a != "unchanged") or "unchanged"
+        return f"{path}: SessionStart hook {first}; capture hooks: {captured}{backup}\n  {command}\n  {capture_cmd}"
 
     emit(args, result, text)
     return 0
@@ -679,7 +692,7 @@ def _hook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         return 2
 
     hook.set_defaults(func=no_action)
-    p = actions.add_parser("install", parents=[common], help="add the SessionStart hook to Claude Code's settings (idempotent, keeps a backup)",
+    p = actions.add_parser("install", parents=[common], help="add the SessionStart and capture hooks to Claude Code's settings (idempotent, keeps a backup)",
                            description="add the SessionStart hook to Claude Code's settings: ~/.claude/settings.json, or "
                            "DIR/.claude/settings.json with --project; the old file is kept as a backup, and a second run changes nothing",
                            epilog="example: retained hook install --claude --project . --print",
@@ -687,6 +700,11 @@ def _hook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--claude", action="store_true", required=True, help="Claude Code (the only host with hooks so far)")
     p.add_argument("--project", metavar="DIR", help="the project's .claude/settings.json instead of the user's")
     p.add_argument("--print", action="store_true", help="show the settings file it would write, and write nothing")
+    p.add_argument("--no-capture", action="store_true", help="install only the SessionStart hook (no capture hooks; "
+                   "removes those of an earlier install)")
+    p.add_argument("--skip", action="append", metavar="EVENT", choices=["UserPromptSubmit", "Stop", "SubagentStop", "PostCompact", "SessionEnd"],
+                   help="leave out the capture hook of this event (repeatable): UserPromptSubmit, Stop, SubagentStop, "
+                   "PostCompact, SessionEnd")
     p.set_defaults(func=cmd_hook_install)
 
 

@@ -32,6 +32,10 @@ from retained.errors import HookSetupRefused
 HOOK_FILE = "session-start.sh"
 HOOK_TIMEOUT_S = 15  # Claude Code stops the hook after this; the hook gives the brief 5 s of it
 EVENT = "SessionStart"
+# The capture hooks (docs/capture.md) and the timeout each gets, in seconds.
+# Capture spools rather than waits (0.5 s for a busy lock), so these only
+# bound a machine under heavy load; SessionEnd gets 1.5 s from Claude Code.
+CAPTURE_EVENTS = {"UserPromptSubmit": 10, "Stop": 10, "SubagentStop": 10, "PostCompact": 10, "SessionEnd": 2}
 
 
 def hook_path() -> Path:
@@ -68,6 +72,20 @@ def hook_command(hook: Path, retained_bin: Path, store_dir: Path | None = None) 
     return " ".join(words)
 
 
+def capture_command(retained_bin: Path, store_dir: Path | None = None) -> str:
+    """The shell command a capture hook runs: this install's ``retained capture`` (the event arrives on stdin)."""
+    words = []
+    if store_dir is not None:
+        words.append("RETAINED_DIR=" + shlex.quote(str(store_dir)))
+    words += [shlex.quote(str(retained_bin)), "capture"]
+    return " ".join(words)
+
+
+def is_retained_capture(command: Any) -> bool:
+    """True for a command that runs ``retained capture`` (this or an earlier install)."""
+    return isinstance(command, str) and "retained" in command and command.rstrip().endswith(" capture")
+
+
 def is_retained_hook(command: Any) -> bool:
     """True for a command that runs retained's session-start hook (this or an earlier install)."""
     return isinstance(command, str) and HOOK_FILE in command and "retained" in command
@@ -87,16 +105,37 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _merge(settings: dict[str, Any], command: str, path: Path) -> tuple[dict[str, Any], str]:
-    """Settings with retained's SessionStart entry in place, and what changed: added, updated or unchanged."""
+def _merge(settings: dict[str, Any], command: str, path: Path,
+           capture: dict[str, str | None] | None = None) -> tuple[dict[str, Any], str, dict[str, str]]:
+    """Settings with retained's entries in place, what changed overall, and per event: added, updated, removed or unchanged.
+
+    ``capture`` maps each capture event to its command, or to None to leave
+    that event out (an entry of an earlier install is then removed).
+    """
     merged = json.loads(json.dumps(settings))  # a deep copy: the caller's dict is left as it was
     hooks = merged.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise HookSetupRefused(f'{path}: "hooks" is not an object; nothing was changed; fix it by hand', path="hooks")
-    groups = hooks.setdefault(EVENT, [])
+    actions = {EVENT: _merge_event(hooks, EVENT, {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S},
+                                   is_retained_hook, path)}
+    for event, wanted in (capture or {}).items():
+        entry = None if wanted is None else {"type": "command", "command": wanted, "timeout": CAPTURE_EVENTS[event]}
+        actions[event] = _merge_event(hooks, event, entry, is_retained_capture, path)
+    changed = [a for a in actions.values() if a != "unchanged"]
+    if not changed:
+        overall = "unchanged"
+    elif actions[EVENT] == "added" and all(a in ("added", "unchanged") for a in changed):
+        overall = "added"
+    else:
+        overall = "updated"
+    return merged, overall, actions
+
+
+def _merge_event(hooks: dict[str, Any], event: str, wanted: dict[str, Any] | None, ours: Any, path: Path) -> str:
+    """Put ``wanted`` (None: no entry) as retained's one entry for ``event``; returns added, updated, removed or unchanged."""
+    groups = hooks.setdefault(event, [])
     if not isinstance(groups, list):
-        raise HookSetupRefused(f'{path}: "hooks.{EVENT}" is not a list; nothing was changed; fix it by hand', path=f"hooks.{EVENT}")
-    wanted = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}
+        raise HookSetupRefused(f'{path}: "hooks.{event}" is not a list; nothing was changed; fix it by hand', path=f"hooks.{event}")
     found = False
     action = "unchanged"
     for group in groups:
@@ -105,9 +144,9 @@ def _merge(settings: dict[str, Any], command: str, path: Path) -> tuple[dict[str
             continue
         kept = []
         for entry in entries:
-            if isinstance(entry, dict) and is_retained_hook(entry.get("command")):
-                if found:
-                    action = "updated"  # a second copy of retained's hook: dropped
+            if isinstance(entry, dict) and ours(entry.get("command")):
+                if found or wanted is None:
+                    action = "removed" if wanted is None else "updated"  # left out, or a second copy: dropped
                     continue
                 found = True
                 if entry != wanted:
@@ -117,11 +156,13 @@ def _merge(settings: dict[str, Any], command: str, path: Path) -> tuple[dict[str
                 kept.append(entry)
         group["hooks"] = kept
     # A group left empty by dropping a duplicate would be a hook with nothing to run.
-    hooks[EVENT] = [g for g in groups if not (isinstance(g, dict) and g.get("hooks") == [])]
-    if not found:
-        hooks[EVENT].append({"hooks": [wanted]})
+    hooks[event] = [g for g in groups if not (isinstance(g, dict) and g.get("hooks") == [])]
+    if not found and wanted is not None:
+        hooks[event].append({"hooks": [wanted]})
         action = "added"
-    return merged, action
+    if not hooks[event]:
+        del hooks[event]
+    return action
 
 
 def render(settings: dict[str, Any]) -> str:
@@ -151,8 +192,12 @@ def _backup(path: Path, data: bytes, mode: int, now: datetime) -> Path:
     raise HookSetupRefused(f"could not pick a backup name beside {path}; nothing was changed; clear old backups", path=str(path))
 
 
-def install_claude(settings_path: Path, command: str, *, write: bool = True, now: datetime | None = None) -> dict[str, Any]:
-    """Merge retained's SessionStart entry into a Claude Code settings file.
+def install_claude(settings_path: Path, command: str, *, capture: dict[str, str | None] | None = None, write: bool = True,
+                   now: datetime | None = None) -> dict[str, Any]:
+    """Merge retained's SessionStart entry (and with ``capture``, its capture hooks) into a Claude Code settings file.
+
+    ``capture`` maps capture events (``CAPTURE_EVENTS``) to the command each
+    runs, or to None to leave the event out (removing an earlier install's entry).
 
     With ``write=False`` nothing is touched and the result says what would be
     written. Returns ``{"path", "action", "written", "backup", "command",
@@ -167,10 +212,11 @@ def install_claude(settings_path: Path, command: str, *, write: bool = True, now
     """
     now = now or datetime.now(UTC)
     before = _load(settings_path)
-    after, action = _merge(before, command, settings_path)
+    after, action, events = _merge(before, command, settings_path, capture)
     result: dict[str, Any] = {
         "path": str(settings_path),
         "action": action,
+        "events": events,
         "written": False,
         "backup": None,
         "command": command,
@@ -199,4 +245,5 @@ def install_claude(settings_path: Path, command: str, *, write: bool = True, now
     return result
 
 
-__all__ = ["claude_settings_path", "hook_command", "hook_path", "install_claude", "is_retained_hook", "render"]
+__all__ = ["CAPTURE_EVENTS", "capture_command", "claude_settings_path", "hook_command", "hook_path", "install_claude",
+           "is_retained_capture", "is_retained_hook", "render"]

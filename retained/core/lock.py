@@ -1,7 +1,7 @@
 """The store's OS lock: one exclusive holder at a time, across processes.
 
-A thin layer over portalocker (flock on POSIX, LockFileEx/msvcrt on Windows):
-no hand-written platform code. Each acquisition opens its own descriptor, so
+``fcntl.flock`` on POSIX, portalocker (LockFileEx/msvcrt) on Windows.
+Each acquisition opens its own descriptor, so
 two threads of one process exclude each other exactly as two processes do.
 """
 
@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-
-import portalocker
+from typing import Any
 
 from retained import limits
 from retained.core.files import open_fd
 from retained.errors import LockTimeout
 
-_calls = None  # (lock, unlock, flags), resolved once by _lock_calls
+_calls: Any = None  # (lock, unlock, flags), resolved once by _lock_calls
 # A directory can be opened (and flock-ed) where O_DIRECTORY exists: POSIX.
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0) if os.name != "nt" else 0
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -30,37 +29,43 @@ if _O_DIRECTORY:
 
 
 def _lock_calls():
-    """portalocker's lock and unlock for a descriptor, and EXCLUSIVE | NON_BLOCKING.
+    """The lock and unlock calls for a descriptor, and the flags of an exclusive, non-blocking lock.
 
-    Where portalocker has a flock locker object (POSIX) its methods are used:
-    the module-level ``portalocker.lock`` re-validates the flags and resolves
-    the locker on every call, work the write path would repeat on every
-    append for the same answer. Elsewhere (Windows) the module-level
-    functions. The flags are combined once, so no enum arithmetic runs per
-    call.
+    On POSIX ``fcntl.flock`` itself, as portalocker's flock locker calls it:
+    importing portalocker reads its package's installed metadata, which costs
+    more than a capture hook may spend, and the hook takes this lock on every
+    prompt and reply. Elsewhere (Windows) portalocker's module-level
+    functions, imported here. The flags are combined once, so no enum
+    arithmetic runs per call.
     """
     global _calls
     if _calls is None:
-        flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-        flock = getattr(portalocker.portalocker, "FlockLocker", None)
-        if flock is not None:
-            locker = flock()
-            _calls = (locker.lock, locker.unlock, flags)
+        if _O_DIRECTORY:
+            _calls = (_flock, _unflock_dir, _LOCK_EX_NB)
         else:
+            import portalocker
+
+            flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
             _calls = (portalocker.lock, portalocker.unlock, flags)
     return _calls
 
 
 def load() -> None:
-    """Resolve portalocker's calls now, not on the first acquisition (a server warming up)."""
+    """Resolve the lock calls now, not on the first acquisition (a server warming up)."""
     _lock_calls()
 
 
 def _take_file(fd: int) -> bool:
-    """Try portalocker's exclusive lock on ``fd``; False when another holder has it."""
+    """Try the exclusive lock on ``fd``; False when another holder has it."""
+    lock, _, flags = _lock_calls()
+    if _O_DIRECTORY:
+        try:
+            lock(fd, flags)
+        except BlockingIOError:
+            return False
+        return True
     import portalocker
 
-    lock, _, flags = _lock_calls()
     try:
         lock(fd, flags)
     except portalocker.exceptions.LockException:
@@ -158,7 +163,7 @@ class StoreLock:
             raise
 
     def _take(self, fd: int, deadline: float, take: Callable[[int], bool] | None = None) -> None:
-        """Lock ``fd`` with ``take`` (default: portalocker's), waiting until ``deadline`` at most (LockTimeout)."""
+        """Lock ``fd`` with ``take`` (default: the file lock, ``_take_file``), waiting until ``deadline`` at most (LockTimeout)."""
         take = take or _take_file
         pause = 0.0005
         while True:

@@ -114,7 +114,7 @@ class Log:
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
         # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
-        self._ops: dict[str, Placed] = {}
+        self._ops: Any = {}  # a dict, or a caller's complete map (assume_ops)
         self._ops_end = 0
         self._ops_ino: int | None = None
         self.recovered: list[dict[str, Any]] = []
@@ -274,7 +274,7 @@ class Log:
     def _forget_file(self) -> None:
         """Drop every cached fact about the file: descriptor, tail, the client_op_id map."""
         self._close_fd()
-        self._ops.clear()
+        self._ops = {}
         self._ops_end = 0
         self._ops_ino = None
 
@@ -422,7 +422,7 @@ class Log:
         so a retry is recognised across processes and restarts.
         """
         if self._ops_ino != self._ino or self._ops_end > size:
-            self._ops.clear()
+            self._ops = {}
             self._ops_end = 0
             self._ops_ino = self._ino
         if self._ops_end == size:
@@ -442,6 +442,25 @@ class Log:
                     self._ops[op] = proof_of(line)
         self._ops_end = end
         return self._ops.get(client_op_id)
+
+    def assume_ops(self, known: Any, end: int) -> None:
+        """Take ``known`` as the complete client_op_id map of the log up to byte ``end``.
+
+        For a caller that keeps its own map of the log's ids (capture keeps
+        one in ``capture/ops.bin``): a short-lived process then need not scan the whole
+        log for retries before its first append. ``known`` answers ``get``,
+        ``in``, item assignment and ``update`` as a dict does; whatever the
+        log gains after ``end`` is still scanned under the lock as usual,
+        and a replaced or shorter file drops ``known``.
+        """
+        try:
+            ino = os.stat(self._path_s).st_ino
+        except FileNotFoundError:
+            return
+        with self._mutex:
+            self._ops = known
+            self._ops_end = end
+            self._ops_ino = ino
 
     def _check_usable(self) -> None:
         if self._unusable is not None:

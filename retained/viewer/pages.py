@@ -529,8 +529,30 @@ def health(stats: Mapping[str, Any], job: Mapping[str, Any] | None, where: Mappi
         + _counts("by scope", stats["by_scope"], "scope", SCOPES_SHOWN)
         + _counts("by client", stats.get("by_client") or {}, "client")
         + "</div>"
+        + _capture(stats.get("capture"))
     )
     return page("Health", body, where=where, current="/health")
+
+
+def _capture(cap: Mapping[str, Any] | None) -> str:
+    """The capture ledger (docs/capture.md): every event received and what became of it, overall and per day."""
+    if not cap:
+        return ""
+    t = cap["totals"]
+    adds = "good" if cap["adds_up"] else "bad"
+    rows = [(name, f"{t[name]:,}") for name in ("received", "captured", "deduplicated", "skipped", "spooled", "failed")]
+    rows += [("secrets redacted", f"{t['redactions']:,}"), ("private spans removed", f"{t['private_spans']:,}"),
+             ("waiting in the spool", f"{cap.get('spool_files', 0):,}")]
+    for outcome, reasons in cap["reasons"].items():
+        rows.append((f"{outcome}: why", esc(", ".join(f"{why} {n:,}" for why, n in reasons.items()))))
+    days = "".join(f"<tr><th>{esc(day)}</th><td>{c['received']:,}</td><td>{c['captured']:,}</td><td>{c['deduplicated']:,}</td>"
+                   f"<td>{c['skipped']:,}</td><td>{c['spooled']:,}</td><td>{c['failed']:,}</td></tr>"
+                   for day, c in list(cap["days"].items())[-14:])
+    return ("<h2>Capture</h2>"
+            f'<p class="verdict {adds}">received = captured + deduplicated + skipped + spooled + failed: '
+            f'{"adds up" if cap["adds_up"] else "does not add up"}</p>' + _table(rows)
+            + ('<table class="kv"><tr><th>day (UTC)</th><th>received</th><th>captured</th><th>deduplicated</th>'
+               f"<th>skipped</th><th>spooled</th><th>failed</th></tr>{days}</table>" if days else ""))
 
 
 def verify(job: Mapping[str, Any] | None, where: Mapping[str, Any]) -> str:

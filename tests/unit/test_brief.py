@@ -582,6 +582,8 @@ BRIEF_PATH = {
     "retained.brief.session",  # the one entry of every caller of the brief: limits, compose and errors
     "retained.core", "retained.core.files", "retained.core.lines", "retained.core.anchors", "retained.index",
     "retained.index.schema", "retained.sync", "retained.sync.layout",
+    # The project the session starts in, and its last captured session (docs/capture.md): standard library only.
+    "retained.capture", "retained.capture.scope", "retained.capture.recent",
 }
 
 

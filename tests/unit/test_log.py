@@ -284,3 +284,25 @@ def test_issue_29_a_reused_client_op_id_with_other_content_is_refused_naming_the
     # The same content again: the first proof, as before.
     again = _append(Log(store_dir), "deploy to staging", client_op_id="op-1", scope="a")
     assert again["duplicate"] and again["seq"] == first["seq"] and again["hash"] == first["hash"]
+
+
+def test_assume_ops_takes_a_callers_map_and_still_scans_what_the_log_gained_after_it(tmp_path):
+    """A caller's complete map up to a byte replaces the per-process scan; lines after it are still read (L4)."""
+    from retained.core import record as rec
+
+    def content(text, op):
+        return rec.make_content(text=text, client_op_id=op)
+
+    first = Log(tmp_path)
+    a = first.append([content("a", "op-a")], client={"name": "t"})[0]
+    end = first.size()
+    other = Log(tmp_path)
+    b = other.append([content("b", "op-b")], client={"name": "t"})[0]  # after the map's end
+    fresh = Log(tmp_path)
+    proof_a = {k: a[k] for k in ("seq", "hash", "prev", "offset", "length", "ts")}
+    # "op-z" is in the caller's map only: the log must answer from the map, not from a scan of its own.
+    fresh.assume_ops({"op-a": proof_a, "op-z": proof_a}, end)
+    again = fresh.append([content("a", "op-a"), content("b", "op-b"), content("c", "op-c"), content("z", "op-z")],
+                         client={"name": "t"}, op_reuse="duplicate")
+    assert [p["duplicate"] for p in again] == [True, True, False, True]
+    assert (again[0]["seq"], again[1]["seq"], again[2]["seq"]) == (a["seq"], b["seq"], b["seq"] + 1)

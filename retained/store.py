@@ -199,7 +199,7 @@ class Store:
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
         proofs = self.log.append([item.content for item in items], client=client or self.client)
-        if self._follow and self._wants_vectors():
+        if self._follow and self.wants_vectors():
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
         if not self._permissions_checked:
@@ -646,10 +646,12 @@ class Store:
             from retained.index.writer import Index
 
             empty = Index.empty_reply(query, k=k, max_tokens=max_tokens)
-            empty.update(mode="lexical", mode_reason="the store has no log yet")
+            empty.update(mode="lexical", mode_reason="the store has no log yet", without_vectors=0)
             return empty
         options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
+        if self._follow and self.wants_vectors():
+            self.hybrid.kick()  # a long-lived process embeds what is missing (an existing store) in the background
         try:
             return self.hybrid.search(query, **options)
         except (sqlite3.Error, OSError, RetainedError) as exc:
@@ -694,7 +696,7 @@ class Store:
             "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
         )
 
-    def _wants_vectors(self) -> bool:
+    def wants_vectors(self) -> bool:
         """An endpoint is set or the embedded model is installed (imports neither)."""
         if self._wants is None:
             from retained.index.hybrid import wanted
@@ -875,7 +877,7 @@ class Store:
             report["findings"].extend(loaded.problems)
         report["ok"] = not report["findings"]
         report["index"] = index["checked"]
-        if self._wants_vectors() or self.embed_settings.get("RETAINED_EMBED_MODEL"):
+        if self.wants_vectors() or self.embed_settings.get("RETAINED_EMBED_MODEL"):
             # Records without a current vector are reported, not failures: they
             # are backfilled, and search says when it is lexical because of them.
             try:

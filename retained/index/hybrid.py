@@ -21,7 +21,10 @@ Optional part, never a single point of failure (DESIGN "Embeddings"):
   records without a vector for the configured model are counted.
 - Every search reply says ``mode`` ("hybrid" or "lexical") and, when lexical,
   ``mode_reason``: embeddings off, numpy missing, the embedder unreachable or
-  timed out, the breaker open, or too many records without a vector.
+  timed out, the breaker open, or too many records without a vector; and
+  ``without_vectors``: how many of the ranked matches had no vector (every
+  visible match when lexical; in hybrid mode the lexical candidates still
+  waiting for theirs).
 
 Dense scores: the cosine of the query with each record's vector, read in
 context: the cosines are centred on their mean, then with ``context_weight``
@@ -62,6 +65,7 @@ from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, Invaria
 from retained.index import schema as index_schema
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
+from retained.render import mode_line
 from retained.vectors import local
 from retained.vectors import numeric as vectors
 from retained.vectors.dense import Matrix, embed_text, turns
@@ -75,7 +79,7 @@ NEIGHBOUR_WEIGHT = 0.7  # beta: a turn gains from its best-scoring neighbouring 
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
-LOCAL_CATCHUP_RECORDS = 8  # the same with the embedded model, which embeds on the searching thread (~20-50 ms each)
+LOCAL_CATCHUP_RECORDS = 8  # the same with the embedded model, which embeds on the searching thread (docs/retrieval.md)
 BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
 SKIP_KINDS = ("retract", "redaction")  # store kinds with no text worth embedding
@@ -129,6 +133,9 @@ class Hybrid:
         self.lexical_n = lexical_n
         self.dense_n = dense_n
         self.catchup_records = catchup_records
+        # A background batch holds the embedder while a search waits for its query vector:
+        # the embedded model (on this process's cores) takes smaller batches than a server.
+        self.follow_batch = BACKFILL_BATCH if catchup_records >= CATCHUP_RECORDS else 2 * catchup_records
         self.missing_max = missing_max
         self.off_reason = off_reason
         self._schema_ready = False
@@ -268,71 +275,82 @@ class Hybrid:
 
     # -- embedding records ---------------------------------------------------------
 
-    def catch_up(self, limit: int | None = None) -> dict[str, Any]:
+    def catch_up(self, limit: int | None = None, *, wait: bool = True) -> dict[str, Any]:
         """Embed up to ``limit`` records that lack a vector (default ``catchup_records``).
 
         Returns ``{"embedded", "pending", "error"}``; an embedder failure is
-        reported in ``error`` (never raised): the records stay pending.
+        reported in ``error`` (never raised): the records stay pending. With
+        ``wait=False`` (a search) nothing is embedded while another thread is
+        embedding: the search does not queue behind a background batch.
         """
         if self.embedder is None:
             return {"embedded": 0, "pending": 0, "error": self.off_reason}
         limit = self.catchup_records if limit is None else limit
-        with self._embed_lock:
-            self.index.catch_up()
-            model = self.embedder.model
+        if not self._embed_lock.acquire(blocking=wait):
+            return {"embedded": 0, "pending": self.pending(), "error": None}
+        try:
+            return self._catch_up(limit)
+        finally:
+            self._embed_lock.release()
+
+    def _catch_up(self, limit: int) -> dict[str, Any]:
+        if self.embedder is None:
+            raise InvariantBroken("hybrid: catch-up with embeddings off")
+        self.index.catch_up()
+        model = self.embedder.model
+        with self.index.lock:
+            db = self._db()
+            self._prune_if_redacted(db)
+            self._adopt_dim(db, model)
+            start = self._mark(db, model)
+            rows = db.execute(
+                f"SELECT r.seq, r.offset, r.length, r.hash {self._PENDING} ORDER BY r.seq LIMIT ?",
+                (start, model, limit),
+            ).fetchall()
+        if not rows:
+            return {"embedded": 0, "pending": 0, "error": None}
+        todo: list[tuple[int, str, str]] = []
+        for seq, offset, length, h in rows:
+            line = self.index.log.line_at(offset, length)
+            if not line.chained or line.seq != seq or line.hash != h:
+                continue  # the log moved under the index; its catch-up rebuilds
+            todo.append((seq, h, embed_text(line.record or {})))
+        error = None
+        embedded = 0
+        texts = [t for _, _, t in todo if t]
+        try:
+            got = self.embedder.embed(texts, purpose="passage") if texts else []
+        except EmbedError as e:
+            error = e.message
+            self.last_error = error
+            got = None
+        if got is not None:
+            it = iter(got)
+            out = []
+            for seq, h, text in todo:
+                # A record with no text gets a zero-length row: considered, never ranked.
+                blob = vectors.pack(next(it)) if text else b""
+                out.append((model, seq, h, len(blob) // 4, blob))
             with self.index.lock:
                 db = self._db()
-                self._prune_if_redacted(db)
-                self._adopt_dim(db, model)
-                start = self._mark(db, model)
-                rows = db.execute(
-                    f"SELECT r.seq, r.offset, r.length, r.hash {self._PENDING} ORDER BY r.seq LIMIT ?",
-                    (start, model, limit),
-                ).fetchall()
-            if not rows:
-                return {"embedded": 0, "pending": 0, "error": None}
-            todo: list[tuple[int, str, str]] = []
-            for seq, offset, length, h in rows:
-                line = self.index.log.line_at(offset, length)
-                if not line.chained or line.seq != seq or line.hash != h:
-                    continue  # the log moved under the index; its catch-up rebuilds
-                todo.append((seq, h, embed_text(line.record or {})))
-            error = None
-            embedded = 0
-            texts = [t for _, _, t in todo if t]
-            try:
-                got = self.embedder.embed(texts, purpose="passage") if texts else []
-            except EmbedError as e:
-                error = e.message
-                self.last_error = error
-                got = None
-            if got is not None:
-                it = iter(got)
-                out = []
-                for seq, h, text in todo:
-                    # A record with no text gets a zero-length row: considered, never ranked.
-                    blob = vectors.pack(next(it)) if text else b""
-                    out.append((model, seq, h, len(blob) // 4, blob))
-                with self.index.lock:
-                    db = self._db()
-                    db.execute("BEGIN IMMEDIATE")
-                    try:
-                        stale = db.execute(
-                            f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
-                            (model, *[o[1] for o in out]),
-                        ).fetchone()[0] if out else 0
-                        if stale:
-                            self._bump_generation(db)
-                        db.executemany(
-                            "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
-                        )
-                        self._set_mark(db, model)
-                        db.execute("COMMIT")
-                    except BaseException:
-                        if db.in_transaction:
-                            db.execute("ROLLBACK")
-                        raise
-                embedded = sum(1 for o in out if o[4])
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    stale = db.execute(
+                        f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
+                        (model, *[o[1] for o in out]),
+                    ).fetchone()[0] if out else 0
+                    if stale:
+                        self._bump_generation(db)
+                    db.executemany(
+                        "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
+                    )
+                    self._set_mark(db, model)
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            embedded = sum(1 for o in out if o[4])
         return {"embedded": embedded, "pending": self.pending(), "error": error}
 
     def _adopt_dim(self, db: sqlite3.Connection, model: str) -> None:
@@ -388,7 +406,7 @@ class Hybrid:
             self._wake.clear()
             while not self._closing:
                 try:
-                    step = self.catch_up(BACKFILL_BATCH)
+                    step = self.catch_up(self.follow_batch)
                 except (sqlite3.Error, OSError) as e:  # the index is busy or gone: the next read catches up
                     self.last_error = f"{type(e).__name__}: {e}"
                     break
@@ -517,16 +535,17 @@ class Hybrid:
         if reason is None:
             if self.embedder is None:
                 raise InvariantBroken("hybrid: no reason to stay lexical, yet no embedder")
-            step = self.catch_up()
+            step = self.catch_up(wait=False)
             missing = step["pending"]
             info["missing"] = missing
             eligible = self._eligible() if missing else 0
             if step["error"] and missing:
                 reason = f"{missing} records have no vector and the embedder failed: {step['error']}"
             elif eligible and missing / eligible > self.missing_max:
+                busy = self._thread is not None and self._thread.is_alive()
                 reason = (
                     f"{missing} of {eligible} records have no vector for model {self.embedder.model!r}; "
-                    "run `retained embed --backfill`"
+                    + ("they are being embedded in the background" if busy else "run `retained embed --backfill`")
                 )
             else:
                 try:
@@ -539,7 +558,9 @@ class Hybrid:
             info["breaker"] = self.embedder.status()["breaker"]["state"]
         if reason is not None or query_vec is None:
             reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
-            reply.update(mode="lexical", mode_reason=reason, vectors=info)
+            hidden = reply["left_out"]["superseded"] + reply["left_out"]["retracted"]
+            reply.update(mode="lexical", mode_reason=reason, vectors=info,
+                         without_vectors=reply["total_matches"] - hidden)
             return reply
         return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
                            context=context, **opts)
@@ -575,6 +596,9 @@ class Hybrid:
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
         lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), with_matched=True, **opts)
         dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
+        # Lexical candidates with no current vector were ranked by their words alone (vectors backfilling).
+        with_vector = self._cache.row_of if self._cache is not None else {}
+        without_vectors = sum(1 for s, *_ in lex if s not in with_vector)
         fused: list[tuple[Any, float]]
         if dense_only:
             fused = [(s, sc) for s, sc in dense]
@@ -640,6 +664,7 @@ class Hybrid:
             "index": caught,
             "mode": "dense" if dense_only else "hybrid",
             "mode_reason": None,
+            "without_vectors": without_vectors,
             "vectors": {**info, "dense_weight": self.dense_weight, "keep_lexical": self.keep_lexical,
                         "context_weight": self.context_weight,
                         "neighbour_weight": self.neighbour_weight, "dense_candidates": len(dense)},
@@ -818,11 +843,7 @@ def prune(index: Index) -> int:
         return prune_db(index.connection())
 
 
-def status_line(reply: dict[str, Any]) -> str:
-    """One line for people: ``mode: hybrid`` or ``mode: lexical (why)``."""
-    if reply.get("mode_reason"):
-        return f"mode: {reply.get('mode', 'lexical')} ({reply['mode_reason']})"
-    return f"mode: {reply.get('mode', 'lexical')}"
+status_line = mode_line  # one line for people about the mode (retained.render)
 
 
 __all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "status_line", "wanted"]

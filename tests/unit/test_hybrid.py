@@ -131,8 +131,11 @@ def test_a_slow_embedder_never_delays_a_write(parts: Any, server: EmbedServer) -
     hybrid.kick()  # what the server does after acknowledging: returns at once
     assert proof["seq"] == 1
     reply = hybrid.search("embedder sleeps", k=1)
-    assert reply["mode"] == "lexical" and "read timeout" in reply["mode_reason"]
-    assert reply["returned"] == 1
+    # Either the background batch still holds the embedder (the search does not queue
+    # behind it) or it has timed out and the search's own attempt timed out too.
+    assert reply["mode"] == "lexical"
+    assert "read timeout" in reply["mode_reason"] or "in the background" in reply["mode_reason"]
+    assert reply["returned"] == 1 and reply["without_vectors"] == 1
 
 
 def test_too_many_records_without_vectors_means_lexical(parts: Any, server: EmbedServer) -> None:

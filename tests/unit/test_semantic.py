@@ -101,3 +101,57 @@ def test_nothing_heavy_is_imported_when_the_model_is_unused(tmp_path: Path) -> N
 
 def test_the_embedded_model_is_imported_by_a_search_that_uses_it(tmp_path: Path) -> None:
     assert probe(tmp_path, {}, None, "search") == {"after_write": False, "after_search": True}
+
+
+def test_a_cli_write_leaves_the_vector_to_the_next_search_and_says_nothing_is_lost(semantic: None, store_dir: Path) -> None:
+    from tests.conftest import run_cli
+
+    for note in NOTES:
+        out = run_cli("write", note, env_dir=store_dir)
+        assert out.returncode == 0, out.stderr
+        assert "nothing is lost" in out.stdout
+    stats = run_cli("stats", env_dir=store_dir)
+    assert "vectors: none" in stats.stdout
+    # The next search embeds a bounded batch (8) and says how many matches it ranked without one.
+    found = json.loads(run_cli("search", "pill for the cat", "--json", env_dir=store_dir).stdout)
+    assert found["vectors"]["missing"] == 0 and found["mode"] == "hybrid"
+    assert found["without_vectors"] == 0
+    shown = json.loads(run_cli("stats", "--json", env_dir=store_dir).stdout)
+    assert shown["vectors"] == {local.MODEL: len(NOTES)}
+    assert f"{local.MODEL} {len(NOTES)} of {len(NOTES)} records" in run_cli("stats", env_dir=store_dir).stdout
+
+
+def test_records_still_without_a_vector_are_counted_in_every_reply(semantic: None, tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        for i in range(30):
+            store.write(f"garden note {i}: the tomatoes need water")
+        store.hybrid.catchup_records = 2
+        reply = store.search("garden tomatoes", k=3)
+        # 28 of 30 without a vector: over the share search fuses with, so lexical, and it says so.
+        assert reply["mode"] == "lexical" and "28 of 30 records have no vector" in reply["mode_reason"]
+        assert reply["without_vectors"] == 30
+        from retained import render
+
+        line = render.mode_line(reply)
+        assert "30 match(es) ranked by their words alone" in line and "\n" not in line
+        done = store.embed(backfill=True)
+        assert done["pending"] == 0 and done["embedded"] == 28
+        reply = store.search("garden tomatoes", k=3)
+        assert reply["mode"] == "hybrid" and reply["without_vectors"] == 0
+        assert store.verify()["vectors"]["missing"] == 0
+        store.write("garden note 31: the beans are up")
+        store.write("garden note 32: the beans need a trellis")
+        store.hybrid.catchup_records = 1
+        reply = store.search("garden beans", k=3)
+        # One was embedded by this search; the other was ranked by its words alone.
+        assert reply["mode"] == "hybrid" and reply["without_vectors"] == 1
+        assert "1 match(es) ranked without a vector" in render.mode_line(reply)
+
+
+def test_lexical_replies_without_the_model_count_every_match(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        store.write("garden one")
+        store.write("garden two")
+        reply = store.search("garden")
+        assert reply["mode"] == "lexical" and "retained[semantic]" in reply["mode_reason"]
+        assert reply["without_vectors"] == 2

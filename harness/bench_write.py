@@ -121,9 +121,9 @@ def semantic(records: int, workdir: Path | None = None) -> dict[str, Any]:
                     store.write(f"{TEXT} #{i}", scope="bench")
                     if i >= 20:
                         times[name].append((time.perf_counter_ns() - t0) / 1e6)
-            t0 = time.perf_counter()
+            started = time.perf_counter()
             done = on.hybrid.backfill()  # what the background thread had not reached yet
-            drain_s = time.perf_counter() - t0
+            drain_s = time.perf_counter() - started
             counts = on.hybrid.counts()
         finally:
             on.close()

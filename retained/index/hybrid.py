@@ -62,6 +62,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
+from retained.index import corrections
 from retained.index import schema as index_schema
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
@@ -133,6 +134,7 @@ class Hybrid:
         self.lexical_n = lexical_n
         self.dense_n = dense_n
         self.catchup_records = catchup_records
+        self.newer_first = True  # a result that may correct an older one ranks above it (retained.index.corrections)
         # A background batch holds the embedder while a search waits for its query vector:
         # the embedded model (on this process's cores) takes smaller batches than a server.
         self.follow_batch = BACKFILL_BATCH if catchup_records >= CATCHUP_RECORDS else 2 * catchup_records
@@ -561,9 +563,25 @@ class Hybrid:
             hidden = reply["left_out"]["superseded"] + reply["left_out"]["retracted"]
             reply.update(mode="lexical", mode_reason=reason, vectors=info,
                          without_vectors=reply["total_matches"] - hidden)
+            if self.newer_first:
+                corrections.newer_first(reply["results"], self._cosine())
             return reply
         return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
                            context=context, **opts)
+
+    def _cosine(self) -> Callable[[int, int], float | None] | None:
+        """The cosine of two records' stored vectors (None when either has none), or None without vectors."""
+        cache = self._cache
+        if cache is None or cache.rows == 0 or (self.embedder is not None and cache.model != self.embedder.model):
+            return None
+
+        def cosine(a: int, b: int) -> float | None:
+            ra, rb = cache.row_of.get(a), cache.row_of.get(b)
+            if ra is None or rb is None:
+                return None
+            return float(cache.mat[ra] @ cache.mat[rb])
+
+        return cosine
 
     def _eligible(self) -> int:
         with self.index.lock:
@@ -645,6 +663,8 @@ class Hybrid:
             if include_superseded or include_retracted:
                 entry.update(self.index.links(seq))
             results.append(entry)
+        if self.newer_first:
+            corrections.newer_first(results, self._cosine())
         left_out = {
             "beyond_k": visible - len(top),
             "over_budget": over_budget,

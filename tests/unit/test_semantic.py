@@ -155,3 +155,37 @@ def test_lexical_replies_without_the_model_count_every_match(tmp_path: Path) -> 
         reply = store.search("garden")
         assert reply["mode"] == "lexical" and "retained[semantic]" in reply["mode_reason"]
         assert reply["without_vectors"] == 2
+
+
+def test_the_newer_first_step_puts_more_corrections_first_on_the_committed_pairs(tmp_path: Path) -> None:
+    """Lexically (subject words agree): the fixture's pairs, the step on and off alternately in one store."""
+    from harness.eval_corrections import DATA, run
+
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    out = run("notes", "lexical", data, str(tmp_path))
+    on, off = out["newer_first_on"], out["newer_first_off"]
+    assert on["newer_first"] > off["newer_first"], (on, off)
+    restated = on["per_phrasing"]["restated"]
+    assert restated["newer_first"] == restated["both_found"] == restated["pairs"]
+    assert out["marked_may_correct"] >= on["newer_first"] - off["newer_first"]
+
+
+def test_with_vectors_a_correction_sharing_few_words_ranks_first_and_other_subjects_keep_their_order(
+    semantic: None, tmp_path: Path
+) -> None:
+    with Store(tmp_path / "s") as store:
+        old = store.write("Nora works as a nurse at the city hospital.")["seq"]
+        for note in NOTES:
+            store.write(note)
+        new = store.write("Nora quit nursing and trains as a pilot now.")["seq"]
+        store.embed(backfill=True)
+        reply = store.search("what is Nora's job")
+        order = [r["seq"] for r in reply["results"]]
+        assert reply["mode"] == "hybrid" and order.index(new) < order.index(old)
+        assert old in reply["results"][order.index(new)]["may_correct"]
+        # Records about other subjects are linked to nothing and keep their relevance order.
+        others = [r for r in reply["results"] if r["seq"] not in (old, new)]
+        assert not any(r.get("may_correct") or r.get("may_be_corrected_by") for r in others)
+        store.hybrid.newer_first = False
+        plain = [r["seq"] for r in store.search("what is Nora's job")["results"]]
+        assert [s for s in plain if s not in (old, new)] == [r["seq"] for r in others]

@@ -95,6 +95,10 @@ def _seq_refs(seqs: Any) -> str:
     return ",".join(f"#{s}" for s in seqs)
 
 
+# Links a search derives between its results (retained.index.corrections), shown like stored links.
+DERIVED_LINKS = ("may_correct", "may_be_corrected_by")
+
+
 def block(entry: dict[str, Any]) -> str:
     """One record as a header line, then its text and body indented.
 
@@ -144,7 +148,7 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
 
     rec: dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
     seq = entry.get("seq", rec.get("seq"))
-    links = {name: entry[name] for name in LINKED_BY.values() if entry.get(name)}
+    links = {name: entry[name] for name in (*LINKED_BY.values(), *DERIVED_LINKS) if entry.get(name)}
     if rec.get("redacted"):
         shown = f"#{seq} [redacted]"
         return shown + "".join(f" {name}={_seq_refs(seqs)}" for name, seqs in links.items())

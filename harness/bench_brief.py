@@ -10,6 +10,9 @@ the same run so machine noise hits all alike, it times the whole process:
 - ``python -m retained --brief``,
 - ``hooks/session-start.sh`` fed a SessionStart event on stdin, with the
   console script first on PATH (what a host runs at every session start),
+- the Claude Code plugin's SessionStart hook (``plugin/scripts/retained-launch
+  --hook SessionStart``: its launcher finds the console script on PATH, then
+  runs the same hook),
   each on the indexed store (the normal case),
 - ``python -m retained --brief`` on the store without an index (the
   fallback: the log tail only).
@@ -219,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             "script_indexed": ([script, "brief"], env_indexed, None),
             "module_indexed": ([python, "-m", "retained", "--brief"], env_indexed, None),
             "hook_indexed": (["sh", str(hook)], env_indexed, event),
+            "plugin_hook_indexed": (["sh", str(REPO / "plugin" / "scripts" / "retained-launch"), "--hook", "SessionStart"], env_indexed, event),
             "module_no_index": ([python, "-m", "retained", "--brief"], env_bare, None),
         }
         # One unrecorded run of each warms the page cache and the bytecode cache.

@@ -4,16 +4,20 @@ For each size a valid chained log is written in one pass (lines sealed with
 ``record.seal`` exactly as an append would, without the per-record fsync).
 Each measurement runs in a fresh child process so its peak RSS is its own:
 
-- ``rebuild``: ``Store.rebuild()`` (``Index.rebuild``
-  through the store), from no index;
-- ``verify``: ``Store.verify()``, what ``retained verify`` runs: the chain
-  walk plus the two-way index check;
+- ``rebuild``: ``Store.rebuild(workers=...)`` (``Index.rebuild``
+  through the store) with one worker per CPU, as ``retained rebuild`` asks,
+  from no index;
+- ``verify``: ``Store.verify(workers=...)``, what ``retained verify`` runs
+  (one worker per CPU): the chain walk plus the two-way index check;
+- ``verify_here``: ``Store.verify()`` as a library call runs it, in its own
+  process (the zero-worker case of ``retained.core.pool``);
 - ``chain``: the chain walk alone in one process (``chain.walk(Log.scan())``);
-- ``chain_parallel``: the chain walk as ``verify`` runs it (``chain.verify_file``:
-  byte ranges classified in one worker process per CPU, linked in order);
+- ``chain_parallel``: the chain walk as ``retained verify`` runs it
+  (``chain.verify_file``: byte ranges classified in one worker process per
+  CPU, linked in order);
 - ``verify_walk``: the previous ``Store.verify`` path, in the same run: the
   one-process walk, then the same index check;
-- ``stats``: ``Store.stats()`` (``retained stats``, the viewer's Health
+- ``stats``: ``Store.stats(workers=...)`` (``retained stats``; the viewer's Health
   page), counted in the workers that classify, alternated with verify's
   floor too (``stats_over_parse_hash``);
 - baselines in the same run: ``parse`` reads the log and ``orjson.loads``
@@ -69,8 +73,9 @@ import json, resource, sys, time, tracemalloc
 op, directory, trace = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 import orjson
 from retained import Store
-from retained.core import chain
+from retained.core import chain, pool
 from retained.core.log import Log
+WORKERS = pool.cpu_workers()  # what the command line passes
 from retained.index.writer import Index  # noqa: F401 - imported before the clock, as a running server has it
 if trace:
     tracemalloc.start()
@@ -145,7 +150,7 @@ elif op == "chain":
     r = chain.walk(Log(directory).scan())
     out["records"], out["findings"] = r.records, len(r.findings)
 elif op == "chain_parallel":
-    r = chain.verify_file(Log(directory))
+    r = chain.verify_file(Log(directory), workers=WORKERS)
     out["records"], out["findings"] = r.records, len(r.findings)
 elif op == "verify_walk":
     s = Store(directory)
@@ -153,13 +158,16 @@ elif op == "verify_walk":
     r["index"] = s._verify_index(r, None, None)
     out["records"], out["findings"] = r["records"], len(r["findings"])
 elif op == "verify":
+    r = Store(directory).verify(workers=WORKERS)
+    out["records"], out["findings"] = r["records"], len(r["findings"])
+elif op == "verify_here":
     r = Store(directory).verify()
     out["records"], out["findings"] = r["records"], len(r["findings"])
 elif op == "stats":
-    r = Store(directory).stats()
+    r = Store(directory).stats(workers=WORKERS)
     out["records"], out["findings"] = r["records"], r["findings"]
 elif op == "rebuild":
-    r = Store(directory).rebuild()
+    r = Store(directory).rebuild(workers=WORKERS)
     out["rebuild"] = {k: v for k, v in r.items() if isinstance(v, (int, float, str))}
 out["seconds"] = time.perf_counter() - t0
 out["cpu_seconds"] = cpu() - c0
@@ -232,6 +240,7 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
                 row["index_bytes"] += p.stat().st_size
             row["verify_walk"] = measure("verify_walk", d)
             row["verify"] = measure("verify", d)
+            row["verify_here"] = measure("verify_here", d)
             row["stats"] = measure("stats", d)
             if n == sizes[-1]:
                 # Each against its bare floor, alternately (A B A B), several rounds.
@@ -250,6 +259,7 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
     verdict = {
         "verify_s": big["verify"]["seconds"], "verify_cpu_s": big["verify"]["cpu_seconds"], "verify_target_s": TARGET_S["verify"],
         "verify_walk_s": big["verify_walk"]["seconds"], "verify_walk_cpu_s": big["verify_walk"]["cpu_seconds"],
+        "verify_here_s": big["verify_here"]["seconds"], "verify_here_cpu_s": big["verify_here"]["cpu_seconds"],
         "rebuild_s": big["rebuild"].get("seconds"), "rebuild_cpu_s": big["rebuild"].get("cpu_seconds"),
         "rebuild_target_s": TARGET_S["rebuild"],
         "verify_over_parse_hash": spread(ratios["verify_over_parse_hash"]),
@@ -297,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for row in r["runs"]:
             parts = [f"{row['records']:>7} records ({row['log_bytes'] / 1e6:.1f} MB):"]
-            for op in ("parse_baseline", "chain", "chain_parallel", "verify_walk", "verify", "rebuild"):
+            for op in ("parse_baseline", "chain", "chain_parallel", "verify_walk", "verify", "verify_here", "rebuild"):
                 m = row[op]
                 if "seconds" in m:
                     parts.append(f"{op} {m['seconds']:.2f} s (cpu {m['cpu_seconds']:.2f} s) rss {m['max_rss_mb']:.0f} MB "

@@ -3,14 +3,25 @@
 An append-only, hash-chained JSONL log is the store of record; everything else
 (the search index, vectors, the brief) is derived from it. Importing this
 package never imports ``mcp``, and imports nothing else until a name is used:
-the session-start brief imports only the modules it needs.
+every entry point imports this package first, the session-start brief's
+(``brief.reader``) included.
 """
 
 from __future__ import annotations
 
-# Not `typing.TYPE_CHECKING`: the session-start brief imports this package,
-# and importing typing would be work on its path for nothing at run time.
-TYPE_CHECKING = False
+from typing import TYPE_CHECKING, Any
+
+from retained.errors import (
+    InvalidRecord,
+    LockTimeout,
+    NotFound,
+    ReadBackMismatch,
+    RecordTooLarge,
+    ReservedField,
+    RetainedError,
+    WriteFailed,
+)
+from retained.version import __version__
 
 __all__ = [
     "InvalidRecord",
@@ -26,35 +37,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from typing import Any
-
-    from retained.errors import (
-        InvalidRecord,
-        LockTimeout,
-        NotFound,
-        ReadBackMismatch,
-        RecordTooLarge,
-        ReservedField,
-        RetainedError,
-        WriteFailed,
-    )
     from retained.store import Store
-    from retained.version import __version__
 
 
 def __getattr__(name: str) -> Any:
     # PEP 562: ``from retained import Store`` works as ever, but only loads
-    # the storage core when someone asks for it.
-    if name == "__version__":
-        from retained.version import __version__
-
-        return __version__
+    # the storage core when someone asks for it: the one name kept lazy, as
+    # every entry point (the brief's too) imports this package first.
     if name == "Store":
         from retained.store import Store
 
         return Store
-    if name in __all__:
-        from retained import errors
-
-        return getattr(errors, name)
     raise AttributeError(f"module 'retained' has no attribute {name!r}")

@@ -5,6 +5,7 @@ Both entry points start here, so the hook's path (``retained brief``, which
 brief needs; every other command imports ``retained.cli.commands``.
 """
 
+import os
 import sys
 
 from retained.interrupt import exit_on_interrupt
@@ -13,6 +14,11 @@ from retained.interrupt import exit_on_interrupt
 # quietly, whatever import it lands in; ``cli.main`` gives the short commands
 # their KeyboardInterrupt back once it knows the command (see ``retained.interrupt``).
 exit_on_interrupt()
+
+# The brief's modules (light: see ``retained.brief.reader``), after the handler.
+from retained.brief import compose as brief  # noqa: E402
+from retained.core.anchors import dir_from  # noqa: E402
+from retained.paths import store_dir  # noqa: E402
 
 
 def _brief() -> int | None:
@@ -27,21 +33,13 @@ def _brief() -> int | None:
     argv = sys.argv[1:]
     if not argv or not (argv[0] in ("--brief", "brief") or argv[0].startswith("--brief=")):
         return None
-    from retained.brief import compose as brief
-
     rest = argv[1:] if "=" not in argv[0] else ["--budget" + argv[0][len("--brief") :], *argv[1:]]
     opts = brief.parse_args(rest)
     if opts is None:
         return None
-    import os
-
-    from retained.paths import store_dir
-
     directory = store_dir(opts["dir"])
     budget = brief.DEFAULT_BUDGET if opts["budget"] is None else opts["budget"]
     try:
-        from retained.core.anchors import dir_from
-
         result = brief.build_brief(directory, budget, opts["scope"], anchor_dir=dir_from(os.environ))
     except Exception as exc:  # noqa: BLE001 - the brief runs at session start and must never fail its host
         result = brief.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=opts["scope"])
@@ -57,6 +55,7 @@ def main() -> int:
     """The ``retained`` command: the brief's fast path, or ``cli.main``."""
     code = _brief()
     if code is None:
+        # Deferred: the command line (argparse, the Store, orjson) is what the brief's path never imports.
         from retained.cli.commands import main as cli_main
 
         code = cli_main()

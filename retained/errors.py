@@ -8,9 +8,7 @@ those could be secret: they name the field instead.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 class RetainedError(Exception):
@@ -66,6 +64,16 @@ class NotFound(RetainedError):
     """A seq named by the caller does not exist (or is not a chained record)."""
 
     code = "not_found"
+
+
+class OpIdConflict(InvalidRecord):
+    """A client_op_id names an earlier record whose content differs from this one's.
+
+    Nothing was written for the request; ``seq`` and ``hash`` name the first
+    record. A retry resends the same content; a new record takes a new id.
+    """
+
+    code = "conflict"
 
 
 class LockTimeout(RetainedError):
@@ -182,6 +190,12 @@ class SourceChainBroken(RetainedError):
     """An export's chain does not verify (tampered or damaged); nothing was written."""
 
     code = "chain_broken"
+
+
+class PathRefused(InvalidRecord):
+    """A path given for the store to write cannot be used (it exists, or lies inside the store); nothing was written."""
+
+    code = "invalid_argument"
 
 
 class ExportRefused(RetainedError):

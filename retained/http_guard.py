@@ -8,6 +8,13 @@ token is set, the request must carry it (compared in constant time, never
 logged). ``serve`` binds, wraps and runs an ASGI application behind it: the
 MCP server's streamable HTTP transport and the viewer both run so. Standard
 library only at import; ``serve`` imports uvicorn when called.
+
+Before any of that, the connection itself is bounded (``Bounds``): a
+request's headers must arrive within a timeout, one client (address) may
+hold only so many connections and the server only so many in all, and a
+client that sent too many wrong tokens is refused (429) for a while, so
+half-sent requests or a token guessed at cannot starve a client that
+authenticates. A token must be long enough to resist guessing.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import socket
+import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode
@@ -28,6 +37,40 @@ SHUTDOWN_WAIT_S = 3
 
 Origin = tuple[str, str, int]
 
+TOKEN_CHARS_MIN = 16  # a shorter RETAINED_TOKEN is guessable by a patient client
+HEADER_READ_S = 10.0  # a request's line and headers must arrive within this (slow-header attacks)
+CONNECTIONS_MAX = 512  # open connections in all; beyond it a new one is answered 503 and closed
+CLIENT_CONNECTIONS_MAX = 64  # open connections from one address
+TOKEN_FAILURES_MAX = 20  # wrong tokens one address may send within TOKEN_FAILURE_WINDOW_S before a 429
+TOKEN_FAILURE_WINDOW_S = 60.0
+TOKEN_FAILURE_CLIENTS_MAX = 10_000  # addresses remembered for that count (oldest forgotten first)
+
+
+class Bounds:
+    """The limits ``serve`` holds a server to before a request reaches the guard (see the module docstring)."""
+
+    def __init__(self, *, header_read_s: float = HEADER_READ_S, connections_max: int = CONNECTIONS_MAX,
+                 client_connections_max: int = CLIENT_CONNECTIONS_MAX, token_failures_max: int = TOKEN_FAILURES_MAX,
+                 token_failure_window_s: float = TOKEN_FAILURE_WINDOW_S) -> None:
+        self.header_read_s = header_read_s
+        self.connections_max = connections_max
+        self.client_connections_max = client_connections_max
+        self.token_failures_max = token_failures_max
+        self.token_failure_window_s = token_failure_window_s
+
+
+def token_problem(token: str | None) -> str | None:
+    """Why ``token`` (RETAINED_TOKEN) cannot guard a server, or None when it can (or none is set)."""
+    if token is None:
+        return None
+    if any(c.isspace() for c in token):
+        return ("RETAINED_TOKEN holds whitespace, which a client's header would not carry intact; "
+                "use the one `retained token` prints")
+    if len(token) < TOKEN_CHARS_MIN:
+        return (f"RETAINED_TOKEN is {len(token)} characters, under the minimum of {TOKEN_CHARS_MIN}: it could be "
+                "guessed; use the one `retained token` prints")
+    return None
+
 
 def is_loopback(host: str) -> bool:
     """True for an address or name that only this machine can reach."""
@@ -40,7 +83,10 @@ def is_loopback(host: str) -> bool:
 
 
 def refusal(host: str, token: str | None) -> str | None:
-    """Why a server must not bind ``host`` (reachable from other machines, no token set), or None when it may."""
+    """Why a server must not bind ``host`` (reachable from other machines, no token set; a weak token), or None when it may."""
+    problem = token_problem(token)
+    if problem is not None:
+        return f"refusing to serve: {problem}"
     if token is None and not is_loopback(host):
         return (f"refusing to serve on {host}: it is reachable from other machines; set RETAINED_TOKEN to a long "
                 "random secret (clients then send 'Authorization: Bearer <token>') or bind 127.0.0.1")
@@ -137,12 +183,35 @@ class HttpGuard:
     """
 
     def __init__(self, app: Any, *, token: str | None, hosts: set[str], origins: set[Origin],
-                 token_cookie: bool = False) -> None:
+                 token_cookie: bool = False, bounds: Bounds | None = None) -> None:
         self.app = app
         self.token = token.encode() if token else None
         self.hosts = hosts
         self.origins = origins
         self.token_cookie = token_cookie
+        self.bounds = bounds or Bounds()
+        self.failures: dict[str, deque[float]] = {}  # address -> times of its recent wrong tokens
+
+    def _refused_for_failures(self, client: str) -> float:
+        """Seconds ``client`` must still wait after too many wrong tokens (0: it may try)."""
+        times = self.failures.get(client)
+        if times is None:
+            return 0.0
+        window = self.bounds.token_failure_window_s
+        now = time.monotonic()
+        while times and now - times[0] >= window:
+            times.popleft()
+        if not times:
+            del self.failures[client]
+            return 0.0
+        return window - (now - times[0]) if len(times) >= self.bounds.token_failures_max else 0.0
+
+    def _failed(self, client: str) -> None:
+        times = self.failures.pop(client, None) or deque(maxlen=self.bounds.token_failures_max)
+        times.append(time.monotonic())
+        self.failures[client] = times  # re-inserted: the dict stays ordered oldest first
+        while len(self.failures) > TOKEN_FAILURE_CLIENTS_MAX:
+            del self.failures[next(iter(self.failures))]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -157,12 +226,21 @@ class HttpGuard:
             await _reply(send, 403, "origin not allowed: only pages of this server (same scheme, host and port) "
                                     "may call it; add another with --allow-origin")
             return
-        if self.token is not None and not self._token_ok(headers):
-            if self.token_cookie and await self._take_query_token(scope, send):
+        if self.token is not None:
+            client = (scope.get("client") or ("?", 0))[0]
+            wait = self._refused_for_failures(client)
+            if wait:
+                await _reply(send, 429, f"too many wrong tokens from {client}: {self.bounds.token_failures_max} within "
+                                        f"{self.bounds.token_failure_window_s:g} s; try again in {wait:.0f} s",
+                             {"retry-after": str(max(1, round(wait)))})
                 return
-            challenge = {"www-authenticate": 'Bearer realm="retained"'}
-            await _reply(send, 401, "missing or wrong bearer token", challenge)
-            return
+            if not self._token_ok(headers):
+                if self.token_cookie and await self._take_query_token(scope, send):
+                    return
+                self._failed(client)
+                challenge = {"www-authenticate": 'Bearer realm="retained"'}
+                await _reply(send, 401, "missing or wrong bearer token", challenge)
+                return
         await self.app(scope, receive, send)
 
     def _same(self, given: str) -> bool:
@@ -186,7 +264,8 @@ class HttpGuard:
         if len(given) != 1 or not self._same(given[0]):
             return False
         rest = urlencode([(k, v) for k, v in pairs if k != "token"])
-        location = quote(scope.get("path", "/")) + (f"?{rest}" if rest else "")
+        # One leading slash: "//evil.example" would be a link to another host (an open redirect).
+        location = "/" + quote(scope.get("path", "/").lstrip("/\\")) + (f"?{rest}" if rest else "")
         cookie = f"{TOKEN_COOKIE}={quote(given[0], safe='')}; HttpOnly; SameSite=Strict; Path=/"
         await _reply(send, 303, "token accepted; the browser keeps it in a cookie",
                      {"location": location, "set-cookie": cookie, "cache-control": "no-store"})
@@ -247,6 +326,7 @@ def serve(
     token_cookie: bool = False,
     on_ready: Callable[[Listening], None] | None = None,
     log_level: str = "warning",
+    bounds: Bounds | None = None,
 ) -> None:
     """Serve ``make_app(listening)`` on the bound ``sock`` behind `HttpGuard` until stopped.
 
@@ -262,11 +342,91 @@ def serve(
     host = sock.getsockname()[0]
     hosts = allowed_hosts(host, allow_hosts)
     listening = Listening(host, sock.getsockname()[1], hosts, allowed_origins(hosts, sock.getsockname()[1], allow_origins))
+    bounds = bounds or Bounds()
     guarded = HttpGuard(make_app(listening), token=token, hosts=hosts, origins=listening.origins,
-                        token_cookie=token_cookie)
+                        token_cookie=token_cookie, bounds=bounds)
     if on_ready is not None:
         on_ready(listening)
     # A client holding a stream open (an MCP GET, a browser tab) would otherwise keep Ctrl-C waiting for it.
     config = uvicorn.Config(guarded, log_config=None, access_log=False, lifespan="on", log_level=log_level,
                             timeout_graceful_shutdown=SHUTDOWN_WAIT_S)
+    config.load()
+    config.http_protocol_class = _bounded(config.http_protocol_class, bounds)
     anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+         b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s")
+
+
+def _bounded(base: Any, bounds: Bounds) -> Any:
+    """uvicorn's HTTP protocol class ``base`` with ``bounds`` on connections and on the time headers may take.
+
+    A connection over a cap is answered 503 and closed before anything is
+    parsed. The header timer runs from the connection's start, and again
+    from the end of each response (a keep-alive connection's next request);
+    it stops when a request's headers are complete (uvicorn then starts its
+    request cycle). The request body and a response stream are not timed:
+    an authenticated MCP stream may stay open.
+    """
+    open_by_client: dict[str, int] = {}
+    counted: set[int] = set()
+
+    class Bounded(base):
+        _header_timer: Any = None
+        _timed_cycle: Any = None
+        _peer: str | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            peer = (self.client or ("?", 0))[0]
+            total = len(counted)
+            if total >= bounds.connections_max or open_by_client.get(peer, 0) >= bounds.client_connections_max:
+                which = ("the server's" if total >= bounds.connections_max
+                         else f"this client's ({bounds.client_connections_max})")
+                body = f"too many open connections: {which} limit is reached; close one and retry\n".encode()
+                transport.write(_BUSY % (len(body), body))
+                transport.close()
+                return
+            self._peer = peer
+            open_by_client[peer] = open_by_client.get(peer, 0) + 1
+            counted.add(id(self))
+            self._time_headers()
+
+        def _time_headers(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            self._timed_cycle = self.cycle
+            self._header_timer = self.loop.call_later(bounds.header_read_s, self._headers_too_slow)
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.cycle is self._timed_cycle and not self.transport.is_closing():
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._header_timer is not None and self.cycle is not self._timed_cycle:
+                self._header_timer.cancel()  # a request's headers are complete
+                self._header_timer = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self._peer is not None and not self.transport.is_closing():
+                self._time_headers()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+            if self._peer is not None and id(self) in counted:
+                counted.discard(id(self))
+                left = open_by_client.get(self._peer, 1) - 1
+                if left > 0:
+                    open_by_client[self._peer] = left
+                else:
+                    open_by_client.pop(self._peer, None)
+            super().connection_lost(exc)
+
+    Bounded.__name__ = Bounded.__qualname__ = f"Bounded{base.__name__}"
+    return Bounded

@@ -2,18 +2,14 @@
 
 The one place that knows ``$RETAINED_DIR`` and ``~/.retained``. The edges
 (the CLI, the MCP server, the brief's fast path) call ``store_dir``; the
-library itself never reads the environment. Standard library only and no
-``typing`` at run time: the session-start brief imports this module.
+library itself never reads the environment.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief's path does not import typing
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 DEFAULT_NAME = ".retained"  # the store's directory under the home directory
 

@@ -10,20 +10,16 @@ them.
 Text from a record is shown safely: control characters other than tab and
 newline become U+FFFD, so a record cannot move a terminal's cursor or hide a
 line, and header values are cut to a bounded width.
-
-Standard library only, and no ``typing`` at run time: the session-start brief
-imports this module.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief's path does not import typing
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Any
+from retained.index.schema import LINKED_BY, link_targets  # the index's reading of link fields
 
 # A kind, scope, source, client or extra field in a header line.
 FIELD_CHARS_MAX = 64
@@ -142,10 +138,6 @@ def record(entry: dict[str, Any], *, preview_chars: int | None = None, text_show
     reply's budget left for it (``documents.shown``: text and body, whole or
     cut around the query's words) and the note that says where the rest is.
     """
-    # The index's reading of link fields. Imported here, not at the top: the
-    # brief and the MCP server's start-up import this module without needing it.
-    from retained.index.schema import LINKED_BY, link_targets
-
     rec: dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
     seq = entry.get("seq", rec.get("seq"))
     links = {name: entry[name] for name in (*LINKED_BY.values(), *DERIVED_LINKS) if entry.get(name)}
@@ -206,6 +198,7 @@ def proof(proof: dict[str, Any]) -> str:
 
 def _within(entries: list[dict[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
     """Each entry's text as a reply's budget leaves it (``documents.shown``), for the text form an agent reads."""
+    # Deferred: documents imports the storage core (orjson), which the brief's reader never needs.
     from retained.index.documents import REST_HINT, shown
 
     return shown([e.get("record") or {} for e in entries], query, max_tokens, rest=rest or REST_HINT)
@@ -226,8 +219,10 @@ def records(result: dict[str, Any], *, preview_chars: int | None = None, whole: 
     tail = f"{result['returned']} record(s) returned"
     if "more_before" in result:
         tail += f"; {result['more_before']} older and {result['more_after']} newer not shown"
-    elif result.get("more"):
+    elif result.get("more") and "left_out_for_size" not in result:
         tail += f"; {result['more']} more match(es) not shown (raise the limit or narrow kind/scope)"
+    if "left_out_for_size" in result:
+        tail += f"; {result['left_out_for_size']['message']}"
     return "\n".join([*lines, tail])
 
 

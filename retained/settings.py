@@ -10,6 +10,10 @@
 | ``RETAINED_GROUP_COMMIT`` | threads of one process share fsyncs: on or off | on |
 | ``RETAINED_EMBED_*`` | embeddings (see ``retained.index.hybrid.SETTINGS``) | off |
 | ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see ``retained.core.anchors`` | ``$XDG_STATE_HOME/retained`` |
+| ``RETAINED_HTTP_HEADER_TIMEOUT_S`` | seconds an HTTP request's headers may take to arrive | 10 |
+| ``RETAINED_HTTP_CONNECTIONS_MAX`` | open HTTP connections in all | 512 |
+| ``RETAINED_HTTP_CLIENT_CONNECTIONS_MAX`` | open HTTP connections from one address | 64 |
+| ``RETAINED_HTTP_SESSION_IDLE_S`` | seconds an MCP session over HTTP may stay idle before it is closed | 600 |
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from retained.core import anchors
 from retained.errors import InvalidRecord
+from retained.safety.guard import Guard
 
 
 def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:
@@ -40,8 +45,6 @@ def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:
 
 
 def guard_from(environ: Mapping[str, str]) -> Any:
-    from retained.safety.guard import Guard
-
     policy = environ.get("RETAINED_SECRETS", "").strip().lower() or "refuse"
     allow: list[str] = []
     allow_file = environ.get("RETAINED_SECRETS_ALLOW", "").strip()
@@ -88,3 +91,27 @@ def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         if value is not None:
             options[key] = value
     return options
+
+
+HTTP_SESSION_IDLE_S = 600.0  # an MCP session with no request for this long is closed (its memory freed)
+
+
+def http_settings(environ: Mapping[str, str] = os.environ) -> tuple[Any, float]:
+    """The HTTP servers' bounds (``http_guard.Bounds``) and the MCP session idle time, from the environment.
+
+    Raises:
+        InvalidRecord: a variable is set to something unusable (named).
+    """
+    from retained.http_guard import Bounds
+
+    kwargs: dict[str, Any] = {}
+    for name, key, kind in (
+        ("RETAINED_HTTP_HEADER_TIMEOUT_S", "header_read_s", float),
+        ("RETAINED_HTTP_CONNECTIONS_MAX", "connections_max", int),
+        ("RETAINED_HTTP_CLIENT_CONNECTIONS_MAX", "client_connections_max", int),
+    ):
+        value = _positive(environ, name, kind)
+        if value is not None:
+            kwargs[key] = value
+    idle = _positive(environ, "RETAINED_HTTP_SESSION_IDLE_S", float)
+    return Bounds(**kwargs), HTTP_SESSION_IDLE_S if idle is None else idle

@@ -53,3 +53,4 @@ class Records(TypedDict):
     total_matches: NotRequired[int]
     more_before: NotRequired[int]
     more_after: NotRequired[int]
+    left_out_for_size: NotRequired[dict[str, Any]]

@@ -64,7 +64,7 @@ class Store:
         self.directory = Path(directory).expanduser()
         # Where the store's head is recorded outside it (retained/anchors.py);
         # None: no anchors. The edges pass the setting (settings.store_options).
-        self.anchor_dir = None if anchor_dir is None else Path(anchor_dir)
+        self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
         self._permissions_checked = False
         if self.directory.exists() and not self.directory.is_dir():
             raise NoStore(
@@ -179,12 +179,14 @@ class Store:
             notes["redactions"] = result.redactions
         return Guarded(record.Content(result.fields), notes)
 
-    def append(self, items: list[Guarded], *, client: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def append(
+        self, items: list[Guarded], *, client: dict[str, Any] | None = None, op_reuse: str = "conflict"
+    ) -> list[dict[str, Any]]:
         """Append records the guard has seen (``prepare``); one proof each, in order, once durable.
 
         Every write of the store comes through here and then ``Log.append``,
         the one pipeline into the file: write, checkpoint, forget,
-        write_batch and import alike.
+        write_batch and import alike. ``op_reuse`` as in ``Log.append``.
         """
         for i, item in enumerate(items):
             if not isinstance(item, Guarded):
@@ -198,7 +200,7 @@ class Store:
             self.log.reopen()
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
-        proofs = self.log.append([item.content for item in items], client=client or self.client)
+        proofs = self.log.append([item.content for item in items], client=client or self.client, op_reuse=op_reuse)
         if self._follow and self.wants_vectors():
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
@@ -716,8 +718,11 @@ class Store:
                     self._hybrid = from_settings(index, self.embed_settings)
         return self._hybrid
 
-    def rebuild(self, progress: Any = None) -> dict[str, Any]:
+    def rebuild(self, progress: Any = None, *, workers: int = 0) -> dict[str, Any]:
         """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``.
+
+        ``workers``: worker processes a large log's ranges may be indexed in
+        (``retained.core.pool``); 0, the default, starts none.
 
         Raises:
             IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
@@ -725,7 +730,7 @@ class Store:
         from retained.index.writer import IndexError_, IndexFull
 
         try:
-            return self.index.rebuild(progress)
+            return self.index.rebuild(progress, workers=workers)
         except IndexFull:
             raise  # a full disk says nothing against the index file: its own message says to free space
         except (sqlite3.Error, OSError, IndexError_) as exc:
@@ -752,26 +757,33 @@ class Store:
             return hybrid.backfill(progress)
         return {"counts": hybrid.counts(), "embedder": hybrid.embedder.status()}
 
-    def stats(self, *, progress: Any = None) -> dict[str, Any]:
-        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only."""
+    def stats(self, *, progress: Any = None, workers: int = 0) -> dict[str, Any]:
+        """Counts by kind and scope, sizes, head, damage, index lag and vectors (see ``retained.index.stats``); reads only.
+
+        ``workers`` as for ``verify``.
+        """
         from retained.index import stats
 
-        return stats.stats(self.log, progress=progress)
+        return stats.stats(self.log, progress=progress, workers=workers)
 
-    def export(self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None) -> dict[str, Any]:
+    def export(
+        self, out: Any, *, format: str = "jsonl", force: bool = False, progress: Any = None, overwrite: bool = False
+    ) -> dict[str, Any]:
         """Write the log's chained records, verified first, as ``jsonl`` or ``markdown`` (see ``retained.data.export``).
 
-        ``out`` is a binary stream, or a path: a new file (0600) renamed into
-        place when complete, whose path the result gives.
+        ``out`` is a binary stream, or a path: a new file (0600) put in
+        place when complete, whose path the result gives; an existing file
+        is refused unless ``overwrite``.
 
         Raises:
+            PathRefused: the path exists (without ``overwrite``) or is inside the store; nothing was written.
             ExportRefused: verify found problems and ``force`` is false; nothing was written.
         """
         from retained.data import export
 
         if hasattr(out, "write"):
             return export.export(self.log, out, format=format, force=force, progress=progress)
-        return export.export_to_file(self.log, out, format=format, force=force, progress=progress)
+        return export.export_to_file(self.log, out, format=format, force=force, progress=progress, overwrite=overwrite)
 
     def backup(self, dest: str | os.PathLike[str], *, force: bool = False) -> dict[str, Any]:
         """Copy the log under the store lock to a new directory ``dest``, then verify the copy (see ``retained.data.backup``).
@@ -829,8 +841,15 @@ class Store:
             "anchor_file": str(anchors.anchor_file(self.anchor_dir, sid)) if self.anchor_dir is not None and sid else None,
         }
 
-    def verify(self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None) -> dict[str, Any]:
+    def verify(
+        self, *, anchor: str | builtins.list[str] | None = None, progress: Any = None, workers: int = 0
+    ) -> dict[str, Any]:
         """Walk the whole chain and report every finding (memory flat in log size); ``progress(done_bytes, total_bytes)``.
+
+        ``workers``: worker processes a large log's ranges may be classified
+        in (``retained.core.pool``; the report is the same); 0, the default,
+        starts none. Pass more only from a program whose main module is
+        guarded (``if __name__ == "__main__":``), as the command line does.
 
         Verify judges one snapshot: the log's size and head when it begins
         (``snapshot`` in the report). The chain walk and the index check both
@@ -855,14 +874,15 @@ class Store:
         head_seq, head_hash, head_end = self.log.tail(stop=size)
         to_check = [*(loaded.anchors if loaded is not None else ()), *given]
         # The index check reads the lines the chain walk passes it (one read
-        # of the log) while worker processes classify the next ranges; its
+        # of the log) while any worker processes classify the next ranges; its
         # findings follow the chain's.
         index: dict[str, Any] = {"findings": []}
 
         def check(lines: Any) -> None:
             index.update(checked=self._verify_index(index, lines, (size, head_seq)))
 
-        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress)
+        walked = chain.verify_file(self.log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress,
+                                   workers=workers)
         report = walked.to_dict()
         report["snapshot"] = {"bytes": size, "seq": head_seq, "hash": head_hash}
         report["quarantined"] = self.log.quarantined()

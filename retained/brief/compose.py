@@ -7,8 +7,9 @@ take at most half the budget while other records wait); it leaves out
 superseded, retracted and redacted records and says how many records it did
 not show, and why (invariant I2).
 
-It reads only what it prints. The log is read backwards from its end
-(``Log.scan_reverse``), and only as far as it must:
+It reads only what it prints, through ``brief.reader`` (the one module that
+keeps the brief's start-up budget). The log is read backwards from its end
+(``LogReader.lines_reverse``), and only as far as it must:
 
 - When the index file exists and its high-water mark still matches the log,
   only the part of the log the index has not reached yet is read; records
@@ -27,12 +28,12 @@ It reads only what it prints. The log is read backwards from its end
   other-scope records among them, so it is an upper bound on what the brief
   left out of those.
 
-It takes no lock, writes nothing (the index is opened read-only, though SQLite
-may create its ``-wal`` and ``-shm`` files), never builds or catches up the
-index, and imports neither ``mcp`` nor ``portalocker``. It reads the index
-through ``retained.index.schema`` (the schema's one definition, standard
-library only), never through ``retained.index.writer``, whose query parser it
-would not use.
+It takes no lock, writes nothing but its anchor (the index is opened
+read-only, though SQLite may create its ``-wal`` and ``-shm`` files), never
+builds or catches up the index, and imports neither ``mcp`` nor
+``portalocker``. It reads the index through ``retained.index.schema`` (the
+schema's one definition, standard library only), never through
+``retained.index.writer``, whose query parser it would not use.
 
 Token estimate: a record's block (its header line, its text and body, and a
 cut marker if any) costs ``schema.estimate_tokens`` of it, ``ceil(UTF-8
@@ -60,15 +61,15 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
-from retained.core import record
-from retained.core.files import open_read
-from retained.core.log import LOG_NAME, Log
-from retained.errors import InvalidRecord, InvariantBroken, LinkRefused, RetainedError, StoreDamaged
+from retained.brief.reader import IndexView, LogReader
+from retained.core import anchors
+from retained.core.lines import DAMAGED, FOREIGN, LOG_NAME, RECORD, TORN
+from retained.errors import InvalidRecord, InvariantBroken, RetainedError, StoreDamaged
 from retained.index import schema as index_schema
 from retained.index.schema import (
     BOOKKEEPING_KINDS,
-    INDEX_NAME,
     LINK_FIELDS,
     estimate_tokens,
     link_targets,
@@ -81,10 +82,6 @@ from retained.render import client as _client
 from retained.render import dumps as _dumps
 from retained.render import short as _short
 from retained.render import ts as _ts
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would slow every session start
-if TYPE_CHECKING:
-    from typing import Any
 
 # A brief of about 6 KB of text: a useful start of session without crowding
 # the context; fits the output cap with room to spare.
@@ -108,8 +105,6 @@ CUT_BYTES_MIN = 64
 PATH_CHARS_MAX = 160
 # Rows fetched per query when walking the index newest first.
 PAGE_ROWS = 32
-# How long a read of the index may wait on SQLite's own locks.
-INDEX_BUSY_S = 0.2
 
 DROP_REASONS = ("over_budget", "superseded", "retracted", "unreadable", "not_read")
 # The kinds the "note" group leaves out: checkpoints are a group of their own.
@@ -201,67 +196,6 @@ def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] 
     return {"entry": entry, "block": block, "tokens": tk, "nbytes": nb}
 
 
-# -- the index, read-only ------------------------------------------------------
-
-
-class _IndexView:
-    """A read-only snapshot of the index, or the reason it cannot be used."""
-
-    def __init__(self, directory: Path, log: Log, size: int) -> None:
-        self.db: sqlite3.Connection | None = None
-        self.state = "absent"
-        self.reason = f"no {INDEX_NAME}"
-        self.hwm_offset = 0
-        self.hwm_seq = 0
-        self.log_size = size  # the log's size this snapshot covers (it may grow while the brief runs)
-        path = directory / INDEX_NAME
-        if not path.is_file():
-            return
-        try:
-            db = index_schema.connect_read_only(path, INDEX_BUSY_S)
-        except (sqlite3.Error, LinkRefused) as exc:
-            # A link in place of the index is never opened; the log alone answers.
-            self._unusable(f"index cannot be opened ({exc})")
-            return
-        try:
-            db.execute("BEGIN")  # one snapshot for the mark and every count
-            mark = index_schema.read_mark(db, index_schema.READABLE_VERSIONS)
-        except (sqlite3.Error, ValueError) as exc:
-            db.close()
-            self._unusable(f"index cannot be read ({exc})")
-            return
-        if mark.offset > size:
-            size = log.size()  # a writer appended, and the index caught up, since the brief began
-            self.log_size = size
-        state = index_schema.mark_state(mark, size, log.read_at)
-        if state in ("log_shorter", "log_other"):
-            db.close()
-            self._unusable(f"the index was built from {'a longer' if state == 'log_shorter' else 'another'} log")
-            return
-        self.db = db
-        self.state = "current" if state == "ok" else "behind"
-        self.reason = ""
-        self.hwm_offset = mark.offset
-        self.hwm_seq = mark.seq
-
-    def _unusable(self, reason: str) -> None:
-        self.state = "unusable"
-        self.reason = reason
-
-    def give_up(self, state: str, reason: str) -> None:
-        self.close()
-        self.state = state
-        self.reason = reason
-
-    def close(self) -> None:
-        if self.db is not None:
-            try:
-                self.db.close()
-            except sqlite3.Error:
-                pass
-            self.db = None
-
-
 # -- the builder ---------------------------------------------------------------
 
 
@@ -271,7 +205,7 @@ class _Brief:
         self.scan_bytes_max = scan_bytes_max
         self.budget = budget
         self.scope = scope
-        self.log = Log(directory)
+        self.log = LogReader(directory)
         self.checkpoints: list[_Candidate] = []
         self.notes: list[_Candidate] = []
         self.need = {"checkpoint": [0, 0], "note": [0, 0]}  # tokens, bytes kept per group
@@ -308,25 +242,25 @@ class _Brief:
 
     # the log, newest first -----------------------------------------------------
 
-    def scan(self, size: int, index: _IndexView) -> None:
+    def scan(self, size: int, index: IndexView) -> None:
         """Read lines backwards from ``size``: down to the index's mark, or up to the scan cap."""
-        for line in self.log.scan_reverse(stop=size, fast_start=True):
+        for line in self.log.lines_reverse(size):
             self.scanned_bytes += line.length
             status = line.status
-            if status == record.TORN:
+            if status == TORN:
                 self.skipped["torn_bytes"] += line.length
-            elif status == record.FOREIGN:
+            elif status == FOREIGN:
                 self.skipped["foreign"] += 1
-            elif status == record.DAMAGED:
+            elif status == DAMAGED:
                 self.skipped["damaged"] += 1
             else:
                 seq = line.seq  # a chained line always has one
                 self.lowest_seq = seq
                 rec = line.record
                 if self.head is None:
-                    self.head = {"seq": seq, "ts": _ts(rec.get("ts")) if status == record.RECORD else None}
+                    self.head = {"seq": seq, "ts": _ts(rec.get("ts")) if status == RECORD else None}
                     self.tail = (seq, line.hash, line.end)
-                if status == record.RECORD:
+                if status == RECORD:
                     self._take(seq, rec)
             if index.db is not None:
                 if line.offset <= index.hwm_offset:
@@ -355,7 +289,7 @@ class _Brief:
 
     # the index, for what the scan did not read ---------------------------------
 
-    def older(self, index: _IndexView, boundary: int) -> dict[str, int]:
+    def older(self, index: IndexView, boundary: int) -> dict[str, int]:
         """Counts for the indexed records below ``boundary``, and candidates among them."""
         db = index.db
         if db is None:
@@ -410,7 +344,10 @@ class _Brief:
         """Candidates of one group below ``boundary``, newest first, read from the log and checked."""
         kind, kinds_not = ("checkpoint", ()) if group == "checkpoint" else (None, _NOT_NOTES)
         below = boundary
-        with open_read(self.log.path) as f:
+        f = self.log.open()
+        if f is None:
+            raise StoreDamaged(f"{self.log.path} is gone while the brief reads it")
+        with f:
             while not self._full(group):
                 rows = index_schema.newest(db, PAGE_ROWS, below=below, kind=kind, kinds_not=kinds_not,
                                            scope=self.scope, current=True)
@@ -418,10 +355,8 @@ class _Brief:
                     below = seq
                     if seq in flagged:
                         continue  # hidden by a record the index has not reached
-                    f.seek(offset)
-                    raw = f.read(length).removesuffix(b"\n")
-                    status, rec, line_seq, line_hash, _ = record.classify_for_display(raw)
-                    if status != record.RECORD or line_seq != seq or line_hash != h:
+                    rec = self.log.record_at(f, seq, offset, length, h)
+                    if rec is None:
                         self.unreadable += 1
                         continue
                     self._keep(seq, rec)
@@ -558,7 +493,7 @@ def build_brief(
         if size == 0:
             return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope)
         builder = _Brief(directory, budget, scope, scan_bytes_max)
-        index = _IndexView(directory, builder.log, size)
+        index = IndexView(directory, builder.log, size)
         try:
             try:
                 result = _build(builder, index, size)
@@ -580,8 +515,6 @@ def build_brief(
 
 
 def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int, str, int]) -> dict[str, Any]:
-    from retained.core import anchors
-
     try:
         done = anchors.record_head(anchor_dir, directory, *tail, "brief")
     except RetainedError as exc:
@@ -590,7 +523,7 @@ def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int
     return {"file": done["file"], "store_id": done["store_id"]}
 
 
-def _build(b: _Brief, index: _IndexView, size: int) -> dict[str, Any]:
+def _build(b: _Brief, index: IndexView, size: int) -> dict[str, Any]:
     b.scan(max(size, index.log_size), index)
     older = {"visible": 0, "superseded": 0, "retracted": 0}
     not_read: int | None = 0

@@ -9,9 +9,12 @@ progress go to stderr.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
+import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,12 +22,19 @@ from typing import Any
 import orjson
 
 from retained import limits, paths, render
-from retained.core import json_input
-from retained.errors import RetainedError
+from retained.brief import compose as brief
+from retained.cli import hook_install
+from retained.core import json_input, pool
+from retained.core.anchors import dir_from, listing_text
+from retained.errors import NoStore, RetainedError
+from retained.interrupt import raise_on_interrupt
+from retained.paths import chosen_dir
+from retained.settings import store_options
+from retained.store import Store
 from retained.version import __version__
 
 CLI_CLIENT = {"name": "retained-cli", "version": __version__}
-USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config"}
+USAGE_CODES = {"invalid_argument", "reserved_field", "too_large", "not_found", "secret_detected", "embed_config", "conflict"}
 
 
 # What a person types as an option's name ("--feild"), as opposed to a value
@@ -34,6 +44,17 @@ _OPTION_NAME = re.compile(r"--[a-z][a-z0-9-]*")
 
 class UsageError(Exception):
     """Bad command-line input (exit 2)."""
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (a whole number from 0 to 65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: give 0 (a free one) to 65535")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,8 +72,6 @@ class _Parser(argparse.ArgumentParser):
         if dashed:
             name = dashed[0].split("=")[0]
             if _OPTION_NAME.fullmatch(name):
-                import difflib
-
                 close = difflib.get_close_matches(name, [o for o in known if o.startswith("--")], n=1)
                 message += (f"; {self.prog} has no option {name}: "
                             + (f"did you mean {close[0]}? " if close else "") + f"see {self.prog} --help")
@@ -90,10 +109,6 @@ def store_dir(args: argparse.Namespace) -> Path:
 
 def open_store(args: argparse.Namespace, *, must_exist: bool = True, **kwargs: Any) -> Any:
     """The store of --dir / RETAINED_DIR; a command that only reads refuses a store that is not there."""
-    from retained.errors import NoStore
-    from retained.settings import store_options
-    from retained.store import Store
-
     store = Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
     if must_exist and not store.exists():
         store.close()
@@ -229,14 +244,14 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             progress(f"rebuild: {done}/{total} bytes ({100 * done // max(total, 1)}%)")
 
     with open_store(args) as store:
-        result = store.rebuild(progress=report)
+        result = store.rebuild(progress=report, workers=pool.cpu_workers())
     emit(args, result, lambda: render.rebuild(result))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        report = store.verify(anchor=args.anchor)
+        report = store.verify(anchor=args.anchor, workers=pool.cpu_workers())
     emit(args, report, lambda: render.verify(report))
     return 0 if report["ok"] else 1
 
@@ -249,8 +264,6 @@ def cmd_head(args: argparse.Namespace) -> int:
 
 
 def cmd_anchor(args: argparse.Namespace) -> int:
-    from retained.core.anchors import listing_text
-
     with open_store(args) as store:
         result = store.anchor(accept=args.accept, reason=args.reason)
     emit(args, result, lambda: listing_text(result))
@@ -276,8 +289,6 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 
 def _every_second(label: str, unit: str) -> Callable[[int, int], None]:
     """A progress callback that prints at most one line a second on stderr."""
-    import time
-
     last = [time.monotonic()]
 
     def report(done: int, total: int) -> None:
@@ -291,8 +302,6 @@ def _every_second(label: str, unit: str) -> Callable[[int, int], None]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    import time
-
     t0 = time.monotonic()
     with open_store(args, must_exist=False) as store:
         result = store.import_file(
@@ -336,7 +345,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError("without -o the export itself is on stdout, so --json cannot be; add -o FILE for a JSON summary")
     with open_store(args) as store:
         result = store.export(args.output or sys.stdout.buffer, format=args.format, force=args.force,
-                              progress=_every_second("export", "bytes"))
+                              progress=_every_second("export", "bytes"), overwrite=args.overwrite)
     if result["forced"]:
         progress(f"export: WARNING: the log has {len(result['findings'])} verify findings; exported the valid records only")
     if args.output:
@@ -356,7 +365,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.stats(progress=_every_second("stats", "bytes"))
+        result = store.stats(progress=_every_second("stats", "bytes"), workers=pool.cpu_workers())
     emit(args, result, lambda: render.stats(result))
     return 1 if result["findings"] else 0
 
@@ -393,13 +402,17 @@ def cmd_view(args: argparse.Namespace) -> int:
     return app.serve(args)
 
 
-def cmd_brief(args: argparse.Namespace) -> int:
-    from retained.brief import compose as brief
+def cmd_token(args: argparse.Namespace) -> int:
+    import secrets
 
+    token = secrets.token_urlsafe(32)  # 43 characters of a 256-bit secret, no whitespace
+    emit(args, {"token": token}, token)
+    return 0
+
+
+def cmd_brief(args: argparse.Namespace) -> int:
     budget = brief.DEFAULT_BUDGET if args.budget is None else args.budget
     try:
-        from retained.core.anchors import dir_from
-
         result = brief.build_brief(store_dir(args), budget, args.scope, anchor_dir=dir_from(os.environ))
     except RetainedError:
         raise
@@ -423,8 +436,6 @@ def _brief_arguments(p: argparse.ArgumentParser) -> None:
 
 def _brief_args(argv: list[str]) -> argparse.Namespace | None:
     """``brief``'s plain options without building a parser (see ``brief.parse_args``), or None."""
-    from retained.brief import compose as brief
-
     values = brief.parse_args(argv)
     return None if values is None else argparse.Namespace(**values, func=cmd_brief)
 
@@ -540,6 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "markdown"), default="jsonl",
                    help="jsonl (the log's lines, for import) or markdown (for reading); default jsonl")
     p.add_argument("--force", action="store_true", help="export the valid records even when verify has findings (exit 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists (by default an existing FILE is refused)")
 
     p = command("backup", "copy the log under the store lock to DEST, then verify the copy", "retained backup ~/retained-backups/2026-11-29", cmd_backup)
     p.add_argument("dest", metavar="DEST", help="a new directory outside the store")
@@ -575,15 +587,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", "run the MCP server (stdio by default)", "retained serve --http --port 8765", cmd_serve)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other needs RETAINED_TOKEN)")
-    p.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
+    p.add_argument("--port", type=port, default=8765, help="TCP port (0 picks a free one and prints it on stderr)")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name clients use to reach an --http server (repeatable)")
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
                    help="another browser origin (scheme://host[:port]) allowed to call an --http server (repeatable)")
 
+    command("token", "print a fresh random token for RETAINED_TOKEN (the HTTP servers need at least 16 characters)",
+            "retained token  # e.g. export RETAINED_TOKEN=$(retained token)", cmd_token)
     p = command("view", "serve a read-only web viewer of the store on 127.0.0.1 and print its URL",
                 "retained view --open", cmd_view)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs RETAINED_TOKEN)")
-    p.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one, printed)")
+    p.add_argument("--port", type=port, default=0, help="TCP port (default 0: a free one, printed)")
     p.add_argument("--open", action="store_true", help="open the viewer in this machine's web browser, if it has one")
     p.add_argument("--allow-host", action="append", metavar="NAME", help="another Host name browsers use to reach it (repeatable)")
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
@@ -598,11 +612,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_hook_install(args: argparse.Namespace) -> int:
     """Merge the SessionStart entry into Claude Code's settings (logic in hook_install)."""
-    import shutil
-
-    from retained.cli import hook_install
-    from retained.paths import chosen_dir
-
     here = Path(sys.executable).parent / ("retained.exe" if sys.platform == "win32" else "retained")
     retained_bin = here if here.is_file() else shutil.which("retained")
     if retained_bin is None:
@@ -693,8 +702,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.func not in (cmd_serve, cmd_view):
-        from retained.interrupt import raise_on_interrupt
-
         raise_on_interrupt()  # a short command unwinds and reports "interrupted"; the servers exit at once
     try:
         return args.func(args)

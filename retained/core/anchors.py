@@ -27,8 +27,8 @@ and the head it judged: later heads on the same chain imply the earlier ones.
 
 What anchors prove, and what not: docs/anchors.md.
 
-Standard library only, nothing from ``typing`` at import: the session-start
-brief records its head through here.
+Standard library only (with ``core.files``): the session-start brief records
+its head through here (see ``brief.reader``).
 """
 
 from __future__ import annotations
@@ -37,15 +37,13 @@ import json
 import os
 import time
 from collections import namedtuple
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from retained.core import files, record
+from retained.core import files
+from retained.core.lines import utc_now
 from retained.errors import InvalidRecord, RetainedError
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from typing import Any
 
 ID_NAME = "store.id"
 FORMAT = 1
@@ -85,6 +83,28 @@ def dir_from(environ: Mapping[str, str]) -> Path | None:
         return Path(state) / "retained"
     home = environ.get("HOME") or str(Path.home())
     return Path(home) / ".local" / "state" / "retained"
+
+
+def outside(anchor_dir: Path, store_dir: Path) -> Path:
+    """``anchor_dir``, refused when it lies inside the store (or is it).
+
+    Anchors kept in the store would be rolled back, copied or deleted with
+    it: the very events they exist to catch.
+
+    Raises:
+        InvalidRecord: the anchor directory is inside ``store_dir`` (nothing was read or written).
+    """
+    try:
+        inside = anchor_dir.resolve().is_relative_to(store_dir.expanduser().resolve())
+    except OSError:
+        inside = False
+    if inside:
+        raise InvalidRecord(
+            f"the anchor directory {anchor_dir} is inside the store {store_dir}: anchors there would be rolled back "
+            "or deleted with the log they check; set RETAINED_ANCHOR_DIR (anchor_dir=) to a directory outside the store",
+            path="anchor_dir",
+        )
+    return anchor_dir
 
 
 def parse(spec: str) -> Anchor:
@@ -238,7 +258,7 @@ def record_head(
                     # An append cut short (a crash): end it, so this line stays whole;
                     # verify reports the fragment as a line it cannot read.
                     data = b"\n"
-            data += _line({**entry, "time": record.utc_now(), "source": source})
+            data += _line({**entry, "time": utc_now(), "source": source})
             files.write_all(fd, data)
             if durable:
                 os.fsync(fd)
@@ -473,7 +493,7 @@ def compact(loaded: Loaded, directory: str | os.PathLike[str], seq: int, h: str,
     if path is None or loaded.store_id is None:
         return
     body = _line(_header(loaded.store_id, Path(directory)))
-    body += _line({"seq": seq, "hash": h, "bytes": size, "time": record.utc_now(), "source": source})
+    body += _line({"seq": seq, "hash": h, "bytes": size, "time": utc_now(), "source": source})
     _rewrite(path, body, loaded.files.get(path, 0))
 
 
@@ -484,7 +504,7 @@ def settle(loaded: Loaded, by: dict[str, Any]) -> None:
         LinkRefused / AnchorError: not every file was settled; the next verify still reports their anchors.
     """
     for path, read in loaded.files.items():
-        line = _line({"settled_to": read, "time": record.utc_now(), "by": by})
+        line = _line({"settled_to": read, "time": utc_now(), "by": by})
         try:
             fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
             try:

@@ -12,30 +12,30 @@ rule (link to the last *valid* record) is accepted as well.
 
 Two entry points give the same report: ``walk(lines)`` over any lines (a
 scan, an import file), and ``verify_file(log)``, which ``verify`` uses: the
-per-line work (parse, canonical bytes, digests) needs only the line, so byte
-ranges of the file are classified in worker processes, and only the linking
-(seq, prev) runs in order, here. tests/unit/test_chain_parallel.py holds the
-two to the same report on every kind of damage, across range boundaries.
+per-line work (parse, canonical bytes, digests) needs only the line, so the
+file is read in byte ranges (``pool.map_ranges``: in worker processes only
+when the caller asks for them), and only the linking (seq, prev) runs in
+order, here. Both turn lines into the same items (`_items`) and link them
+with the same `_Linker`; tests/unit/test_chain_parallel.py holds the two to
+the same report on every kind of damage, across range boundaries.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-import sys
 from array import array
 from collections import namedtuple
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import pairwise
+from itertools import islice
 from typing import Any, cast
 
 import blake3
 
-from retained.core import record
-from retained.core.files import open_read
+from retained.core import pool, record
 from retained.core.log import Line, Log
 from retained.errors import InvariantBroken
 
@@ -107,22 +107,17 @@ class ChainReport:
 
 
 def walk(lines: Iterable[Line], log_name: str = "log.jsonl", *, watch: Iterable[int] = ()) -> ChainReport:
-    """Verify a sequence of lines (a whole log, oldest first).
+    """Verify a sequence of lines (a whole log, oldest first), as ``verify_file`` verifies a file.
 
+    The lines are turned into items and linked exactly as a range of the
+    file is (`_items`, `_link`), a batch of ``WALK_BATCH`` lines at a time.
     ``watch``: seqs whose chained lines' hashes the report keeps in ``watched``.
     """
     linker = _Linker(log_name, watch)
-    add = linker.add
-    RECORD, REDACTION = record.RECORD, "redaction"
-    for line in lines:
-        rec = line.record
-        redacts = None
-        prev = None
-        if line.status == RECORD or line.status == record.REDACTED:
-            prev = rec["prev"]
-            if line.status == RECORD and rec.get("kind") == REDACTION and type(rec.get("redacts")) is int:
-                redacts = rec["redacts"]
-        add(line.offset, len(line.raw), line.status, line.seq, line.hash, prev, line.problem, redacts)
+    lines = iter(lines)
+    # Each batch is consumed as it is read: only its compact items are held, never its lines.
+    while items := _items(islice(lines, WALK_BATCH)):
+        _link(linker, items)
     return linker.finish()
 
 
@@ -277,12 +272,12 @@ class _Linker:
         return report
 
 
-# -- the whole file, classified in parallel ----------------------------------
+# -- lines as items, linked in order -------------------------------------------
 #
 # Classifying a line (parse, canonical bytes, content digest, chain hash) needs
-# nothing but the line, so byte ranges of the file are classified in worker
-# processes; only the linking (seq, prev) is sequential, and runs in the
-# caller. A worker returns compact items, not records:
+# nothing but the line, so a file's byte ranges are classified apart (in worker
+# processes when the caller asks for them); only the linking (seq, prev) is
+# sequential, and runs in the caller. Lines become compact items, not records:
 #
 #   (_RUN, offset, seq, prev, count, lengths, hashes, redactions, end)
 #       ``count`` records from ``offset`` on, each linking to the one before;
@@ -300,348 +295,96 @@ _LINE = 1
 # costs far more than handing it over, small enough that the ranges in flight
 # (two per worker) stay a few MiB each.
 RANGE_BYTES = 8 * 1024 * 1024
-# Below this log size the walk classifies in its own process: starting workers
-# (each a new process, more so under spawn) would cost more than they save.
-PARALLEL_MIN_BYTES = 8 * 1024 * 1024
-# How long a worker may send nothing before its ranges are done in the calling
-# process instead: far longer than any range takes, reached only by a worker
-# that will never answer (stuck after a fork, say), so that none waits forever.
-WORKER_STALL_S = 60.0
-# How long a worker that sent its last range may take to exit before it is killed.
-WORKER_EXIT_S = 5.0
-
-
-def range_lines(path: str, start: int, stop: int) -> tuple[list[bytes], bytes]:
-    """The complete lines of ``[start, stop)`` of the file at ``path`` (without newlines), and what follows the last newline.
-
-    ``start`` is a line boundary; so is ``stop`` unless it is the end of the
-    scan, where bytes after the last newline are a torn tail (else b"").
-    One read and one split in C, instead of a search and a slice per line:
-    the reading half of every range task (classify here, index rows in
-    ``index._index_range``).
-    """
-    with open_read(path) as f:
-        f.seek(start)
-        data = f.read(stop - start)
-    parts = data.split(b"\n")
-    tail = parts.pop()
-    return parts, tail
+# Lines `walk` turns into items at a time: the items of one batch are held at once.
+WALK_BATCH = 4096
 
 
 def _classify_range(path: str, start: int, stop: int, tally: type | None = None) -> list[tuple[Any, ...]]:
-    """Classify the lines in ``[start, stop)`` of the file at ``path`` (a worker's task; see ``range_lines``).
+    """The items for the lines in ``[start, stop)`` of the file at ``path`` (the pool's task; see ``pool.range_lines``).
 
     With ``tally`` (a class; see ``verify_file``), one new instance counts
     every record line (parsed, with its length) and is the last item.
     """
-    parts, tail = range_lines(path, start, stop)
+    parts, tail = pool.range_lines(path, start, stop)
     counter = tally() if tally is not None else None
-    classify = record.classify
-    hasher = blake3.blake3()  # lent to classify for every line of the range
-    RECORD, REDACTED = record.RECORD, record.REDACTED
-    items: list[tuple[Any, ...]] = []
-    run_offset = run_seq = run_count = 0
-    run_prev = ""
-    last_seq, last_hash = -1, ""
-    lengths = array("Q")
-    hashes: list[str] = []
-    redactions: list[tuple[int, int]] = []
-
-    def close_run(end: int) -> None:
-        items.append((_RUN, run_offset, run_seq, run_prev, run_count, lengths.tobytes(), "".join(hashes), redactions, end))
-
-    offset = start
-    for raw in parts:
-        status, obj, seq, h, problem = classify(raw, hasher)
-        length = len(raw) + 1
-        if status == RECORD:
-            # A record always carries its seq and hash (classify's contract).
-            prev = obj["prev"]
-            if not (run_count and seq == last_seq + 1 and prev == last_hash):
-                if run_count:
-                    close_run(offset)
-                run_offset, run_seq, run_prev, run_count = offset, seq, prev, 0  # type: ignore[assignment]
-                lengths, hashes, redactions = array("Q"), [], []
-            run_count += 1
-            lengths.append(length)
-            hashes.append(h)  # type: ignore[arg-type]
-            if obj.get("kind") == "redaction" and type(obj.get("redacts")) is int:
-                redactions.append((obj["redacts"], seq))  # type: ignore[arg-type]
-            last_seq, last_hash = seq, h  # type: ignore[assignment]
-            if counter is not None:
-                counter.add(obj, length)
-        else:
-            if run_count:
-                close_run(offset)
-                run_count = 0
-            prev = obj["prev"] if status == REDACTED else None
-            items.append((_LINE, offset, length, status, seq, h, prev, problem, None, raw + b"\n"))
-        offset += length
-    if run_count:
-        close_run(offset)
+    items = _items(_classified(parts, start), counter)
     if tail:
+        offset = start + sum(len(raw) + 1 for raw in parts)
         items.append((_LINE, offset, len(tail), record.TORN, None, None, None, "unterminated last line", None, b""))
     if counter is not None:
         items.append(counter)
     return items
 
 
-def _range_bounds(f: Any, size: int, range_bytes: int) -> list[int]:
-    """Offsets that cut ``[0, size)`` into ranges of about ``range_bytes``, each at a line start."""
-    bounds = [0]
-    cut = range_bytes
-    while cut < size:
-        # The first line boundary at or after `cut`: just past the next newline
-        # at or after cut - 1. Reads grow, as a line may be longer than a chunk.
-        pos, chunk = cut - 1, 64 * 1024
-        found = -1
-        while pos < size:
-            f.seek(pos)
-            data = f.read(min(chunk, size - pos))
-            if not data:
-                break
-            nl = data.find(b"\n")
-            if nl >= 0:
-                found = pos + nl + 1
-                break
-            pos += len(data)
-            chunk *= 2
-        if found < 0 or found >= size:
-            break
-        if found > bounds[-1]:
-            bounds.append(found)
-        cut = max(found, cut) + range_bytes
-    bounds.append(size)
-    return bounds
+def _classified(parts: list[bytes], offset: int) -> Iterator[tuple[Any, ...]]:
+    """Each complete line of a range as `_items` takes it: a `Line`'s fields, in its order."""
+    classify = record.classify
+    hasher = blake3.blake3()  # lent to classify for every line of the range
+    for raw in parts:
+        line = raw + b"\n"
+        yield offset, line, *classify(raw, hasher)
+        offset += len(line)
 
 
-def plan_ranges(f: Any, size: int, workers: int | None, range_bytes: int, parallel_min_bytes: int) -> tuple[list[int], int, bool]:
-    """How ``map_ranges`` cuts the first ``size`` bytes of the open file ``f``: ``(bounds, workers, parallel)``.
+def _run(offset: int, seq: int, prev: str, count: int, lengths: array[int], hashes: list[str],
+         redactions: list[tuple[int, int]], end: int) -> tuple[Any, ...]:
+    """A `_RUN` item (see above)."""
+    return (_RUN, offset, seq, prev, count, lengths.tobytes(), "".join(hashes), redactions, end)
 
-    Ranges of at most ``range_bytes``, at line starts (fewer, larger ones
-    never exceed it; at least one per worker). ``workers`` None is one per
-    CPU. A file under ``parallel_min_bytes``, or one worker, is worked
-    through in this process, where starting processes would cost more than
-    they save.
+
+def _items(lines: Iterable[tuple[Any, ...]], counter: Any = None) -> list[tuple[Any, ...]]:
+    """The items (see above) for classified lines: `Line` s, or tuples of its fields ``(offset, raw, status, record, seq, hash, problem)``.
+
+    The one place lines become runs: a file's ranges (`_classify_range`) and
+    any lines (`walk`) alike. ``counter.add(record, length)`` is called for
+    each record line.
     """
-    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
-    parallel = workers > 1 and size >= parallel_min_bytes
-    per_range = min(range_bytes, max(1, -(-size // workers))) if parallel else range_bytes
-    return _range_bounds(f, size, max(1, per_range)), workers, parallel
-
-
-def _exit_with_parent() -> None:
-    """A worker's first step: end it when the process that started it ends.
-
-    A worker can block sending a result down a pipe whose reading end a
-    sibling forked later also holds, so a parent killed outright (SIGKILL,
-    the OOM killer) would leave it waiting forever. A thread waits on the
-    parent's sentinel, which is ready once the parent is gone.
-    """
-    import multiprocessing
-    import threading
-    from multiprocessing.connection import wait
-
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        wait([parent.sentinel])
-        os._exit(1)
-
-    threading.Thread(target=watch, name="retained-exit-with-parent", daemon=True).start()
-
-
-def _range_worker(task: Callable[[str, int, int], Any], path: str, ranges: list[tuple[int, int, int]], conn: Any) -> None:
-    """A worker process: ``task`` over its ranges ``(i, start, stop)`` in order, each result sent as soon as it is made.
-
-    A failing range ends the worker with a short note instead of a result:
-    the caller then works that range through itself, where the same error
-    recurs with its own traceback (this process has no one to show one to).
-    """
-    import gc
-    import signal
-
-    # What a forked worker inherits belongs to its parent: a collection here
-    # must never finalize any of it (an open database, a temporary file) on
-    # the parent's behalf.
-    gc.freeze()
-    # Ctrl-C reaches the whole process group: the caller handles it and ends the workers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit_with_parent()
-    try:
-        for i, start, stop in ranges:
-            conn.send((i, task(path, start, stop)))
-    except Exception as exc:  # noqa: BLE001 - a worker is an edge: the caller redoes the range and raises its error
-        conn.send((-1, f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
-
-
-def _reruns_main(ctx: Any) -> bool:
-    """True when a worker started by ``ctx`` would first run this program's main script again.
-
-    A forked worker starts as a copy of this process. A spawned one (the
-    default on macOS and Windows, and here where other threads run) starts
-    afresh and imports the main module, running every line of a script not
-    under ``if __name__ == "__main__":``: a script that writes a record and
-    then verifies would write it again in each worker. ``python -m``, an
-    interactive session and this package's own commands are safe to start
-    so; for any other script the work stays in this process.
-    """
-    if ctx.get_start_method() == "fork":
-        return False
-    main = sys.modules.get("__main__")
-    name = getattr(getattr(main, "__spec__", None), "name", None)
-    if name is not None:
-        return not (name == "__main__" or name.endswith(".__main__"))
-    if getattr(main, "__file__", None) is None:
-        return False
-    # An installed command of this package: a stub that calls its main() under the guard.
-    entry = getattr(main, "main", None)
-    return not str(getattr(entry, "__module__", "")).startswith(f"{__package__}.")
-
-
-def _start_method(mp_context: Any) -> Any:
-    """``mp_context``, or the platform's default: spawn instead of fork when this process runs other threads.
-
-    A forked child keeps only the forking thread, and a lock another thread
-    held at that moment stays held in the child forever; a server calling
-    verify or rebuild from a thread spawns. Threads are counted as the OS
-    sees them where it says (Linux): a library's own threads (a BLAS pool,
-    a watchdog) hold locks too, and Python does not list them.
-    """
-    import multiprocessing
-    import threading
-
-    if mp_context is not None:
-        return mp_context
-    ctx = multiprocessing.get_context()
-    if ctx.get_start_method() != "fork":
-        return ctx
-    try:
-        threads = len(os.listdir("/proc/self/task"))
-    except OSError:
-        threads = threading.active_count()
-    return multiprocessing.get_context("spawn") if threads > 1 else ctx
-
-
-def map_ranges(
-    task: Callable[[str, int, int], Any],
-    path: str,
-    bounds: list[int],
-    workers: int,
-    parallel: bool,
-    mp_context: Any,
-    stall_s: float = WORKER_STALL_S,
-) -> Generator[Any, None, None]:
-    """``task(path, start, stop)`` for each range of ``bounds``, the results in file order.
-
-    In ``workers`` processes when ``parallel`` (``mp_context`` as for
-    ``verify_file``) unless they would run the main script again
-    (``_reruns_main``), else here. ``task`` must be a module-level function,
-    or a ``functools.partial`` of one (a worker imports it by name), that
-    depends on nothing but the file and its arguments, so
-    that running it here gives what a worker gives.
-
-    Worker ``k`` of ``n`` takes ranges ``k``, ``k + n``, ... and sends each
-    result down a pipe of its own, read here in file order. Nothing is
-    shared between workers (no queue, no lock, no helper thread here), so
-    one worker's end cannot block another; a worker that cannot start,
-    dies, fails a range or sends nothing for ``stall_s`` seconds is ended
-    and its ranges are worked through here (an error reading the file
-    recurs here). Each worker is at most one result ahead of the reading
-    (its send waits for it), so memory holds about two ranges per worker.
-    Every worker is ended before this returns, also when the caller stops early.
-    """
-    ranges = list(pairwise(bounds))
-    ctx = _start_method(mp_context) if parallel and len(ranges) > 1 else None
-    if ctx is None or _reruns_main(ctx):
-        for start, stop in ranges:
-            yield task(path, start, stop)
-        return
-    n = min(workers, len(ranges))
-    procs: list[Any] = [None] * n
-    conns: list[Any] = [None] * n
-    try:
-        for k in range(n):
-            mine = [(i, *ranges[i]) for i in range(k, len(ranges), n)]
-            reader = writer = None
-            try:
-                reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_range_worker, args=(task, path, mine, writer), daemon=True,
-                                   name=f"retained-ranges-{k}")
-                proc.start()
-            except (OSError, NotImplementedError):
-                # No processes here (a sandbox, a process limit): this
-                # worker's ranges are worked through below, in this process.
-                if reader is not None:
-                    reader.close()
-                continue
-            finally:
-                if writer is not None:
-                    writer.close()  # the worker holds its own copy; the reading end sees EOF once it is gone
-            procs[k], conns[k] = proc, reader
-        for i, (start, stop) in enumerate(ranges):
-            k = i % n
-            result = _receive(conns[k], procs[k], i, stall_s) if conns[k] is not None else None
-            if result is None:
-                _end(procs, conns, k, finished=False)
-                result = (i, task(path, start, stop))
-            elif i + n >= len(ranges):
-                _end(procs, conns, k, finished=True)  # its last range: the worker is exiting
-            yield result[1]
-    finally:
-        for k in range(n):
-            _end(procs, conns, k, finished=False)
-
-
-def _receive(conn: Any, proc: Any, i: int, stall_s: float) -> tuple[int, Any] | None:
-    """Range ``i``'s result from the worker at ``conn``, or None when it cannot give it (ended, failed, stalled)."""
-    from multiprocessing.connection import wait
-
-    ready = wait([conn, proc.sentinel], stall_s)
-    if conn not in ready:
-        # Stalled, or ended without sending range i (a result sent before
-        # the end would make the pipe readable too): the caller ends it and
-        # works its ranges through itself.
-        return None
-    try:
-        got = conn.recv()
-    except (EOFError, OSError):
-        return None  # the worker died before or while sending
-    if got[0] == -1:
-        return None  # the range failed there; done again here, where its error is raised
-    if got[0] != i:
-        raise InvariantBroken(f"map_ranges: a worker sent range {got[0]} where range {i} was due")
-    return got
-
-
-def _end(procs: list[Any], conns: list[Any], k: int, *, finished: bool) -> None:
-    """End worker ``k`` and let go of its pipe: wait for it when it has sent every range (``finished``), else kill it.
-
-    Killing a worker is safe: it shares no lock or queue with anyone.
-    """
-    conn, proc = conns[k], procs[k]
-    conns[k] = procs[k] = None
-    if conn is not None:
-        conn.close()
-    if proc is not None:
-        if finished:
-            proc.join(WORKER_EXIT_S)
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
-        proc.close()
+    RECORD, REDACTED = record.RECORD, record.REDACTED
+    items: list[tuple[Any, ...]] = []
+    # The open run's fields; plain locals (no closure over them), as this loop runs once per line.
+    run_offset = run_seq = run_count = 0
+    run_prev = ""
+    last_seq, last_hash = -1, ""
+    lengths = array("Q")
+    hashes: list[str] = []
+    redactions: list[tuple[int, int]] = []
+    end = 0
+    for offset, raw, status, obj, seq, h, problem in lines:
+        length = len(raw)
+        if status == RECORD:
+            # A record always carries its seq and hash (classify's contract).
+            prev = obj["prev"]
+            if not (run_count and seq == last_seq + 1 and prev == last_hash and offset == end):
+                if run_count:
+                    items.append(_run(run_offset, run_seq, run_prev, run_count, lengths, hashes, redactions, end))
+                run_offset, run_seq, run_prev, run_count = offset, seq, prev, 0
+                lengths, hashes, redactions = array("Q"), [], []
+            run_count += 1
+            lengths.append(length)
+            hashes.append(h)
+            if "redacts" in obj and obj.get("kind") == "redaction" and type(obj["redacts"]) is int:
+                redactions.append((obj["redacts"], seq))
+            last_seq, last_hash = seq, h
+            if counter is not None:
+                counter.add(obj, length)
+        else:
+            if run_count:
+                items.append(_run(run_offset, run_seq, run_prev, run_count, lengths, hashes, redactions, end))
+                run_count = 0
+            prev = obj["prev"] if status == REDACTED else None
+            items.append((_LINE, offset, length, status, seq, h, prev, problem, None, raw))
+        end = offset + length
+    if run_count:
+        items.append(_run(run_offset, run_seq, run_prev, run_count, lengths, hashes, redactions, end))
+    return items
 
 
 def verify_file(
     log: Log,
     *,
-    workers: int | None = None,
+    workers: int = 0,
     range_bytes: int = RANGE_BYTES,
-    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    parallel_min_bytes: int = pool.PARALLEL_MIN_BYTES,
     mp_context: Any = None,
     check: Callable[[Iterator[tuple[Any, ...]]], Any] | None = None,
     stop: int | None = None,
@@ -649,23 +392,19 @@ def verify_file(
     progress: Callable[[int, int], None] | None = None,
     tally: Any = None,
 ) -> ChainReport:
-    """The report ``walk(log.scan(stop=stop), watch=watch)`` gives, with lines classified in worker processes.
+    """The report ``walk(log.scan(stop=stop), watch=watch)`` gives, the file read in ranges.
 
-    The file is cut at line starts into ranges of at most ``range_bytes``
-    (fewer, larger ones never exceed it; at least one per worker), read up
-    to ``stop`` (default: its size when the walk begins; never past its
-    size), so lines appended meanwhile are not judged. Ranges are classified in ``workers``
-    processes (default: one per CPU) and linked here in file order; memory
-    holds the ranges in flight, not the log. A log under
-    ``parallel_min_bytes``, or one CPU, is classified in this process, where
-    starting processes would cost more than it saves. ``mp_context`` is a
-    ``multiprocessing`` context (fork, spawn, forkserver); None takes the
-    platform's default (spawn instead of fork when this process runs other
-    threads).
+    The file is cut at line starts into ranges of at most ``range_bytes``,
+    read up to ``stop`` (default: its size when the walk begins; never past
+    its size), so lines appended meanwhile are not judged. Each range is
+    classified by ``pool.map_ranges`` (in this process unless ``workers``
+    is 2 or more and the log at least ``parallel_min_bytes``; ``mp_context``
+    as there) and linked here in file order; memory holds the ranges in
+    flight, not the log.
 
     ``check(places)``, if given, is called once with an iterator over every
     complete line in file order, so that a second check reads the log once
-    with the walk, in this process while the workers classify the ranges
+    with the walk, in this process while any workers classify the ranges
     ahead (``Store.verify`` checks the index so): a `Run` for consecutive
     records the walk verified (one item for many lines), ``(offset, raw)``
     (the line's bytes) for any other line. It may stop early; the walk links
@@ -691,9 +430,9 @@ def verify_file(
         size = os.fstat(f.fileno()).st_size
         if stop is not None:
             size = min(size, stop)
-        bounds, workers, parallel = plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
+        bounds, workers = pool.plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
     task = _classify_range if tally is None else partial(_classify_range, tally=type(tally))
-    results = map_ranges(task, str(log.path), bounds, workers, parallel, mp_context)
+    results = pool.map_ranges(task, str(log.path), bounds, workers, mp_context)
     # Closed on the way out, also when the check raises: that ends the workers now, not whenever the generator is collected.
     with closing(results):
         ranges = results if tally is None else _tallied(results, tally)

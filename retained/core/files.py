@@ -7,7 +7,7 @@ truncation hit, whatever the link points at. Where the platform has
 ``O_NOFOLLOW`` the kernel refuses the link as it opens; elsewhere (Windows) an
 ``lstat`` looks first, which leaves a race the platform offers no way to close.
 
-Standard library only: the session-start brief opens the log through here.
+Standard library only: the session-start brief's reader opens the log through here.
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import BinaryIO
 
 from retained.errors import LinkRefused
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from typing import BinaryIO
 
 O_BINARY = getattr(os, "O_BINARY", 0)
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

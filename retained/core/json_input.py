@@ -3,8 +3,7 @@
 One parser for every place caller JSON enters: orjson reads an integer beyond
 64 bits as a float, which would store a different number and report success;
 here it stays an int, so ``record.make_content`` refuses it by the one
-integer rule (``limits.INT_MIN`` .. ``limits.INT_MAX``). Standard library
-only, and no ``typing`` at run time (``record`` imports it for ``find``).
+integer rule (``limits.INT_MIN`` .. ``limits.INT_MAX``).
 
 ``find`` names the first bad value in a parsed tree: the one walk behind
 "field meta.name: holds a lone surrogate" in the store and in the MCP
@@ -16,16 +15,15 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
+from typing import Any
+
+import orjson
 
 from retained import limits
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
-
-
-_LONG_DIGITS = re.compile(rb"\d{20}")
+# orjson is exact from -2**63 to 2**64 - 1: past them an integer has 20 digits, or 19 after a minus sign.
+_LONG_DIGITS = re.compile(rb"\d{20}|-\d{19}")
 
 
 class NotJSON(ValueError):
@@ -54,14 +52,12 @@ def loads_exact(data: bytes | str) -> Any:
     Raises:
         NotJSON: the text does not parse; its message says why.
     """
-    import orjson  # here, not at the top: the brief imports this module and never parses caller JSON
-
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         pass  # the standard parser below says why, or keeps what orjson refuses (a lone surrogate escape)
     else:
-        # orjson is exact up to 64 bits, and an integer beyond them has 20 digits or more.
+        # orjson is exact within 64 bits; an integer beyond them matches _LONG_DIGITS.
         if not _LONG_DIGITS.search(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")):
             return value
     try:

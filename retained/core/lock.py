@@ -3,22 +3,30 @@
 A thin layer over portalocker (flock on POSIX, LockFileEx/msvcrt on Windows):
 no hand-written platform code. Each acquisition opens its own descriptor, so
 two threads of one process exclude each other exactly as two processes do.
-portalocker is imported on first use: read-only paths (the brief) never pay
-for it.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+
+import portalocker
 
 from retained import limits
 from retained.core.files import open_fd
 from retained.errors import LockTimeout
 
 _calls = None  # (lock, unlock, flags), resolved once by _lock_calls
+# A directory can be opened (and flock-ed) where O_DIRECTORY exists: POSIX.
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0) if os.name != "nt" else 0
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+if _O_DIRECTORY:
+    import fcntl
+
+    _flock, _LOCK_EX_NB, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX | fcntl.LOCK_NB, fcntl.LOCK_UN
 
 
 def _lock_calls():
@@ -33,8 +41,6 @@ def _lock_calls():
     """
     global _calls
     if _calls is None:
-        import portalocker
-
         flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
         flock = getattr(portalocker.portalocker, "FlockLocker", None)
         if flock is not None:
@@ -46,15 +52,54 @@ def _lock_calls():
 
 
 def load() -> None:
-    """Import portalocker and resolve its calls now, not on the first acquisition (a server warming up)."""
+    """Resolve portalocker's calls now, not on the first acquisition (a server warming up)."""
     _lock_calls()
 
 
+def _take_file(fd: int) -> bool:
+    """Try portalocker's exclusive lock on ``fd``; False when another holder has it."""
+    import portalocker
+
+    lock, _, flags = _lock_calls()
+    try:
+        lock(fd, flags)
+    except portalocker.exceptions.LockException:
+        return False
+    return True
+
+
+def _flock_dir(fd: int) -> bool:
+    """Try an exclusive flock on a directory descriptor; False when another holder has it.
+
+    POSIX only (the one place a directory can be opened), so ``fcntl.flock``
+    itself: portalocker's wrapper re-checks its enum flags on every call,
+    microseconds the write path would pay twice per append.
+    """
+    try:
+        _flock(fd, _LOCK_EX_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _unflock_dir(fd: int) -> None:
+    _flock(fd, _LOCK_UN)
+
+
 class StoreLock:
-    """Exclusive lock on ``log.lock``; a context manager with a bounded wait, reusable.
+    """Exclusive lock on the store; a context manager with a bounded wait, reusable.
+
+    Where the platform can open a directory (POSIX) the lock is taken on the
+    store directory's own inode first: a directory holding the log cannot be
+    deleted or swapped while a writer runs, so exclusion never depends on a
+    file anyone can delete (issue 29). ``log.lock`` is locked after it, for
+    writers of earlier versions that lock only that file. Where there is no
+    directory lock (Windows) ``log.lock`` is the lock, and its identity is
+    checked under it: one deleted or replaced since it was opened is
+    reopened, so every writer meets on the file the path names.
 
     Not for concurrent use by several threads: each thread (or the owner's
-    mutex) must hold its own instance's turn. ``close()`` releases the descriptor.
+    mutex) must hold its own instance's turn. ``close()`` releases the descriptors.
     """
 
     def __init__(self, path: Path, wait_s: float = limits.LOCK_WAIT_S, *, keep_open: bool = False) -> None:
@@ -62,43 +107,72 @@ class StoreLock:
         self.wait_s = wait_s
         self.keep_open = keep_open
         self._fd: int | None = None
+        self._dir_fd: int | None = None
 
     def __enter__(self) -> StoreLock:
-        import portalocker
-
-        lock, _, flags = _lock_calls()
-        # With keep_open the descriptor stays open between acquisitions
-        # (opening and closing it on every append would add two system calls
-        # to each write); the owner serialises its own threads, and every StoreLock has
-        # its own descriptor, so two holders in one process still exclude
-        # each other.
-        fd = self._fd
-        if fd is None:
-            fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
-            self._fd = fd
+        # With keep_open the descriptors stay open between acquisitions
+        # (opening and closing them on every append would add system calls
+        # to each write); the owner serialises its own threads, and every
+        # StoreLock has its own descriptors, so two holders in one process
+        # still exclude each other.
         deadline = time.monotonic() + self.wait_s
+        if _O_DIRECTORY:
+            try:
+                if self._dir_fd is None:
+                    self._dir_fd = os.open(self.path.parent, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+                self._take(self._dir_fd, deadline, _flock_dir)
+            except BaseException:
+                if not self.keep_open:
+                    self.close()
+                raise
+        try:
+            while True:
+                if self._fd is None:
+                    self._fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
+                self._take(self._fd, deadline)
+                if _O_DIRECTORY or self._names_this_file(self._fd):
+                    return self
+                # Deleted or replaced while this descriptor was open: the
+                # lock on it would exclude no one who opens the path now.
+                _lock_calls()[1](self._fd)
+                os.close(self._fd)
+                self._fd = None
+        except BaseException:
+            if self._dir_fd is not None:
+                _unflock_dir(self._dir_fd)
+            if not self.keep_open:
+                self.close()
+            raise
+
+    def _take(self, fd: int, deadline: float, take: Callable[[int], bool] | None = None) -> None:
+        """Lock ``fd`` with ``take`` (default: portalocker's), waiting until ``deadline`` at most (LockTimeout)."""
+        take = take or _take_file
         pause = 0.0005
         while True:
-            try:
-                lock(fd, flags)
-                break
-            except portalocker.exceptions.LockException:
-                if time.monotonic() >= deadline:
-                    if not self.keep_open:
-                        self.close()
-                    raise LockTimeout(
-                        f"store busy: another writer has held {self.path} for over {self.wait_s:g} s; "
-                        "nothing was written; retry (with the same client_op_id) or find the stuck process",
-                        path=str(self.path),
-                    ) from None
-                # flock is not fair: a writer in a loop re-takes the lock within
-                # microseconds of releasing it, so a waiter only wins if it looks
-                # in that gap. A short pause that doubles up to a small cap keeps
-                # a waiter's turn close behind a busy writer (the selftest's
-                # concurrent_writers check needs both to progress) without spinning.
-                time.sleep(pause)
-                pause = min(pause * 2, 0.002)
-        return self
+            if take(fd):
+                return
+            if time.monotonic() >= deadline:
+                raise LockTimeout(
+                    f"store busy: another writer has held {self.path} for over {self.wait_s:g} s; "
+                    "nothing was written; retry (with the same client_op_id) or find the stuck process",
+                    path=str(self.path),
+                )
+            # flock is not fair: a writer in a loop re-takes the lock within
+            # microseconds of releasing it, so a waiter only wins if it looks
+            # in that gap. A short pause that doubles up to a small cap keeps
+            # a waiter's turn close behind a busy writer (the selftest's
+            # concurrent_writers check needs both to progress) without spinning.
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
+
+    def _names_this_file(self, fd: int) -> bool:
+        """Whether ``self.path`` still names the file open on ``fd``."""
+        try:
+            named = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev)
 
     def __exit__(
         self,
@@ -106,16 +180,25 @@ class StoreLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._fd is None:
-            return  # closed while held (close() released it)
+        unlock = _lock_calls()[1]
         try:
-            _lock_calls()[1](self._fd)
+            if self._fd is not None:  # None: closed while held (close() released it)
+                unlock(self._fd)
         finally:
-            if not self.keep_open:
-                self.close()
+            try:
+                if self._dir_fd is not None:
+                    _unflock_dir(self._dir_fd)
+            finally:
+                if not self.keep_open:
+                    self.close()
 
     def close(self) -> None:
-        """Close the descriptor (releasing the lock if it is held)."""
+        """Close the descriptors (releasing the lock if it is held)."""
         fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        dir_fd, self._dir_fd = self._dir_fd, None
+        try:
+            if fd is not None:
+                os.close(fd)
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)

@@ -26,64 +26,36 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import namedtuple
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
 
 from retained import limits
 from retained.core import record, recovery
 from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size_of
+from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
-from retained.errors import LogUnusable, NotFound, ReadBackMismatch, RetainedError, StoreDamaged, WriteFailed
+from retained.errors import (
+    LogUnusable,
+    NotFound,
+    OpIdConflict,
+    ReadBackMismatch,
+    RetainedError,
+    StoreDamaged,
+    WriteFailed,
+)
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from typing import Any, BinaryIO
-
-LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
 
 
-class Line(namedtuple("Line", "offset raw status record seq hash problem")):
-    """One line of the log as found on disk, with what it is.
-
-    ``status`` is record / redacted (a valid chained line), foreign (JSON
-    without chain fields, written by another program), damaged (a complete
-    line that fails to parse or verify) or torn (bytes after the last
-    newline). ``seq`` and ``hash`` are what the line claims, also when damaged.
-    A named tuple: scans build one per line, and tuple construction is the
-    cheapest immutable record Python has (collections', not typing's: the
-    brief path does not import typing).
-
-    Fields: offset (int), raw (bytes), status (str), record (the parsed
-    object or None), seq (int | None), hash (str | None), problem (str | None).
-    """
-
-    __slots__ = ()
-
-    @property
-    def length(self) -> int:
-        return len(self.raw)
-
-    @property
-    def end(self) -> int:
-        return self.offset + len(self.raw)
-
-    @property
-    def chained(self) -> bool:
-        return self.status in _CHAINED
-
-
-_CHAINED = frozenset({record.RECORD, record.REDACTED})
-
-
-def make_line(offset: int, raw: bytes, *, fast_start: bool = False) -> Line:
-    """Classify one line; ``fast_start=True`` uses record.classify_for_display (same answer, no orjson import)."""
+def make_line(offset: int, raw: bytes) -> Line:
+    """Classify one line (``raw`` with its newline; without one it is a torn tail)."""
     if not raw.endswith(b"\n"):
         return Line(offset, raw, record.TORN, None, None, None, "unterminated last line")
-    classify = record.classify_for_display if fast_start else record.classify
-    status, obj, seq, h, problem = classify(raw[:-1])
-    return Line(offset, raw, status, obj, seq, h, problem)
+    return Line(offset, raw, *record.classify(raw[:-1]))
 
 
 def pread(fd: int, length: int, offset: int) -> bytes:
@@ -108,40 +80,6 @@ def pread(fd: int, length: int, offset: int) -> bytes:
         parts.append(chunk)
         length -= len(chunk)
     return b"".join(parts)
-
-
-def segments_reverse(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(offset, bytes)`` of each line before ``end``, newest first.
-
-    The first segment may lack its newline (a torn tail). Reads grow when a
-    line is longer than a chunk, so a 16 MiB line costs a few reads, not
-    hundreds.
-    """
-    pos = end
-    carry = b""
-    chunk = limits.TAIL_CHUNK_BYTES
-    while True:
-        n = min(chunk, pos)
-        pos -= n
-        f.seek(pos)
-        data = f.read(n) + carry
-        hi = len(data)
-        while True:
-            if hi == 0:
-                if pos == 0:
-                    return
-                carry = b""
-                break
-            nl = data.rfind(b"\n", 0, hi - 1)
-            if nl == -1:
-                if pos == 0:
-                    yield 0, data[:hi]
-                    return
-                carry = data[:hi]
-                chunk *= 2
-                break
-            yield pos + nl + 1, data[nl + 1 : hi]
-            hi = nl + 1
 
 
 class Log:
@@ -193,22 +131,14 @@ class Log:
     # -- reading -----------------------------------------------------------
 
     def size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return size_of(self.path)
 
     def exists(self) -> bool:
         return self.path.exists()
 
     def open_read(self) -> BinaryIO | None:
         """The log opened for reading (never through a link), or None when there is none yet."""
-        try:
-            return open_read(self.path)
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError as exc:
-            raise StoreDamaged(f"{self.path} is a directory, not a log file; move it aside") from exc
+        return open_log(self.path)
 
     def scan(self, start: int = 0, stop: int | None = None, *, containing: bytes | None = None) -> Iterator[Line]:
         """Every line from ``start`` (a line boundary) up to ``stop``, oldest first, classified.
@@ -259,14 +189,8 @@ class Log:
             if data:
                 yield base, data
 
-    def scan_reverse(self, stop: int | None = None, *, fast_start: bool = False) -> Iterator[Line]:
-        """Every line before ``stop``, newest first (a torn tail first, if any).
-
-        ``fast_start=True`` classifies with the standard library's JSON (the
-        same checks; orjson is imported only for a line that needs it), for
-        the session-start brief, whose whole run costs less than importing
-        orjson.
-        """
+    def scan_reverse(self, stop: int | None = None) -> Iterator[Line]:
+        """Every line before ``stop``, newest first (a torn tail first, if any)."""
         f = self.open_read()
         if f is None:
             return
@@ -274,16 +198,11 @@ class Log:
             if stop is None:
                 stop = os.fstat(f.fileno()).st_size
             for offset, raw in segments_reverse(f, stop):
-                yield make_line(offset, raw, fast_start=fast_start)
+                yield make_line(offset, raw)
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
-        f = self.open_read()
-        if f is None:
-            return b""
-        with f:
-            f.seek(offset)
-            return f.read(length)
+        return read_bytes_at(self.path, offset, length)
 
     def read_many(self, places: list[tuple[int, int]]) -> list[bytes]:
         """The bytes at each ``(offset, length)``, read through one open file (b"" for each if there is no log)."""
@@ -386,6 +305,15 @@ class Log:
             st = os.stat(self._path_s)
         except FileNotFoundError:
             st = None
+        if st is not None and st.st_nlink > 1:
+            # Another name for the same file can rewrite the log behind the store's back, and the redaction
+            # flow's rename would silently split the two apart.
+            raise StoreDamaged(
+                f"{self.path} has {st.st_nlink} hard links: another name can change the log; nothing was written; "
+                f"remove the other link (find it with `find / -samefile {self.path}`) or copy the log to a file of "
+                "its own",
+                path=str(self.path),
+            )
         if self._fd is not None and st is not None and st.st_ino == self._ino:
             return self._fd, False
         self._close_fd()
@@ -451,12 +379,37 @@ class Log:
             return size
         ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
         row = recovery.decide(size == 0, ends_with_newline)
-        if row.action == "accept":
-            return size
-        with open_read(self.path) as f:
-            torn_offset, _ = next(segments_reverse(f, size))
-        self._set_aside(fd, torn_offset, size)
-        return torn_offset
+        if row.action != "accept":
+            with open_read(self.path) as f:
+                torn_offset, _ = next(segments_reverse(f, size))
+            self._set_aside(fd, torn_offset, size)
+            size = torn_offset
+        return self._drop_unlinked(fd, size)
+
+    def _drop_unlinked(self, fd: int, size: int) -> int:
+        """Set aside whole last lines that do not continue the chain; returns the size after it, tail cached.
+
+        A chained last line whose seq is not above the chained line before it
+        was never acknowledged: every acknowledged line was read back linked to
+        the last chained line before it (L3, ``_read_back``). Such a line is
+        left by a writer that ran beside another (a lock taken on a deleted
+        ``log.lock`` by an earlier version) and failed its read-back; chained
+        onto, it would make one permanent finding of an unacknowledged write.
+        """
+        while True:
+            last = before = None
+            for line in self.scan_reverse(size):
+                if line.chained:
+                    if last is not None:
+                        before = line
+                        break
+                    last = line
+            if last is None or before is None or last.seq > before.seq or last.end != size:
+                self._tail = (0, record.ZERO_HASH, -1, 0) if last is None else (last.seq, last.hash, last.offset, last.length)
+                self._tail_key = (self._ino or 0, size)
+                return size
+            self._set_aside(fd, last.offset, size)
+            size = last.offset
 
     def _current_tail(self, size: int) -> tuple[int, str, int, int]:
         """``(seq, hash, offset, length)`` of the last chained line before ``size`` (offset -1: none)."""
@@ -512,6 +465,7 @@ class Log:
         *,
         client: dict[str, Any],
         ts: str | None = None,
+        op_reuse: str = "conflict",
     ) -> list[dict[str, Any]]:
         """Append records and return their proofs once they are durable.
 
@@ -523,7 +477,11 @@ class Log:
         re-reads the chain fields of every record, and of the record before
         them, from the bytes read back (L3, L4). A record whose client_op_id
         is already in the log (or earlier in the batch) is not appended
-        again: its first proof comes back with ``duplicate`` true.
+        again: with the same content (text, kind, scope, every field) its
+        first proof comes back with ``duplicate`` true; with other content
+        it is refused (OpIdConflict, naming the first record) unless
+        ``op_reuse`` is ``"duplicate"`` (import, whose ids name a source
+        record whatever is asked of its copy).
 
         With ``group_commit`` (the default), calls from other threads of this
         process that arrive while one is writing join the next write: one
@@ -539,11 +497,12 @@ class Log:
         Raises:
             InvalidRecord / RecordTooLarge: nothing written.
             NotFound: a ``supersedes`` seq does not exist yet; nothing written.
+            OpIdConflict: a client_op_id names an earlier record with other content; that record's request wrote nothing.
             LockTimeout: nothing written.
             WriteFailed / ReadBackMismatch: nothing acknowledged; handle unusable.
             LogUnusable: an earlier failure on this handle; call reopen().
         """
-        req = _Request(contents, client, ts)
+        req = _Request(contents, client, ts, op_reuse == "conflict")
         if self.group_commit:
             self._commit_grouped(req)
         else:
@@ -657,7 +616,7 @@ class Log:
             size = self._recover_tail(fd, os.fstat(fd).st_size)
         except OSError as exc:
             raise WriteFailed(
-                f"setting aside the unterminated tail of {self.path} failed ({exc.strerror or exc}); "
+                f"setting aside the unacknowledged tail of {self.path} failed ({exc.strerror or exc}); "
                 "nothing was written; free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc
@@ -719,6 +678,8 @@ class Log:
             if op is not None:
                 earlier = new_ops.get(op) or self._ops_lookup(op, size)
                 if earlier is not None:
+                    if req.conflicts:
+                        self._check_same(op, earlier, fields, lines, size)
                     proofs.append({**earlier, "duplicate": True})
                     continue
             for target in fields.get("supersedes", ()):
@@ -742,6 +703,33 @@ class Log:
             lines.append(line)
             seq, prev, offset = seq + 1, sealed.hash, offset + len(line)
         return proofs, (seq, prev, offset)
+
+    def _check_same(self, op: str, earlier: dict[str, Any], fields: dict[str, Any], lines: list[bytes], size: int) -> None:
+        """Raise OpIdConflict when the record ``earlier`` proves holds other caller content than ``fields``.
+
+        The first record is read from the file, or from this batch's lines
+        when it is one of them; one that cannot be read as a record any more
+        (damaged since) is left as the duplicate it was.
+        """
+        offset = earlier["offset"]
+        if offset >= size:
+            found = make_line(offset, b"".join(lines)[offset - size : offset - size + earlier["length"]])
+        else:
+            found = self.line_at(offset, earlier["length"])
+        if found.status != record.RECORD:
+            return
+        first = {k: v for k, v in found.record.items() if k not in record.RESERVED_FIELDS}
+        if record.canonical(first) == record.canonical(fields):
+            return
+        differ = sorted(k for k in first.keys() | fields.keys() if k not in first or k not in fields or first[k] != fields[k])
+        raise OpIdConflict(
+            f"client_op_id {op!r} was already used by seq {earlier['seq']} (hash {earlier['hash'][:12]}…) "
+            f"with other content (differs in {', '.join(differ) or 'encoding'}); nothing was written; "
+            "a retry must resend the same record, a new record needs a new client_op_id",
+            seq=earlier["seq"],
+            hash=earlier["hash"],
+            path="client_op_id",
+        )
 
     def _write_durable(self, fd: int, data: bytes, created: bool, what: str) -> None:
         """Write ``data`` at the end with one ``os.write`` (pieces only past 1 GiB), then fsync.
@@ -895,10 +883,11 @@ class Log:
 class _Request:
     """One caller's records on their way into the file, and what came of them."""
 
-    __slots__ = ("client", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
+    __slots__ = ("client", "conflicts", "contents", "done", "error", "proofs", "ts", "woken", "wrote")
 
-    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None) -> None:
+    def __init__(self, contents: list[record.Content], client: dict[str, Any], ts: str | None, conflicts: bool = True) -> None:
         self.contents = contents
+        self.conflicts = conflicts
         self.client = client
         self.ts = ts
         self.proofs: list[dict[str, Any]] | None = None
@@ -916,11 +905,7 @@ class _Request:
 
 
 class Exclusive:
-    """The log held under its lock by one caller (see ``Log.exclusive``): a context manager.
-
-    Not ``contextlib.contextmanager``: log.py is on the brief's path, which
-    imports no more than it uses.
-    """
+    """The log held under its lock by one caller (see ``Log.exclusive``): a context manager."""
 
     __slots__ = ("_log",)
 
@@ -962,8 +947,8 @@ class Exclusive:
 def _link_fields(raw: bytes) -> tuple[Any, Any, Any]:
     """``(seq, prev, hash)`` as a stored line holds them; Nones where it holds no such object."""
     try:
-        obj = record.orjson.loads(raw)
-    except record.orjson.JSONDecodeError:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None, None, None
     if type(obj) is not dict:
         return None, None, None

@@ -16,40 +16,17 @@ gains ``"redacted": true``; its ``cd`` is taken as stored.
 
 from __future__ import annotations
 
-import json as _stdlib_json
 import math
 import re
 from collections import namedtuple
-from datetime import UTC, datetime
+from typing import Any, TypeGuard
 
 import blake3
+import orjson
 
 from retained import limits
-from retained.core import json_input
+from retained.core import json_input, lines
 from retained.errors import RECORD_LIMIT_SETTING, InvalidRecord, RecordTooLarge, ReservedField
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the brief path does not import typing
-if TYPE_CHECKING:
-    from typing import Any, TypeGuard
-
-
-class _LazyOrjson:
-    """orjson, imported on first use.
-
-    Its import (with the dataclasses and inspect modules it pulls in) costs
-    about as much as the whole session-start brief, which only reads lines and
-    never encodes one (it uses ``classify_for_display``). The first attribute
-    access replaces this stand-in with the module itself.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        import orjson as module
-
-        globals()["orjson"] = module
-        return getattr(module, name)
-
-
-orjson: Any = _LazyOrjson()
 
 FORMAT_VERSION = 1
 ZERO_HASH = "0" * 64
@@ -60,8 +37,7 @@ RESERVED_FIELDS = frozenset({"v", "seq", "ts", "prev", "hash", "client", "cd", "
 API_FIELDS = frozenset({"kind", "text", "body", "scope", "source", "supersedes", "client_op_id"})
 # Kinds with a meaning to the store; written only through their own calls.
 STORE_KINDS = frozenset({"checkpoint", "retract", "redaction", "anchor_accept", "quarantine"})
-CHAIN_FIELDS = frozenset({"seq", "prev", "hash"})
-REDACTED_FIELDS = frozenset({"v", "seq", "prev", "hash", "cd", "redacted"})
+CHAIN_FIELDS, REDACTED_FIELDS = lines.CHAIN_FIELDS, lines.REDACTED_FIELDS
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX64_MATCH = _HEX64.fullmatch
@@ -102,12 +78,6 @@ def _link_bytes(cd: str, prev: str, seq: int) -> bytes:
     building a dict for the encoder.
     """
     return f'{{"cd":"{cd}","prev":"{prev}","seq":{seq}}}'.encode()
-
-
-def utc_now() -> str:
-    """RFC 3339 UTC with microseconds and ``Z``, as every ``ts`` is written."""
-    # isoformat, not strftime: it parses no format string on the write path.
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # -- validation -------------------------------------------------------------
@@ -321,11 +291,9 @@ def redacted_form(record: dict[str, Any]) -> dict[str, Any]:
 
 # -- classification of stored lines ----------------------------------------
 
-RECORD = "record"
-REDACTED = "redacted"
-FOREIGN = "foreign"
-DAMAGED = "damaged"
-TORN = "torn"
+# How every ``ts`` is written, and what a line is (``core.lines`` defines them, for the brief's reader too).
+utc_now = lines.utc_now
+RECORD, REDACTED, FOREIGN, DAMAGED, TORN = lines.RECORD, lines.REDACTED, lines.FOREIGN, lines.DAMAGED, lines.TORN
 
 
 def classify(content: bytes, hasher: Any = None) -> tuple[str, Any, int | None, str | None, str | None]:
@@ -388,44 +356,3 @@ def _malformed(obj: dict[str, Any], seq: Any, h: Any) -> tuple[str, Any, int | N
     claimed_seq = seq if type(seq) is int else None
     claimed_hash = h if is_hash(h) else None
     return DAMAGED, obj, claimed_seq, claimed_hash, "chain fields missing or malformed"
-
-
-def _std_canonical(obj: Any) -> bytes:
-    return _stdlib_json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def classify_for_display(content: bytes) -> tuple[str, Any, int | None, str | None, str | None]:
-    """``classify`` for paths that must start fast (the session-start brief).
-
-    Same checks and same answer, but the line is parsed and re-encoded with
-    the standard library, so orjson is never imported for it. The standard
-    encoder agrees byte for byte with the canonical one except on a few float
-    and escape spellings; wherever the quick check does not pass, ``classify``
-    (orjson) decides, so a damaged line is never shown as a record.
-    """
-    try:
-        obj = _stdlib_json.loads(content)
-    except ValueError:
-        return classify(content)
-    if not isinstance(obj, dict) or not (CHAIN_FIELDS & obj.keys()):
-        return FOREIGN, obj, None, None, None
-    seq, prev, h = obj.get("seq"), obj.get("prev"), obj.get("hash")
-    if type(seq) is not int or seq < 1 or not isinstance(prev, str) or not isinstance(h, str):
-        return classify(content)
-    try:
-        if _std_canonical(obj) != content:
-            return classify(content)
-        if obj.get("redacted") is True:
-            if obj.keys() != REDACTED_FIELDS or not isinstance(obj.get("cd"), str):
-                return classify(content)
-            cd, status = obj["cd"], REDACTED
-        else:
-            body = dict(obj)
-            for name in CHAIN_FIELDS:
-                del body[name]
-            cd, status = blake3.blake3(_std_canonical(body)).hexdigest(), RECORD
-        if blake3.blake3(_std_canonical({"cd": cd, "prev": prev, "seq": seq})).hexdigest() != h:
-            return classify(content)
-    except (TypeError, ValueError):
-        return classify(content)
-    return status, obj, seq, h, None

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import blake3
 import orjson
 
 from retained import limits
@@ -110,8 +111,6 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
                 f"{copy.size()} bytes vs {size}; the copy is left there for inspection",
                 path=str(staging),
             )
-        import blake3
-
         hasher = blake3.blake3()
         with open_read(staging / LOG_NAME) as f:
             while chunk := f.read(limits.SCAN_CHUNK_BYTES):

@@ -18,9 +18,9 @@ import orjson
 
 from retained import limits
 from retained.core import chain, record
-from retained.core.files import create_exclusive, fsync_dir
+from retained.core.files import fsync_dir, open_fd
 from retained.core.log import Log
-from retained.errors import ExportRefused, InvalidRecord
+from retained.errors import ExportRefused, InvalidRecord, PathRefused
 
 Progress = Callable[[int, int], None]  # (done, total), for callers that show progress
 
@@ -132,20 +132,63 @@ def export(
     return result
 
 
-def export_to_file(log: Log, dest: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
-    """``export`` into a new file (0600), written beside it and renamed into place when complete."""
+def export_to_file(log: Log, dest: str | os.PathLike[str], *, overwrite: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """``export`` into a new file (0600), written beside it under a name of its own and put in place when complete.
+
+    Never deletes or overwrites a file it did not create: an existing
+    ``dest`` is refused unless ``overwrite``, and the temporary is created
+    exclusively under a fresh name. A path inside the store is refused
+    whatever ``overwrite`` says (the export would replace the store's own
+    files).
+
+    Raises:
+        PathRefused: ``dest`` exists (without ``overwrite``) or is inside the store; nothing was written.
+        ExportRefused: verify found problems and ``force`` is false; nothing was written.
+    """
     dest = Path(dest)
-    tmp = dest.with_name(dest.name + ".tmp")
-    fd = create_exclusive(tmp)
+    if _inside(dest, log.directory):
+        raise PathRefused(f"export target {dest} is inside the store {log.directory}; write the export outside it; "
+                          "nothing was written", path=str(dest))
+    if os.path.lexists(dest) and not overwrite:
+        raise PathRefused(f"export target {dest} exists; nothing was written; choose a new path, or pass --overwrite "
+                          "(overwrite=True) to replace it", path=str(dest))
+    fd, tmp = _create_beside(dest)
     try:
         with os.fdopen(fd, "wb") as f:
             result = export(log, f, **kwargs)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, dest)
+        if overwrite:
+            os.replace(tmp, dest)
+        else:
+            # A hard link is made only where nothing is: a file that appeared meanwhile is never replaced.
+            try:
+                os.link(tmp, dest)
+            except FileExistsError:
+                raise PathRefused(f"export target {dest} appeared while the export was written; it was left as it "
+                                  "is and nothing was written", path=str(dest)) from None
+            os.unlink(tmp)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(dest.parent)
     result["path"] = str(dest)
     return result
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except OSError:
+        return False
+
+
+def _create_beside(dest: Path) -> tuple[int, Path]:
+    """A new temporary file beside ``dest``, opened exclusively under a name nothing else has."""
+    attempt = 0
+    while True:
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{attempt}")
+        try:
+            return open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), tmp
+        except FileExistsError:
+            attempt += 1

@@ -543,7 +543,8 @@ def run_import(
             ready = prepared[id(item)]
             ready_chunk.append(ready._replace(content=_relink(item, ready.content, new_seq)))
         try:
-            proofs = store.append(ready_chunk)
+            # An import's ids name source records: one already copied is a duplicate whatever scope is asked now.
+            proofs = store.append(ready_chunk, op_reuse="duplicate")
         except RetainedError as exc:
             if done:
                 exc.message = (

@@ -66,7 +66,6 @@ from retained.index import corrections
 from retained.index import schema as index_schema
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
-from retained.render import mode_line
 from retained.vectors import local
 from retained.vectors import numeric as vectors
 from retained.vectors.dense import Matrix, embed_text, turns
@@ -863,7 +862,4 @@ def prune(index: Index) -> int:
         return prune_db(index.connection())
 
 
-status_line = mode_line  # one line for people about the mode (retained.render)
-
-
-__all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "status_line", "wanted"]
+__all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "wanted"]

@@ -9,23 +9,19 @@ and the read-only queries the readers share. ``writer`` writes the tables
 (catch-up, rebuild); ``search``, ``verify``, ``hybrid``, the
 brief, ``stats`` and the self-test read them through these names.
 
-Standard library only, and nothing from ``typing`` at import: the
-session-start brief imports this module on its fast path (it must not pay for
-the query parser, orjson or portalocker).
+Standard library only (with ``core.files``): the session-start brief's reader
+reads the index through here (see ``brief.reader``).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 from retained.core import files
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost the brief
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
-    from pathlib import Path
-    from typing import Any
 
 INDEX_NAME = "index.sqlite3"
 # SQLite's companions of the file in WAL mode; they belong to the index and go with it.
@@ -39,7 +35,7 @@ SCHEMA_VERSION = "3"
 # an index of any of them.
 READABLE_VERSIONS = frozenset({"1", "2", "3"})
 TOKENIZER = "porter unicode61 remove_diacritics 2"
-BATCH_ROWS = 2000  # rows per executemany in catch-up and rebuild, and lines per batch in verify
+BATCH_ROWS = 2000  # lines per batch in verify
 # SQLite's page cache per connection that reads the whole index (search, verify):
 # big enough for the whole index at 100k records (~30 MB); allocated only as used.
 CACHE_KIB = 64 * 1024
@@ -92,15 +88,21 @@ SCHEMA = TABLES + RECORDS_INDEXES
 
 # The columns of ``records`` a line fills (its flags are set by the lines that name it).
 ROW_COLUMNS = "seq, offset, length, hash, kind, scope, ts, client_op_id, client, redacted"
-# A rebuild's rows for one range of the log, made in a worker process in a
-# database of their own (in memory) and copied from there into the tables
-# above: ``lines`` holds a chained line's ``records`` row and its words
-# (``n``: its order in the range), ``line_links`` the links it makes (named
-# apart from ``links``, so that no statement can mistake one for the other).
+# The rows of one range of the log, made where the range is read (a worker
+# process, or this one) in a database of their own (in memory) and copied from
+# there into the tables above: ``lines`` holds a chained line's ``records`` row
+# and its words (``n``: its order in the range), ``line_links`` the links it
+# makes (named apart from ``links``, so that no statement can mistake one for
+# the other).
 BULK_TABLES = f"""
-CREATE TABLE lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
-CREATE TABLE line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
+CREATE TABLE {{attached}}lines (n INTEGER PRIMARY KEY, {ROW_COLUMNS}, text, body, fields);
+CREATE TABLE {{attached}}line_links (offset INTEGER NOT NULL, target INTEGER NOT NULL, source INTEGER NOT NULL, rel TEXT NOT NULL);
 """
+
+
+def bulk_statements(attached: str | None = None) -> list[str]:
+    """`BULK_TABLES`, one statement each; in the attached database named ``attached`` when given."""
+    return statements(BULK_TABLES.format(attached=f"{attached}." if attached else ""))
 
 DROP = """
 DROP TABLE IF EXISTS fts;

@@ -118,15 +118,15 @@ def _by_count(counts: Counter[str]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def stats(log: Log, *, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def stats(log: Log, *, progress: Callable[[int, int], None] | None = None, workers: int = 0) -> dict[str, Any]:
     """Counts, sizes, head, damage and index lag of one store (reads only).
 
-    The lines are classified and counted in worker processes on a large log
-    (``chain.verify_file``), as verify classifies them.
+    The lines are classified and counted where verify classifies them
+    (``chain.verify_file``: in ``workers`` processes when given, on a large log).
     """
     size = log.size()
     tally = Tally()
-    report = chain.verify_file(log, stop=size, tally=tally, progress=progress)
+    report = chain.verify_file(log, stop=size, tally=tally, progress=progress, workers=workers)
     live = report.records - len(report.redacted)
     quarantined = log.quarantined()
     index_files = _index_files(log)

@@ -13,7 +13,9 @@ indexes whatever the log gained since, whoever wrote it. Catch-up runs in a
 processes catching up at once never index a record twice. If the line at the
 mark no longer carries the recorded hash, or the log is shorter than the mark,
 the log was replaced (restored from a copy, redacted, truncated by hand):
-reads then rebuild, and ``verify`` reports it first.
+reads then rebuild, and ``verify`` reports it first. Catch-up and rebuild
+index lines one way (`Index._index_lines`: ranges of the log through
+``pool.map_ranges``; a rebuild's caller may ask for worker processes).
 
 The file name, the tables, the mark and the read-only queries are defined
 once in ``schema``; what the index stores for a record (its words,
@@ -33,13 +35,12 @@ from typing import Any, NamedTuple
 
 import blake3
 
-from retained.core import chain, record
-from retained.core.log import Line, Log
+from retained.core import pool, record
+from retained.core.log import Log
 from retained.errors import InvalidRecord, RetainedError
 from retained.index import schema
 from retained.index.documents import FIELDS_CHARS_MAX, documents, estimate_tokens
 from retained.index.schema import (
-    BATCH_ROWS,
     FLAG_COLUMNS,
     INDEX_NAME,
     LINK_FIELDS,
@@ -58,12 +59,10 @@ from retained.index.search import (
 
 # The names callers import from here, those defined in documents and index_search included.
 __all__ = [
-    "BATCH_ROWS", "COVERAGE_WEIGHT", "FIELDS_CHARS_MAX", "INDEX_NAME", "K_MAX", "RANK_ROWS_MAX", "RERANK_N",
+    "COVERAGE_WEIGHT", "FIELDS_CHARS_MAX", "INDEX_NAME", "K_MAX", "RANK_ROWS_MAX", "RERANK_N",
     "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
 ]
 
-_INSERT_ROW = f"INSERT OR IGNORE INTO records ({schema.ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})"
-_INSERT_WORDS = "INSERT INTO fts (rowid, text, body, fields) VALUES (?, ?, ?, ?)"
 
 
 def _entry(
@@ -96,20 +95,24 @@ def _entry(
     return row, documents(rec), links
 
 
-# -- a rebuild's rows, made in worker processes --------------------------------------
+# -- the log's lines as rows, a range at a time -----------------------------------
 #
-# A rebuild indexes the whole log: byte ranges of it are turned into rows in
-# worker processes (the per-line work: classify, which re-checks every hash
-# and the canonical bytes, and the words), each range into a small in-memory
-# SQLite database, which this process attaches and copies into the index
-# with INSERT ... SELECT: the only per-row work left here is SQLite's own
-# (FTS5 tokenising), in one transaction.
+# Catch-up and rebuild index the log the same way: byte ranges of it are turned
+# into rows by `_index_range` (the per-line work: classify, which re-checks every
+# hash and the canonical bytes, and the words), each range into a small
+# in-memory SQLite database, through `pool.map_ranges` (in worker processes
+# only when a rebuild's caller asks for them). This process attaches each one
+# and copies it into the index with INSERT ... SELECT (`Index._copy_range`):
+# the only per-row work left here is SQLite's own (FTS5 tokenising), in the
+# caller's one transaction.
 
 _BULK = "rebuild_rows"  # the schema name a range's database is attached as
 # Ranges of at most this many bytes: a range's database is most of its size
-# again, and each worker holds about two (see chain.map_ranges).
-REBUILD_RANGE_BYTES = 4 * 1024 * 1024
+# again, and each worker holds about two (see pool.map_ranges).
+INDEX_RANGE_BYTES = 4 * 1024 * 1024
 _NO_WORDS = (None, None, None)
+_INSERT_LINES = f"INSERT INTO lines ({schema.ROW_COLUMNS}, text, body, fields) VALUES ({', '.join('?' * 13)})"
+_INSERT_LINE_LINKS = "INSERT INTO line_links (offset, target, source, rel) VALUES (?, ?, ?, ?)"
 
 
 class _Place(NamedTuple):
@@ -122,9 +125,9 @@ class _Place(NamedTuple):
 
 
 class _Range(NamedTuple):
-    """What `_index_range` found in a range of the log: its rows (a serialized database) and what the copy needs."""
+    """What `_index_range` found in a range of the log: its rows and what the copy needs."""
 
-    rows: bytes  # empty when no line is chained
+    rows: Any  # a serialized database (bytes; empty when no line is chained), or its rows where SQLite cannot serialize
     lines: int  # chained lines
     first_seq: int  # 0 when none
     max_seq: int
@@ -135,15 +138,15 @@ class _Range(NamedTuple):
 
 
 def _index_range(path: str, start: int, stop: int) -> _Range:
-    """The index's rows for the lines in ``[start, stop)`` of the log at ``path`` (a worker's task).
+    """The index's rows for the lines in ``[start, stop)`` of the log at ``path`` (the pool's task).
 
     ``start`` is a line boundary; so is ``stop`` unless it is the end of the
     log, where bytes after the last newline are a torn tail (an append in
     progress): not indexed, and the range's ``end`` stops before them.
     Only chained lines are indexed: foreign and damaged lines are verify's
-    to report, exactly as in `Index._ingest`.
+    to report.
     """
-    parts, _ = chain.range_lines(path, start, stop)  # a torn tail is not indexed
+    parts, _ = pool.range_lines(path, start, stop)  # a torn tail is not indexed
     classify = record.classify
     hasher = blake3.blake3()  # lent to classify for every line of the range
     RECORD, REDACTED = record.RECORD, record.REDACTED
@@ -172,18 +175,25 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
         offset += length
     if not rows:
         return _Range(b"", 0, 0, 0, True, offset, None, False)
-    db = sqlite3.connect(":memory:", isolation_level=None)
-    try:
-        for stmt in schema.statements(schema.BULK_TABLES):
-            db.execute(stmt)
-        db.execute("BEGIN")
-        db.executemany(f"INSERT INTO lines ({schema.ROW_COLUMNS}, text, body, fields) VALUES ({', '.join('?' * 13)})", rows)
-        db.executemany("INSERT INTO line_links (offset, target, source, rel) VALUES (?, ?, ?, ?)", links)
-        db.execute("COMMIT")
-        blob = db.serialize()
-    finally:
-        db.close()
+    blob: Any = (rows, links)
+    if _SERIALIZE:
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            for stmt in schema.bulk_statements():
+                db.execute(stmt)
+            db.execute("BEGIN")
+            db.executemany(_INSERT_LINES, rows)
+            db.executemany(_INSERT_LINE_LINKS, links)
+            db.execute("COMMIT")
+            blob = db.serialize()
+        finally:
+            db.close()
     return _Range(blob, len(rows), first_seq, max_seq, ascending, offset, last, bool(links))
+
+
+# Python's sqlite3 serializes where SQLite was built with it (the default since
+# 3.36); elsewhere a range's rows travel as lists and are inserted here.
+_SERIALIZE = hasattr(sqlite3.Connection, "serialize")
 
 
 class IndexError_(RetainedError):
@@ -389,119 +399,150 @@ class Index(Search):
             if mark.offset == size and self._mark_state(mark, size) == "ok":
                 self.last_catch_up = {"state": "ok", "indexed": 0}
                 return self.last_catch_up
+            attached = self._attach_bulk(db)
             try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                # Another process holds the index for longer than the busy
-                # timeout (a rebuild of a large log). Answer from the index
-                # as it is and say so; the next read catches up.
-                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
-                return self.last_catch_up
-            try:
-                mark = schema.read_mark(db)  # another process may have moved it meanwhile
-                size = self.log.size()
-                state = self._mark_state(mark, size)
-                if state == "replaced":
-                    db.execute("ROLLBACK")
-                    if on_replaced == "rebuild":
-                        result = self.rebuild()  # which keeps the mark as evidence first
-                        self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
-                    else:
-                        self._witness(mark)
-                        self.last_catch_up = {"state": "replaced", "indexed": 0}
-                    return self.last_catch_up
-                n = self._ingest(db, mark.offset, size, None)
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                failure = _failure(exc, self.path, "catching up")
-                if not isinstance(failure, IndexFull):
-                    raise failure from exc
-                # The index as it was is still sound, only behind: reads answer from it and say so.
-                self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
-                return self.last_catch_up
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            self.last_catch_up = {"state": "ok", "indexed": n}
-            return self.last_catch_up
+                return self._catch_up_written(db, on_replaced)
+            finally:
+                if attached:
+                    self._detach_bulk(db)
 
-    def _ingest(
-        self, db: sqlite3.Connection, start: int, stop: int, progress: Callable[[int, int], None] | None
+    def _catch_up_written(self, db: sqlite3.Connection, on_replaced: str) -> dict[str, Any]:
+        """``catch_up`` past its fast path: under the write lock, with `_BULK` attached."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            # Another process holds the index for longer than the busy
+            # timeout (a rebuild of a large log). Answer from the index
+            # as it is and say so; the next read catches up.
+            self.last_catch_up = {"state": "stale", "indexed": 0, "reason": str(exc)}
+            return self.last_catch_up
+        try:
+            mark = schema.read_mark(db)  # another process may have moved it meanwhile
+            size = self.log.size()
+            state = self._mark_state(mark, size)
+            if state == "replaced":
+                db.execute("ROLLBACK")
+                if on_replaced == "rebuild":
+                    result = self.rebuild()  # which keeps the mark as evidence first
+                    self.last_catch_up = {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
+                else:
+                    self._witness(mark)
+                    self.last_catch_up = {"state": "replaced", "indexed": 0}
+                return self.last_catch_up
+            n = self._index_lines(db, mark.offset, size, None)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            failure = _failure(exc, self.path, "catching up")
+            if not isinstance(failure, IndexFull):
+                raise failure from exc
+            # The index as it was is still sound, only behind: reads answer from it and say so.
+            self.last_catch_up = {"state": "stale", "indexed": 0, "reason": failure.message}
+            return self.last_catch_up
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self.last_catch_up = {"state": "ok", "indexed": n}
+        return self.last_catch_up
+
+    def _index_lines(
+        self, db: sqlite3.Connection, start: int, stop: int, progress: Callable[[int, int], None] | None,
+        workers: int = 0, range_bytes: int = INDEX_RANGE_BYTES, parallel_min_bytes: int = pool.PARALLEL_MIN_BYTES,
+        mp_context: Any = None,
     ) -> int:
-        """Index the lines in [start, stop) line by line; the caller holds the write transaction."""
-        rows: list[tuple[Any, ...]] = []
-        docs: list[tuple[Any, ...]] = []
-        links: list[tuple[int, int, str]] = []
-        dupes: list[tuple[Any, ...]] = []
-        last: Line | None = None
-        end = start
-        count = 0
-        # A seq above the index's highest, seen once in this run, cannot
-        # collide: those rows take the bulk path. Anything else (a seq seen
-        # twice in a tampered log) goes row by row with OR IGNORE.
+        """Index the lines in ``[start, stop)`` and move the mark past them; returns the chained lines.
+
+        The one way lines are indexed, for catch-up and rebuild alike; the
+        caller holds the write transaction and has attached `_BULK`
+        (`_attach_bulk`). The ranges go through ``pool.map_ranges``
+        (``workers``, ``parallel_min_bytes`` and ``mp_context`` as there);
+        ``progress(done_bytes, stop)`` is called after each range.
+        """
+        f = self.log.open_read()
+        if f is None:
+            schema.write_mark(db, start, None)
+            return 0
+        with f:
+            bounds, workers = pool.plan_ranges(f, stop, workers, range_bytes, parallel_min_bytes, start=start)
         top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
-        seen = bytearray()
-        TORN, CHAINED = record.TORN, (record.RECORD, record.REDACTED)
-        for line in self.log.scan(start=start, stop=stop):
-            status = line.status
-            if status == TORN:
-                break  # an append in progress, or a tail the next writer sets aside
-            offset, length = line.offset, len(line.raw)
-            end = offset + length
-            if status not in CHAINED:
-                continue  # foreign and damaged lines are verify's to report
-            last = line
-            seq = line.seq
-            fresh = seq > top
-            if fresh:
-                i = seq - top
-                if i >> 3 >= len(seen):
-                    seen.extend(bytes((i >> 3) + 1024 - len(seen)))
-                fresh = not seen[i >> 3] & (1 << (i & 7))
-                seen[i >> 3] |= 1 << (i & 7)
-            row, words, named = _entry(offset, length, status, line.record, seq, line.hash)
-            if not fresh:
-                dupes.append((row, words, named))
-            else:
-                rows.append(row)
-                if words is not None:
-                    docs.append((seq, *words))
-                    if named:
-                        links.extend(named)
-            count += 1
-            if len(rows) + len(dupes) >= BATCH_ROWS:
-                self._flush(db, rows, docs, links, dupes)
+        count = 0
+        end = start
+        last = None
+        with closing(pool.map_ranges(_index_range, str(self.log.path), bounds, workers, mp_context)) as parts:
+            for part in parts:
+                if part.lines:
+                    self._load_range(db, part.rows)
+                    # Clean: every seq is above those indexed so far and comes once.
+                    self._copy_range(db, clean=part.ascending and part.first_seq > top, links=part.links)
+                    top = max(top, part.max_seq)
+                    last = part.last
+                    count += part.lines
+                end = part.end
                 if progress is not None:
                     progress(end, stop)
-        self._flush(db, rows, docs, links, dupes)
         schema.write_mark(db, end, last)
-        if progress is not None:
-            progress(end, stop)
         return count
 
-    def _flush(self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], docs: list[tuple[Any, ...]],
-               links: list[tuple[int, int, str]], dupes: list[tuple[Any, ...]]) -> None:
-        """Insert a batch: ``rows`` (seqs new to the index) with their ``docs`` and ``links``, then ``dupes``.
+    @staticmethod
+    def _attach_bulk(db: sqlite3.Connection) -> bool:
+        """Attach the in-memory database ranges are copied from, unless it is; True when attached here.
 
-        ``dupes`` are ``(row, words, links)`` of lines whose seq the index
-        may already hold: the first line that claimed a seq is kept, with
-        its words and links; verify reports the rest.
+        Not allowed inside a transaction.
         """
-        db.executemany(_INSERT_ROW, rows)
-        for row, words, named in dupes:
-            if db.execute(_INSERT_ROW, row).rowcount == 1 and words is not None:
-                docs.append((row[0], *words))
-                links.extend(named)
-        db.executemany(_INSERT_WORDS, docs)
+        if db.execute("SELECT 1 FROM pragma_database_list WHERE name = ?", (_BULK,)).fetchone() is not None:
+            return False
+        db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")
+        if not _SERIALIZE:
+            for stmt in schema.bulk_statements(_BULK):
+                db.execute(stmt)
+        return True
+
+    @staticmethod
+    def _detach_bulk(db: sqlite3.Connection) -> None:
+        """Let go of the last range's rows (the attached database holds them until detached)."""
+        try:
+            db.execute(f"DETACH DATABASE {_BULK}")
+        except sqlite3.OperationalError:
+            pass  # never attached (the attach itself failed): nothing to let go of
+
+    @staticmethod
+    def _load_range(db: sqlite3.Connection, rows: Any) -> None:
+        """Put a range's rows (see `_Range`) in the attached database, in place of the last range's."""
+        if _SERIALIZE:
+            db.deserialize(rows, name=_BULK)
+            return
+        lines, links = rows
+        db.execute(f"DELETE FROM {_BULK}.lines")
+        db.execute(f"DELETE FROM {_BULK}.line_links")
+        db.executemany(_INSERT_LINES.replace("INTO lines", f"INTO {_BULK}.lines"), lines)
+        db.executemany(_INSERT_LINE_LINKS.replace("INTO line_links", f"INTO {_BULK}.line_links"), links)
+
+    def _copy_range(self, db: sqlite3.Connection, *, clean: bool, links: bool) -> None:
+        """Copy the attached range's rows, words and links into the index; the caller holds the write transaction.
+
+        Where a seq is claimed twice (a tampered log) the first line that
+        claims it is kept, with its words and links; verify reports the rest.
+        """
+        lines = f"{_BULK}.lines"
+        columns = schema.ROW_COLUMNS
+        if clean:
+            db.execute(f"INSERT INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT seq, text, body, fields FROM {lines} "
+                       "WHERE redacted = 0 ORDER BY n")
+        else:
+            db.execute(f"INSERT OR IGNORE INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
+            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT l.seq, l.text, l.body, l.fields "
+                       f"FROM {lines} AS l JOIN main.records AS r ON r.seq = l.seq AND r.offset = l.offset "
+                       "WHERE l.redacted = 0 ORDER BY l.n")
         if links:
-            self._link(db, links)
-        rows.clear()
-        docs.clear()
-        links.clear()
-        dupes.clear()
+            kept = db.execute(
+                f"SELECT l.target, l.source, l.rel FROM {_BULK}.line_links AS l "
+                "JOIN main.records AS r ON r.seq = l.source AND r.offset = l.offset ORDER BY l.rowid"
+            ).fetchall()
+            if kept:
+                self._link(db, kept)
 
     def _link(self, db: sqlite3.Connection, links: list[tuple[int, int, str]]) -> None:
         """Record ``(target, source, rel)`` links of indexed lines: the rows, the targets' flags, a redacted target's words gone."""
@@ -537,25 +578,24 @@ class Index(Search):
         self,
         progress: Callable[[int, int], None] | None = None,
         *,
-        workers: int | None = None,
-        range_bytes: int = REBUILD_RANGE_BYTES,
-        parallel_min_bytes: int = chain.PARALLEL_MIN_BYTES,
+        workers: int = 0,
+        range_bytes: int = INDEX_RANGE_BYTES,
+        parallel_min_bytes: int = pool.PARALLEL_MIN_BYTES,
         mp_context: Any = None,
     ) -> dict[str, Any]:
         """Drop every table and index the whole log again, in one transaction.
 
         Every line is classified as it is indexed (its hash recomputed, its
         bytes checked canonical), so a damaged or foreign line is never
-        indexed as a record. A log of ``parallel_min_bytes`` or more is cut
-        into ranges of at most ``range_bytes``, turned into rows in
-        ``workers`` processes (``workers``, ``parallel_min_bytes`` and
-        ``mp_context`` as for ``chain.verify_file``) and written here; a
-        smaller one is indexed line by line in this process. Either way the
-        index holds the same rows, words and mark, and a failure or a crash
-        before the commit leaves it as it was.
+        indexed as a record. The log is indexed as a catch-up indexes it
+        (`_index_lines`), in ranges of at most ``range_bytes``: in this
+        process unless ``workers`` is 2 or more and the log at least
+        ``parallel_min_bytes`` (``mp_context`` as for ``pool.map_ranges``).
+        Either way the index holds the same rows, words and mark, and a
+        failure or a crash before the commit leaves it as it was.
 
-        ``progress(done_bytes, total_bytes)`` is called after each range, or
-        every `BATCH_ROWS` records in this process. Returns ``{"records", "bytes"}``.
+        ``progress(done_bytes, total_bytes)`` is called after each range.
+        Returns ``{"records", "bytes"}``.
 
         Raises:
             IndexFull: the disk is full; the index is left as it was.
@@ -563,12 +603,9 @@ class Index(Search):
         """
         with self._mutex:
             db = self.connection()
-            # Python's sqlite3 has deserialize where SQLite was built with it
-            # (the default since 3.36); elsewhere the lines go in one by one.
-            bulk = hasattr(db, "deserialize")
+            attached = False
             try:
-                if bulk:
-                    db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")  # not allowed inside a transaction
+                attached = self._attach_bulk(db)
                 db.execute("BEGIN IMMEDIATE")
                 if self.witness is not None:
                     try:
@@ -581,7 +618,7 @@ class Index(Search):
                 # The records' indexes are made once the table is full: one sort each, not one insert per row each.
                 self._reset(db, records_indexes=False)
                 size = self.log.size()
-                n = self._rebuild_rows(db, size, progress, bulk, workers, range_bytes, parallel_min_bytes, mp_context)
+                n = self._index_lines(db, 0, size, progress, workers, range_bytes, parallel_min_bytes, mp_context)
                 for stmt in schema.statements(schema.RECORDS_INDEXES):
                     db.execute(stmt)
                 db.execute("COMMIT")
@@ -594,73 +631,9 @@ class Index(Search):
                     db.execute("ROLLBACK")
                 raise
             finally:
-                if bulk:
+                if attached:
                     self._detach_bulk(db)
             return {"records": n, "bytes": size}
-
-    @staticmethod
-    def _detach_bulk(db: sqlite3.Connection) -> None:
-        """Let go of the last range's rows (the attached database holds them until detached)."""
-        try:
-            db.execute(f"DETACH DATABASE {_BULK}")
-        except sqlite3.OperationalError:
-            pass  # never attached (the attach itself failed): nothing to let go of
-
-    def _rebuild_rows(
-        self, db: sqlite3.Connection, size: int, progress: Callable[[int, int], None] | None, bulk: bool,
-        workers: int | None, range_bytes: int, parallel_min_bytes: int, mp_context: Any,
-    ) -> int:
-        """Index the log's first ``size`` bytes into the empty tables (see ``rebuild``); returns the chained lines."""
-        f = self.log.open_read()
-        if f is None:
-            schema.write_mark(db, 0, None)
-            return 0
-        with f:
-            bounds, workers, parallel = chain.plan_ranges(f, size, workers, range_bytes, parallel_min_bytes)
-        if not (bulk and parallel and len(bounds) > 2):
-            return self._ingest(db, 0, size, progress)
-        top = count = end = 0
-        last = None
-        with closing(chain.map_ranges(_index_range, str(self.log.path), bounds, workers, parallel, mp_context)) as parts:
-            for part in parts:
-                if part.lines:
-                    db.deserialize(part.rows, name=_BULK)
-                    # Clean: every seq is above those indexed so far and comes once.
-                    self._copy_range(db, clean=part.ascending and part.first_seq > top, links=part.links)
-                    top = max(top, part.max_seq)
-                    last = part.last
-                    count += part.lines
-                end = part.end
-                if progress is not None:
-                    progress(end, size)
-        schema.write_mark(db, end, last)
-        return count
-
-    def _copy_range(self, db: sqlite3.Connection, *, clean: bool, links: bool) -> None:
-        """Copy the attached range's rows, words and links into the index; the caller holds the write transaction.
-
-        Where a seq is claimed twice (a tampered log) the first line that
-        claims it is kept, with its words and links, as `_flush` keeps it;
-        verify reports the rest.
-        """
-        lines = f"{_BULK}.lines"
-        columns = schema.ROW_COLUMNS
-        if clean:
-            db.execute(f"INSERT INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
-            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT seq, text, body, fields FROM {lines} "
-                       "WHERE redacted = 0 ORDER BY n")
-        else:
-            db.execute(f"INSERT OR IGNORE INTO records ({columns}) SELECT {columns} FROM {lines} ORDER BY n")
-            db.execute(f"INSERT INTO fts (rowid, text, body, fields) SELECT l.seq, l.text, l.body, l.fields "
-                       f"FROM {lines} AS l JOIN main.records AS r ON r.seq = l.seq AND r.offset = l.offset "
-                       "WHERE l.redacted = 0 ORDER BY l.n")
-        if links:
-            kept = db.execute(
-                f"SELECT l.target, l.source, l.rel FROM {_BULK}.line_links AS l "
-                "JOIN main.records AS r ON r.seq = l.source AND r.offset = l.offset ORDER BY l.rowid"
-            ).fetchall()
-            if kept:
-                self._link(db, kept)
 
     # -- lookups --------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from retained.version import __version__
 SERVER_NAME = "retained"
 HTTP_PORT_DEFAULT = 8765
 HTTP_PATH = "/mcp"
+HTTP_SESSIONS_MAX = 1000  # MCP sessions open at once over HTTP; a new one beyond it is refused
 HTTP_BODY_SLACK_BYTES = 1024 * 1024  # a request (HTTP body, stdio line) may exceed the record limit by the JSON-RPC envelope
 
 
@@ -169,12 +170,13 @@ def main(
         print(f"retained: {refusal(host, token)}", file=sys.stderr)
         return 2
     from retained.errors import RetainedError
-    from retained.settings import store_options
+    from retained.settings import http_settings, store_options
 
     try:
         # A long-lived server embeds new records on a background thread when
         # embeddings are configured; the acknowledgement never waits for it.
         options = {**store_options(), "follow_writes": True}
+        bounds, session_idle_s = http_settings()
     except RetainedError as exc:
         print(f"retained: {exc}", file=sys.stderr)
         return 2
@@ -188,13 +190,13 @@ def main(
 
             return anyio.run(lambda: mcp_stdio.serve(server, line_bytes_max=body_max))
         return _serve_http(server, host=host, port=port, token=token, allow_hosts=allow_hosts,
-                           allow_origins=allow_origins, body_max=body_max)
+                           allow_origins=allow_origins, body_max=body_max, bounds=bounds, session_idle_s=session_idle_s)
     finally:
         server.memory.close()
 
 
 def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_hosts: Any, allow_origins: Any,
-                body_max: int) -> int:
+                body_max: int, bounds: Any, session_idle_s: float) -> int:
     from retained.http_guard import Listening, bind, origin_text, serve
 
     try:
@@ -213,8 +215,10 @@ def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_h
             allowed_hosts=[*authorities, *(f"{a}:*" for a in authorities)],
             allowed_origins=sorted(origin_text(o) for o in listening.origins),
         )
+        # Idle sessions close (each holds memory); a cap stops a client opening them without end.
         return server.streamable_http_app(
-            streamable_http_path=HTTP_PATH, transport_security=security, host=host, max_request_body_size=body_max
+            streamable_http_path=HTTP_PATH, transport_security=security, host=host, max_request_body_size=body_max,
+            session_idle_timeout=session_idle_s, max_sessions=HTTP_SESSIONS_MAX,
         )
 
     def ready(listening: Listening) -> None:
@@ -224,7 +228,7 @@ def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_h
 
     try:
         serve(make_app, sock, token=token, allow_hosts=allow_hosts, allow_origins=allow_origins, on_ready=ready,
-              log_level=_log_level().lower())
+              log_level=_log_level().lower(), bounds=bounds)
     except ValueError as exc:
         print(f"retained: {exc}", file=sys.stderr)
         return 2

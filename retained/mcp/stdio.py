@@ -21,6 +21,12 @@ own input; its output side and its claim of fd 1 are unchanged):
   ``invalid_argument`` sentence the tools give) or -32602 naming the
   argument; a notification or a stray response gets no reply, as JSON-RPC
   says, and a line is logged on stderr;
+- a request whose id is not a string or an integer (a float, a bool, null,
+  an array, an object) gets -32600 with a null id, as JSON-RPC asks, also
+  when the SDK's reader would take it for a notification and drop it;
+- a line that is not valid UTF-8 is refused (-32700), as over HTTP, never
+  passed on with replacement characters; a line over the size limit is
+  answered with its own id when the id is among its first bytes;
 - at end of input, the requests already passed on are answered before the
   SDK sees the end (bounded by ``DRAIN_WAIT_S``).
 """
@@ -46,7 +52,14 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 _ID_MIN, _ID_MAX = -(2**63), 2**63 - 1  # an id outside 64 bits is not echoed (many clients could not match it)
-_TOO_LONG = object()  # stands in the line queue for a line over the limit
+ID_PREFIX_BYTES = 64 * 1024  # of a line over the limit, the first bytes kept to find its id
+
+
+class _TooLong:
+    """Stands in the line queue for a line over the limit: its first bytes, where its id may be."""
+
+    def __init__(self, prefix: bytes) -> None:
+        self.prefix = prefix
 
 
 class _Huge:
@@ -101,6 +114,65 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def _id_ok(request_id: Any) -> bool:
+    """Whether ``request_id`` may be echoed: a well-formed string, or an integer within 64 bits."""
+    if isinstance(request_id, str):
+        return _problem(request_id, "") is None
+    return type(request_id) is int and _ID_MIN <= request_id <= _ID_MAX
+
+
+_BAD_ID = "Invalid Request: id must be a string or an integer within 64 bits"
+
+
+def _id_in_prefix(prefix: bytes) -> Any:
+    """The top-level ``id`` of a JSON object whose first bytes are ``prefix``, when they hold it whole; else None.
+
+    Walks the bytes once, tracking strings and nesting, and reads the value
+    after an ``"id"`` key at depth 1 with the standard parser.
+    """
+    text = prefix.decode("utf-8", errors="replace")
+    decoder = json.JSONDecoder()
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            try:
+                key, end = decoder.raw_decode(text, i)
+            except ValueError:
+                return None
+            if depth == 1 and key == "id":
+                j = end
+                while j < n and text[j] in " \t\r\n":
+                    j += 1
+                if j < n and text[j] == ":":
+                    j += 1
+                    while j < n and text[j] in " \t\r\n":
+                        j += 1
+                    try:
+                        value, _ = decoder.raw_decode(text, j)
+                    except ValueError:
+                        return None
+                    return value if _id_ok(value) else None
+            i = end
+            continue
+        if c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+        i += 1
+    return None
+
+
+def _readable_id(text: str) -> Any:
+    """The id of a whole line, when it parses and the id may be echoed; else None."""
+    try:
+        message = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+    except (ValueError, RecursionError):
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return request_id if _id_ok(request_id) else None
+
+
 def _error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
@@ -121,14 +193,15 @@ def answer(text: str, reader_error: str) -> dict[str, Any] | None:
     if not isinstance(message, dict):
         return _error(None, INVALID_REQUEST, "Invalid Request: expected one JSON-RPC object per line (no batches)")
     request_id = message.get("id")
-    if "id" not in message or request_id is None:
+    if "id" not in message:
         if "method" in message:
             log.warning("dropped a notification the protocol reader refused: %s", reader_error)
         return None
-    if not (isinstance(request_id, str) and _problem(request_id, "") is None) and not (
-        type(request_id) is int and _ID_MIN <= request_id <= _ID_MAX
-    ):
-        return _error(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer within 64 bits")
+    if not _id_ok(request_id):
+        if "method" not in message and ("result" in message or "error" in message):
+            log.warning("dropped a response the protocol reader refused: %s", reader_error)
+            return None
+        return _error(None, INVALID_REQUEST, _BAD_ID)
     method = message.get("method")
     if not isinstance(method, str):
         if "result" in message or "error" in message:
@@ -241,7 +314,7 @@ class StdinFront:
                     if skipping:
                         skipping = False
                     elif len(line) > limit:
-                        put(_TOO_LONG)
+                        put(_TooLong(line[:ID_PREFIX_BYTES]))
                     else:
                         put(line)
                 if not skipping:
@@ -249,8 +322,9 @@ class StdinFront:
                     size += len(pieces[-1])
                     if size > limit:
                         # Refused whole, without holding the rest of it in memory.
+                        head = b"".join(partial)[:ID_PREFIX_BYTES]
                         partial, size, skipping = [], 0, True
-                        put(_TOO_LONG)
+                        put(_TooLong(head))
             if partial and not skipping:
                 put(b"".join(partial))
             put(None)
@@ -291,11 +365,19 @@ class StdinFront:
             if raw is None:
                 await self._drain()
                 raise StopAsyncIteration
-            if raw is _TOO_LONG:
-                await self._reply(_error(None, INVALID_REQUEST,
-                                         f"Invalid Request: a line over {self._line_bytes_max} bytes was skipped"))
+            if isinstance(raw, _TooLong):
+                await self._reply(_error(_id_in_prefix(raw.prefix), INVALID_REQUEST,
+                                         f"Invalid Request: a line over {self._line_bytes_max} bytes was skipped; "
+                                         "nothing was done; send a smaller message"))
                 continue
-            text = raw.decode("utf-8", errors="replace")  # as the SDK's own reader decodes
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                # Refused, as over HTTP: replacing the bytes would store text the client never sent.
+                await self._reply(_error(_readable_id(raw.decode("utf-8", errors="replace")), PARSE_ERROR,
+                                         f"Parse error: the line is not valid UTF-8 (byte {exc.start} of the line); "
+                                         "nothing was done; send UTF-8"))
+                continue
             if not text.strip():
                 continue
             try:
@@ -306,6 +388,11 @@ class StdinFront:
                 reply = answer(text, reason)
                 if reply is not None:
                     await self._reply(reply)
+                continue
+            if isinstance(message, types.JSONRPCNotification) and '"id"' in text and "id" in json.loads(text):
+                # The reader took a request with an id it cannot hold (a float, a bool, null, an array,
+                # an object) for a notification, and the dispatcher would drop it unanswered.
+                await self._reply(_error(None, INVALID_REQUEST, _BAD_ID))
                 continue
             self._note(message)
             await anyio.lowlevel.checkpoint()

@@ -40,6 +40,7 @@ ERROR_CODES = (
     "reserved_field",
     "too_large",
     "not_found",
+    "conflict",
     "store_busy",
     "secret_detected",
     "write_failed",
@@ -110,6 +111,36 @@ class Memory:
             return fn(*args, **kwargs)
 
         return self.run(go)
+
+
+def _bounded(got: dict[str, Any], bytes_max: int) -> dict[str, Any]:
+    """``got`` (a Records reply) cut to records of ``bytes_max`` stored bytes in all (at least one), saying what was cut.
+
+    The bound is the record limit: a reply carries at most one largest
+    record's worth (500 records of 16 MiB would otherwise be one reply of
+    8 GB), and the first record always comes back whole.
+
+    What was cut is counted in ``more`` and named in ``left_out_for_size``
+    (their seqs, and how to read them), so the reply still accounts for
+    every record it matched (I2).
+    """
+    entries = got["records"]
+    total = 0
+    for i, entry in enumerate(entries):
+        total += int(entry.get("length") or 0)
+        if i and total > bytes_max:
+            cut = entries[i:]
+            got["records"] = entries[:i]
+            got["returned"] = i
+            got["more"] = got.get("more", 0) + len(cut)
+            got["left_out_for_size"] = {
+                "seqs": [e["seq"] for e in cut],
+                "reply_bytes_max": bytes_max,
+                "message": f"{len(cut)} record(s) left out: the reply holds at most {bytes_max} bytes of records; "
+                           "read them with memory_get ids=[...] in smaller groups",
+            }
+            break
+    return got
 
 
 class _Unavailable(Exception):
@@ -337,6 +368,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             got = {"records": entries, "returned": len(entries), "more": 0}
         else:
             got = call("memory_get", "list", limit=limit, kind=kind, scope=scope)
+        got = _bounded(got, memory.options.get("record_bytes_max") or limits.RECORD_BYTES_MAX)
         return result(got, render.records(got, whole=True))
 
     def memory_search(

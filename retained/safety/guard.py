@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from retained import limits
 from retained.errors import InvalidRecord, SecretDetected
 from retained.safety.credentials import (
@@ -139,9 +141,6 @@ _RUN_16 = b"a" * 16
 
 
 def _orjson_dumps(obj: Any) -> bytes:
-    # Imported here: the guard module stays importable without orjson (the brief path).
-    import orjson
-
     return orjson.dumps(obj)
 
 

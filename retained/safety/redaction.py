@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from retained import limits
 from retained.core import record
 from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
 from retained.core.log import Exclusive, Log, proof_of
@@ -242,8 +243,9 @@ def quarantine(log: Log, offset: int, *, reason: str | None, client: dict[str, A
         InvalidRecord: no complete damaged line starts there, or it claims a seq (nothing changed).
         LockTimeout: nothing changed.
     """
-    if type(offset) is not int or offset < 0:
-        raise InvalidRecord(f"offset {offset!r} is not a byte offset (a whole number from 0); nothing was changed", path="offset")
+    if type(offset) is not int or not 0 <= offset <= limits.SEQ_MAX:
+        raise InvalidRecord(f"offset {offset!r} is not a byte offset (a whole number from 0 to {limits.SEQ_MAX}); "
+                            "nothing was changed", path="offset")
     if not log.exists():
         raise NoStore(f"no store at {log.directory}: no log to take a line from; nothing was changed", path=str(log.directory))
     with log.exclusive() as held:

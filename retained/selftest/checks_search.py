@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -216,8 +217,6 @@ def check_index_damaged(ctx: Context) -> str:
 
 def _dead_port() -> int:
     """A loopback port nothing listens on (bound, then closed)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -1,8 +1,13 @@
 """The viewer's web application: read-only routes over ``Store``, and ``retained view`` serving them.
 
-Every page is a GET (HEAD too); any other method gets 405 before a route
-sees it, and no route calls a Store method that appends to the log. Like
-every reader, a page may bring the derived index up to date with the log.
+Every page is a GET (HEAD too) and no GET writes anything: the pages' Store
+has anchoring off (no ``store.id`` made, no anchor recorded) and no route
+calls a Store method that appends to the log; like every reader, a page may
+bring the derived index up to date with the log. The one POST runs verify
+(which records the head it judged in the anchor file): it needs the
+browser's Origin header, which the access guard has checked is the viewer's
+own. Any other method gets 405 before a route sees it. A parameter the
+viewer cannot use is a 400 page, never a traceback.
 The access rules are the HTTP MCP server's (``retained.http_guard``):
 loopback by default, ``RETAINED_TOKEN`` required to bind anywhere else,
 Host and Origin (scheme, host and port) checked; a browser may give the
@@ -19,7 +24,9 @@ uvicorn come with the mcp package; they are imported only here.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import os
 import sys
 import threading
@@ -33,8 +40,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from retained import paths
+from retained import http_guard, limits, paths
+from retained.brief import compose as brief
+from retained.core import pool
 from retained.errors import InvalidRecord, NotFound, RetainedError
+from retained.settings import http_settings, store_options
 from retained.store import Store
 from retained.viewer import pages
 
@@ -44,12 +54,15 @@ NEIGHBOURS = 3  # records shown on each side of a record, in its scope
 CHAIN_MAX = 50  # records followed along a supersede chain, each way
 K_DEFAULT = 10
 K_MAX = 100
+BUDGET_MAX = 10_000_000  # tokens: a brief or search budget past this is a typo, not a wish
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
        "frame-ancestors 'none'")
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with the
+    # page's own form POST (run verify), which the Origin check must then refuse.
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
@@ -72,12 +85,15 @@ class ReadOnly:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["method"] not in ("GET", "HEAD"):
-            body = b"method not allowed: the viewer is read-only; it answers GET and HEAD\n"
-            await send({"type": "http.response.start", "status": 405, "headers": [
-                (b"allow", b"GET, HEAD"), (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()), *SECURITY_HEADERS]})
-            await send({"type": "http.response.body", "body": body})
+        if scope["method"] not in ("GET", "HEAD") and not (scope["method"] == "POST" and scope["path"] == "/verify"):
+            allow = b"GET, HEAD, POST" if scope["path"] == "/verify" else b"GET, HEAD"
+            await _plain(send, 405, b"method not allowed: the viewer is read-only; it answers GET and HEAD "
+                         b"(and a POST to /verify from its own page)\n", [(b"allow", allow)])
+            return
+        if scope["method"] == "POST" and not any(k.lower() == b"origin" for k, _ in scope.get("headers", ())):
+            # The guard refuses a foreign Origin; a POST without one did not come from the viewer's page.
+            await _plain(send, 403, b"running verify needs the button on the viewer's own page "
+                         b"(a POST with its Origin); nothing was run\n", [])
             return
         started = time.perf_counter()
 
@@ -89,6 +105,13 @@ class ReadOnly:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+async def _plain(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        *headers, (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+        *SECURITY_HEADERS]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class VerifyRun:
@@ -114,7 +137,7 @@ class VerifyRun:
     def _run(self) -> None:
         try:
             with Store(self.directory, **self.options) as store:
-                self.report = store.verify(progress=self._progress)
+                self.report = store.verify(progress=self._progress, workers=pool.cpu_workers())
             self.state = "done"
         except Exception as exc:  # noqa: BLE001 - the page reports any failure of the run instead of losing it
             self.error = f"{type(exc).__name__}: {exc}"
@@ -134,8 +157,10 @@ class Viewer:
 
     def __init__(self, directory: Path, options: dict[str, Any]) -> None:
         self.directory = directory
-        self.options = options
-        self.store = Store(directory, **options)
+        self.options = options  # with anchoring as set: for verify runs, which record the head they judged
+        # The pages' own Store never anchors: that would make store.id and
+        # anchor files on a GET (the index still follows the log, as for any reader).
+        self.store = Store(directory, **{**options, "anchor_dir": None})
         self.lock = threading.Lock()  # one request at a time on the shared Store
         self.run: VerifyRun | None = None
         self.run_lock = threading.Lock()
@@ -146,17 +171,34 @@ class Viewer:
 
     def routes(self) -> list[Route]:
         return [
-            Route("/", self.timeline, methods=["GET"]),
-            Route("/search", self.search, methods=["GET"]),
-            Route("/record/{seq:int}", self.record, methods=["GET"]),
-            Route("/health", self.health, methods=["GET"]),
-            Route("/verify", self.verify, methods=["GET"]),
-            Route("/brief", self.brief, methods=["GET"]),
+            Route("/", self._checked(self.timeline), methods=["GET"]),
+            Route("/search", self._checked(self.search), methods=["GET"]),
+            Route("/record/{seq:int}", self._checked(self.record), methods=["GET"]),
+            Route("/health", self._checked(self.health), methods=["GET"]),
+            Route("/verify", self._checked(self.verify), methods=["GET"]),
+            Route("/verify", self._checked(self.run_verify), methods=["POST"]),
+            Route("/brief", self._checked(self.brief), methods=["GET"]),
             Route("/style.css", self.style, methods=["GET"]),
             Route("/favicon.svg", self.favicon, methods=["GET"]),
         ]
 
     # -- the frame around each page ------------------------------------------
+
+    def _checked(self, route: Any) -> Any:
+        """``route`` with its parameters' errors as the 400 page, and anything unforeseen as a 500 page (no traceback)."""
+
+        def answer(request: Request) -> Response:
+            try:
+                return route(request)
+            except BadRequest as exc:
+                return HTMLResponse(pages.error(400, str(exc), {"directory": str(self.directory), "head": None}),
+                                    status_code=400)
+            except Exception as exc:  # noqa: BLE001 - the edge: reported on the page and on stderr, never a traceback
+                print(f"retained: viewer: {request.url.path}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                return HTMLResponse(pages.error(500, f"{type(exc).__name__}: {exc}",
+                                                {"directory": str(self.directory), "head": None}), status_code=500)
+
+        return answer
 
     def _where(self) -> dict[str, Any]:
         return {"directory": str(self.directory), "head": self.store.head()}
@@ -182,8 +224,8 @@ class Viewer:
         params: dict[str, Any] = {name: _text(q, name) for name in pages.TIMELINE_FILTERS}
         params["limit"] = _int(q, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
         params["limit_default"] = PAGE_DEFAULT
-        params["before"] = _int(q, "before", None, 0, None)
-        params["after"] = _int(q, "after", None, 0, None) if params["before"] is None else None
+        params["before"] = _int(q, "before", None, 0, limits.SEQ_MAX)
+        params["after"] = _int(q, "after", None, 0, limits.SEQ_MAX) if params["before"] is None else None
 
         def build(where: dict[str, Any]) -> str:
             result = self.store.list(limit=params["limit"], kind=params["kind"], scope=params["scope"],
@@ -199,7 +241,7 @@ class Viewer:
             "q": _text(q, "q"),
             "scope": _text(q, "scope"),
             "k": _int(q, "k", K_DEFAULT, 1, K_MAX),
-            "max_tokens": _int(q, "max_tokens", None, 1, None),
+            "max_tokens": _int(q, "max_tokens", None, 1, BUDGET_MAX),
             "superseded": bool(_text(q, "superseded")),
             "retracted": bool(_text(q, "retracted")),
         }
@@ -247,26 +289,26 @@ class Viewer:
         return [found[s] for s in sorted(found)]
 
     def health(self, request: Request) -> Response:
-        return self._answer(lambda where: pages.health(self.store.stats(), self._run_state(), where))
+        return self._answer(lambda where: pages.health(self.store.stats(workers=pool.cpu_workers()), self._run_state(), where))
 
     def verify(self, request: Request) -> Response:
-        if _text(request.query_params, "run"):
-            with self.run_lock:
-                if self.run is None or self.run.state != "running":
-                    self.run = VerifyRun(self.directory, self.options)
-            # The page that shows the run is a plain GET: reloading it never starts another.
-            return RedirectResponse("/verify", status_code=303)
         return self._answer(lambda where: pages.verify(self._run_state(), where))
+
+    def run_verify(self, request: Request) -> Response:
+        """Start a verify run (the one POST; ``ReadOnly`` let it through only with an Origin the guard accepted)."""
+        with self.run_lock:
+            if self.run is None or self.run.state != "running":
+                self.run = VerifyRun(self.directory, self.options)
+        # The page that shows the run is a plain GET: reloading it never starts another.
+        return RedirectResponse("/verify", status_code=303)
 
     def _run_state(self) -> dict[str, Any] | None:
         with self.run_lock:
             return None if self.run is None else self.run.snapshot()
 
     def brief(self, request: Request) -> Response:
-        from retained.brief import compose as brief
-
         q = request.query_params
-        budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, None), _text(q, "scope")
+        budget, scope = _int(q, "budget", brief.DEFAULT_BUDGET, 0, BUDGET_MAX), _text(q, "scope")
         params = {"budget": budget, "scope": scope}
 
         def build(where: dict[str, Any]) -> str:
@@ -314,8 +356,6 @@ def build_app(directory: Path | str, options: dict[str, Any] | None = None) -> A
 
     Not guarded: ``serve`` puts the access guard in front of it.
     """
-    import contextlib
-
     viewer = Viewer(Path(directory), dict(options or {}))
 
     @contextlib.asynccontextmanager
@@ -333,11 +373,6 @@ def build_app(directory: Path | str, options: dict[str, Any] | None = None) -> A
 
 def serve(args: Any) -> int:
     """``retained view``: serve the viewer until interrupted; print its URL (``--json``: as JSON)."""
-    import json
-
-    from retained import http_guard
-    from retained.settings import store_options
-
     token = os.environ.get("RETAINED_TOKEN") or None
     refusal = http_guard.refusal(args.host, token)
     if refusal:
@@ -345,11 +380,22 @@ def serve(args: Any) -> int:
         return 2
     try:
         options = store_options()
+        bounds, _ = http_settings()
         http_guard.allowed_origins((), 0, args.allow_origin or ())  # a malformed --allow-origin is a usage error
     except (InvalidRecord, ValueError) as exc:
         print(f"retained: {_message(exc)}", file=sys.stderr)
         return 2
     directory = paths.store_dir(args.dir)
+    try:
+        with Store(directory, **{**options, "anchor_dir": None}) as probe:
+            present = probe.exists()
+    except RetainedError as exc:  # NoStore: a file, not a directory
+        print(f"retained: {exc.message}", file=sys.stderr)
+        return 1
+    if not present:
+        print(f"retained: no store at {directory}: nothing was written there yet; check --dir or RETAINED_DIR "
+              "(`retained write` creates a store; the viewer only reads)", file=sys.stderr)
+        return 1
     try:
         sock = http_guard.bind(args.host, args.port)
     except OSError as exc:
@@ -373,7 +419,7 @@ def serve(args: Any) -> int:
     try:
         http_guard.serve(lambda _listening: build_app(directory, options), sock, token=token,
                          allow_hosts=args.allow_host or (), allow_origins=args.allow_origin or (),
-                         token_cookie=True, on_ready=ready)
+                         token_cookie=True, on_ready=ready, bounds=bounds)
     except KeyboardInterrupt:
         pass
     finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -64,8 +65,8 @@ def _plural(n: int, word: str, words: str | None = None) -> str:
 
 NAV = (("/", "Timeline"), ("/search", "Search"), ("/health", "Health"), ("/brief", "Brief"))
 CURRENT = ' aria-current="page"'
-RUN_BUTTON = ('<form method="get" action="/verify"><input type="hidden" name="run" value="1">'
-              '<button type="submit">Run verify now</button></form>')
+# A POST: running verify records the head it judged in the anchor file, and no GET writes anything.
+RUN_BUTTON = '<form method="post" action="/verify"><button type="submit">Run verify now</button></form>'
 
 
 def page(title: str, body: str, *, where: Mapping[str, Any], current: str = "", refresh_s: int | None = None,
@@ -300,8 +301,6 @@ def check_commands(entry: Mapping[str, Any], log_path: str, directory: str) -> d
 
 
 def _shell_quote(text: str) -> str:
-    import shlex
-
     return shlex.quote(text)
 
 

@@ -137,7 +137,8 @@ def test_a_dangling_link_at_the_index_name_creates_nothing(store, store_dir, tmp
     assert not missing.exists()
 
 
-def test_a_link_at_the_export_temporary_is_removed_not_followed(filled_store, tmp_path, target):
+def test_a_link_beside_the_export_is_left_alone_not_followed(filled_store, tmp_path, target):
+    """The export's temporary has a fresh name of its own (issue 29): a link planted beside it is neither followed nor removed."""
     from retained.data import imports as transfer
 
     out = tmp_path / "export.jsonl"
@@ -146,7 +147,9 @@ def test_a_link_at_the_export_temporary_is_removed_not_followed(filled_store, tm
     assert result["records"] == 10
     assert target.read_bytes() == PRECIOUS
     assert not out.is_symlink() and len(out.read_bytes().splitlines()) == 10
-    assert not (tmp_path / "export.jsonl.tmp").exists()
+    assert (tmp_path / "export.jsonl.tmp").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".export", "export"))) == [
+        "export.jsonl", "export.jsonl.tmp"]
 
 
 def test_a_link_at_the_backup_temporary_is_removed_not_followed(filled_store, tmp_path, target):

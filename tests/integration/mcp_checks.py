@@ -88,9 +88,15 @@ async def check_happy_paths(client: Any, store_dir: Path, client_name: str, clie
         )
     )
     assert full["seq"] == 2 and full["prev"] == first["hash"]
-    again = _proof(await client.call_tool("memory_write", {"text": "Zoë prefers dark mode 🌙", "client_op_id": "op-1"}))
+    retry = {"text": "Zoë prefers dark mode 🌙", "kind": "preference", "scope": "proj-a", "source": "conversation",
+             "body": "said twice", "fields": {"tags": ["ui", "editor"], "x-priority": 2}, "client_op_id": "op-1"}
+    again = await client.call_tool("memory_write", retry)
+    assert "nothing new was written" in again.content[0].text
+    again = _proof(again)
     assert again["duplicate"] is True and again["seq"] == 2 and again["hash"] == full["hash"]
-    assert "nothing new was written" in (await client.call_tool("memory_write", {"text": "x", "client_op_id": "op-1"})).content[0].text
+    # The same id with other content is refused, naming the first record (issue 29).
+    reused = await client.call_tool("memory_write", {"text": "x", "client_op_id": "op-1"})
+    assert reused.is_error and "conflict" in reused.content[0].text and "seq 2" in reused.content[0].text
 
     fix = _proof(
         await client.call_tool("memory_write", {"text": "the deploy target is production", "supersedes": [1], "scope": "proj-a"})

@@ -23,6 +23,8 @@ import time
 
 import pytest
 
+from retained import Store
+
 from ..conftest import REPO
 
 COMMANDS = {
@@ -53,6 +55,9 @@ def _ready_line(name: str, line: bytes) -> bool:
 def _interrupt(name: str, moment: float | str, store_dir) -> tuple[int, str, str]:
     """Start the command, send SIGINT at ``moment``; (exit status, stdout, stderr)."""
     env = {**os.environ, "RETAINED_DIR": str(store_dir), "PYTHONUNBUFFERED": "1"}
+    if name == "view":  # the viewer refuses a directory with no store in it
+        with Store(store_dir) as store:
+            store.write("a note for the viewer to show")
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, *COMMANDS[name]], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
     out: list[bytes] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 import json
 import subprocess
 import sys
@@ -201,3 +202,97 @@ def test_a_malformed_allow_origin_is_a_usage_error(tmp_path):
 def test_a_credential_is_refused_with_secret_detected_and_never_echoed(http_server, tmp_path):
     server = http_server()
     _run(lambda c: mcp_checks.check_secret_refused(c, tmp_path / "store"), server.url)
+
+
+# -- issue 29, point 8: the server holds up before authentication ---------------------------------------------
+
+
+def _raw(port: int, source: str, data: bytes = b"") -> Any:
+    """A TCP connection to the server from loopback address ``source`` (127.0.0.x: another client), ``data`` sent."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S, source_address=(source, 0))
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+def _closed_by_server(sock: Any) -> bytes:
+    """Everything the server sends until it closes the connection (bounded by WAIT_S)."""
+    got = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return got
+        got += chunk
+
+
+def _initialize_from(port: int, source: str, token: str | None = None) -> int:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S, source_address=(source, 0))
+    try:
+        headers = {**MCP_HEADERS, "host": f"127.0.0.1:{port}"}
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        conn.request("POST", "/mcp", body=json.dumps(INITIALIZE), headers=headers)
+        reply = conn.getresponse()
+        reply.read()
+        return reply.status
+    finally:
+        conn.close()
+
+
+def test_issue_29_a_short_or_spaced_token_is_refused_and_retained_token_prints_a_good_one(tmp_path, http_server):
+    for bad, why in (("short-token", "under the minimum of 16"), ("a token with spaces in it", "whitespace")):
+        for args in (["serve", "--http", "--port", "0"], ["view", "--port", "0"]):
+            out = subprocess.run([sys.executable, "-m", "retained", *args], capture_output=True, text=True,
+                                 env=server_env(tmp_path / "store", RETAINED_TOKEN=bad), cwd=REPO, timeout=WAIT_S)
+            assert out.returncode == 2 and why in out.stderr and "retained token" in out.stderr, (args, out.stderr)
+            assert bad not in out.stderr
+    fresh = subprocess.run([sys.executable, "-m", "retained", "token"], capture_output=True, text=True,
+                           env=server_env(tmp_path / "store"), cwd=REPO, timeout=WAIT_S, check=True).stdout.strip()
+    assert len(fresh) >= 32 and not any(c.isspace() for c in fresh)
+    server = http_server(RETAINED_TOKEN=fresh)
+    assert _post(server.url, {"authorization": f"Bearer {fresh}"}).status_code == 200
+
+
+def test_issue_29_half_sent_requests_are_closed_and_capped_per_client_and_in_all(http_server):
+    server = http_server(RETAINED_TOKEN=TOKEN, RETAINED_HTTP_HEADER_TIMEOUT_S="1",
+                         RETAINED_HTTP_CLIENT_CONNECTIONS_MAX="8", RETAINED_HTTP_CONNECTIONS_MAX="12")
+    half = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nX-Slow: ".encode()
+    with contextlib.ExitStack() as opened:
+        def connect(source: str, data: bytes = b"") -> Any:
+            return opened.enter_context(_raw(server.port, source, data))
+
+        slow = [connect("127.0.0.2", half) for _ in range(8)]
+        # The attacker's ninth is refused as it is accepted; an authenticated client elsewhere is served.
+        assert _closed_by_server(connect("127.0.0.2")).startswith(b"HTTP/1.1 503")
+        assert _initialize_from(server.port, "127.0.0.1", TOKEN) == 200
+        # The cap in all: 8 + 4 from other addresses fill it; the next is refused whoever it is.
+        more = [connect(f"127.0.0.{3 + i}", half) for i in range(4)]
+        assert _closed_by_server(connect("127.0.0.9")).startswith(b"HTTP/1.1 503")
+        # Headers that never complete: the server closes each connection, answering nothing.
+        for sock in slow + more:
+            assert _closed_by_server(sock) == b""
+        assert _initialize_from(server.port, "127.0.0.2", TOKEN) == 200
+
+
+def test_issue_29_wrong_tokens_from_one_client_are_bounded(http_server):
+    server = http_server(RETAINED_TOKEN=TOKEN)
+    for _ in range(20):
+        assert _initialize_from(server.port, "127.0.0.2", TOKEN + "x") == 401
+    assert _initialize_from(server.port, "127.0.0.2", TOKEN) == 429  # even the right one, for a while
+    assert _initialize_from(server.port, "127.0.0.1", TOKEN) == 200  # another client is not held up
+
+
+def test_issue_29_an_idle_mcp_session_is_closed(http_server):
+    server = http_server(RETAINED_HTTP_SESSION_IDLE_S="1", RETAINED_LOG_LEVEL="INFO")
+    reply = _post(server.url)
+    assert reply.status_code == 200
+    session = reply.headers["mcp-session-id"]
+    server.err.until(lambda raw: b"idle timeout" in raw and session.encode() in raw)
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    gone = httpx2.post(server.url, content=json.dumps(ping), timeout=WAIT_S,
+                       headers={**MCP_HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"})
+    assert gone.status_code == 404

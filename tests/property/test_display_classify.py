@@ -1,4 +1,4 @@
-"""The brief's fast classification gives exactly the answer of the full one (L1, L3)."""
+"""The brief reader's classification (standard library JSON) gives exactly the storage core's answer (L1, L3)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retained import limits
+from retained.brief import reader
 from retained.core import record
 
 from .test_roundtrip import field_names, json_values
@@ -21,7 +22,7 @@ def _line(text: str, fields: dict) -> bytes:
 
 def _same(content: bytes) -> None:
     full = record.classify(content)
-    fast = record.classify_for_display(content)
+    fast = reader.classify(content)
     assert (fast[0], fast[2], fast[3]) == (full[0], full[2], full[3])
     if full[0] in (record.RECORD, record.REDACTED):
         assert fast[1] == full[1]
@@ -49,4 +50,4 @@ def test_fast_and_full_classification_agree_on_any_flipped_bit(text, fields, whe
 
 def test_floats_the_standard_encoder_spells_differently_still_classify_as_records():
     content = _line("x", {"big": 1e16, "small": 1e-7, "neg": -2.5e-300, "int_max": limits.INT_MAX})
-    assert record.classify_for_display(content)[0] == record.RECORD
+    assert reader.classify(content)[0] == record.RECORD

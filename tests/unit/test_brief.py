@@ -565,10 +565,23 @@ def test_brief_path_imports_neither_mcp_nor_portalocker(mixed: Store, store_dir:
         capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    modules = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in proc.stderr.splitlines() if line.startswith("import time:") and "|" in line}
+    names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:") and "|" in line}
+    modules = {name.split(".")[0] for name in names}
     assert "retained" in modules
-    for heavy in ("mcp", "portalocker", "pydantic", "anyio", "httpx", "numpy", "starlette", "argparse", "shutil"):
+    for heavy in ("mcp", "portalocker", "pydantic", "anyio", "httpx", "numpy", "starlette", "argparse", "shutil", "orjson"):
         assert heavy not in modules
+    # The budget is confined to the brief's reader and the leaf modules its docstring names: never the storage core.
+    assert {n for n in names if n.startswith("retained")} <= BRIEF_PATH, sorted(
+        {n for n in names if n.startswith("retained")} - BRIEF_PATH)
+
+
+# What ``python -m retained --brief`` may import of retained (``retained.brief.reader``'s docstring says why).
+BRIEF_PATH = {
+    "retained", "retained.__main__", "retained.errors", "retained.version", "retained.interrupt", "retained.paths",
+    "retained.limits", "retained.render", "retained.brief", "retained.brief.compose", "retained.brief.reader",
+    "retained.core", "retained.core.files", "retained.core.lines", "retained.core.anchors", "retained.index",
+    "retained.index.schema",
+}
 
 
 def test_every_status_has_the_same_keys(filled_store: Store, store_dir: Path, tmp_path: Path) -> None:

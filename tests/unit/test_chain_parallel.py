@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from retained.core import chain, record
+from retained.core import chain, pool, record
 from retained.core.log import Log
 
 from ..conftest import VECTORS, NoProcesses
@@ -228,7 +228,7 @@ def test_range_bounds_fall_on_line_starts_and_cover_the_file(tmp_path):
     data = (directory / "log.jsonl").read_bytes()
     for size in (1, 64, 999, 4096, 1 << 20):
         with open(directory / "log.jsonl", "rb") as f:
-            bounds = chain._range_bounds(f, len(data), size)
+            bounds = pool._range_bounds(f, 0, len(data), size)
         assert bounds[0] == 0 and bounds[-1] == len(data)
         assert bounds == sorted(set(bounds))
         assert all(b == 0 or data[b - 1 : b] == b"\n" for b in bounds[:-1])
@@ -418,7 +418,7 @@ def test_a_worker_killed_halfway_through_sending_a_result_leaves_that_range_to_t
 
     path = tmp_path / "data"
     path.write_bytes(b"abc")
-    results = chain.map_ranges(_large_result, str(path), [0, 1, 2], 2, True, multiprocessing.get_context("fork"))
+    results = pool.map_ranges(_large_result, str(path), [0, 1, 2], 2, multiprocessing.get_context("fork"))
     with closing(results):
         assert next(results)[-8:] == (0).to_bytes(8, "big")
         # Nobody reads the second worker's pipe until the next range is asked for: it is stuck mid-send.
@@ -467,7 +467,7 @@ def test_a_forked_worker_never_finalizes_what_its_parent_left_for_collection(tmp
     gc.disable()
     try:
         _Finalized(record_to)  # unreachable at once, but only a collection can free it
-        got = list(chain.map_ranges(_collecting, str(path), [0, 1, 2, 3], 2, True, multiprocessing.get_context("fork")))
+        got = list(pool.map_ranges(_collecting, str(path), [0, 1, 2, 3], 2, multiprocessing.get_context("fork")))
     finally:
         gc.enable()
     gc.collect()
@@ -511,49 +511,73 @@ def test_a_tally_made_in_worker_processes_counts_what_a_scan_of_the_record_lines
 
 
 SCRIPT_WITHOUT_GUARD = """
-import multiprocessing, sys
+import sys
 from retained import Store
-from retained.core import chain
 store = Store(sys.argv[1])
 store.write("written once, at the top of a script with no __main__ guard")
-report = chain.verify_file(store.log, workers=2, range_bytes=200, parallel_min_bytes=0,
-                           mp_context=multiprocessing.get_context(sys.argv[2]))
-print(report.records, report.ok)
-"""
-
-SCRIPT_WITH_MODULE = """
-import multiprocessing, sys
-from retained import Store
-from retained.core import chain
-from retained.index.stats import Tally
-tally = Tally()
-report = chain.verify_file(Store(sys.argv[1]).log, workers=2, range_bytes=200, parallel_min_bytes=0,
-                           mp_context=multiprocessing.get_context(sys.argv[2]), tally=tally)
-print(report.records, sum(tally.kinds.values()))
+import multiprocessing
+multiprocessing.set_start_method(sys.argv[2], force=True)
+report = store.verify()
+stats = store.stats()
+store.rebuild()
+import resource
+# A child process waited for leaves its peak memory here; none ever started leaves 0.
+print(report["records"], report["ok"], stats["records"], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_workers_that_would_run_an_unguarded_script_again_are_not_started(tmp_path, method):
-    """A started-afresh worker imports the main script: its top-level write must not happen again there."""
+def test_a_library_call_never_starts_a_process_of_its_own(tmp_path, method):
+    """verify, stats and rebuild of a log large enough for workers, from an unguarded script: none runs it again."""
     import subprocess
     import sys
 
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{method} is not available here")
-    _write(tmp_path / "store", _lines(30))
+    lines, prev = [], record.ZERO_HASH
+    for seq in range(1, 31):  # 30 lines of about 300 KB: past pool.PARALLEL_MIN_BYTES
+        sealed = record.seal(record.make_content(text=f"note {seq} " + "word " * 60_000), seq=seq, prev=prev, ts=TS,
+                             client=CLIENT)
+        lines.append(sealed.line)
+        prev = sealed.hash
+    _write(tmp_path / "store", lines)
+    assert len(b"".join(lines)) >= pool.PARALLEL_MIN_BYTES
     script = tmp_path / "unguarded.py"
     script.write_text(SCRIPT_WITHOUT_GUARD)
     done = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), method],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["31", "True"], (done.stdout, done.stderr)
+    assert done.stdout.split() == ["31", "True", "31", "0"], (done.stdout, done.stderr)
     assert len((tmp_path / "store" / "log.jsonl").read_bytes().splitlines()) == 31  # the write happened once
     assert "Traceback" not in done.stderr, done.stderr
-    # Run with -m, the same work does go to worker processes (they import retained, not the script).
+    # Nor under -m, where a worker would not run the script again: a library call starts none, whatever its caller.
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "pkg" / "__main__.py").write_text(SCRIPT_WITH_MODULE)
+    (tmp_path / "pkg" / "__main__.py").write_text(SCRIPT_WITHOUT_GUARD)
     done = subprocess.run([sys.executable, "-m", "pkg", str(tmp_path / "store"), method], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0 and done.stdout.split() == ["31", "31"], (done.stdout, done.stderr)
+    assert done.returncode == 0 and done.stdout.split() == ["32", "True", "32", "0"], (done.stdout, done.stderr)
+
+
+def _pids(path: str, start: int, stop: int) -> int:
+    import os
+
+    return os.getpid()
+
+
+def test_workers_start_only_when_asked_for_and_the_zero_worker_case_runs_here(tmp_path):
+    """pool.map_ranges: 0 and 1 worker run every range in this process; 2 run them elsewhere."""
+    import os
+
+    path = tmp_path / "data"
+    path.write_bytes(b"abcd")
+    assert list(pool.map_ranges(_pids, str(path), [0, 1, 2, 3, 4])) == [os.getpid()] * 4
+    assert list(pool.map_ranges(_pids, str(path), [0, 1, 2, 3, 4], 1)) == [os.getpid()] * 4
+    elsewhere = list(pool.map_ranges(_pids, str(path), [0, 1, 2, 3, 4], 2, multiprocessing.get_context("spawn")))
+    assert len(elsewhere) == 4 and os.getpid() not in elsewhere
+    with open(path, "rb") as f:
+        assert pool.plan_ranges(f, 4, 2, 1, parallel_min_bytes=0)[1] == 2
+        assert pool.plan_ranges(f, 4, 2, 1, parallel_min_bytes=5)[1] == 0  # too small to be worth a process
+        assert pool.plan_ranges(f, 4, 1, 1, parallel_min_bytes=0)[1] == 0
+        with pytest.raises(ValueError, match="workers"):
+            pool.plan_ranges(f, 4, -1, 1)

@@ -95,7 +95,7 @@ def test_every_json_and_toml_block_parses(page: Path) -> None:
 
 def test_the_docs_have_a_page_for_every_subject() -> None:
     for name in ("format", "search", "embeddings", "brief", "mcp", "secrets", "erasure", "data", "selftest",
-                 "harness", "settings", "cli", "python"):
+                 "harness", "settings", "cli", "python", "claude-code"):
         assert (DOCS / f"{name}.md").is_file(), name
         assert f"docs/{name}.md" in _text(README), f"the README does not link docs/{name}.md"
 
@@ -197,7 +197,7 @@ def test_the_python_example_works_as_written(tmp_path: Path, page: Path) -> None
 
 def test_every_environment_variable_the_code_reads_is_in_the_settings_page() -> None:
     names = set()
-    for path in [*(REPO / "retained").rglob("*.py"), *(REPO / "hooks").iterdir()]:
+    for path in [*(REPO / "retained").rglob("*.py"), *(REPO / "hooks").iterdir(), *(REPO / "plugin" / "scripts").iterdir()]:
         if path.is_file():
             names.update(n for n in re.findall(r"RETAINED_[A-Z0-9_]+", path.read_text(encoding="utf-8")) if not n.endswith("_"))
     assert {"RETAINED_DIR", "RETAINED_TOKEN", "RETAINED_EMBED_URL", "RETAINED_HOOK_TIMEOUT"} <= names

@@ -111,10 +111,12 @@ def test_the_default_store_directory_is_computed_in_one_function():
     assert writers == ["paths.py"]
 
 
-@pytest.mark.parametrize("entry", ["retained", "retained.render", "retained.paths", "retained.brief.compose"])
-def test_the_brief_path_imports_no_typing(entry):
-    """render.py and paths.py sit on the session-start path: no typing, orjson, portalocker or mcp."""
-    code = f"import sys, {entry}; print(sorted(m for m in ('typing', 'orjson', 'portalocker', 'mcp') if m in sys.modules))"
+@pytest.mark.parametrize("entry", ["retained", "retained.render", "retained.paths", "retained.brief.compose",
+                                   "retained.brief.reader"])
+def test_the_brief_path_imports_neither_orjson_nor_the_storage_core(entry):
+    """The brief's reader and the leaf modules it needs: no orjson, portalocker, mcp or storage core (typing is fine)."""
+    heavy = ('orjson', 'portalocker', 'mcp', 'retained.core.log', 'retained.core.record', 'retained.store')
+    code = f"import sys, {entry}; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

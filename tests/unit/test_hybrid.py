@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from retained import Store
-from retained.index.hybrid import Hybrid, embed_text, status_line
+from retained.index.hybrid import Hybrid, embed_text
 from retained.index.writer import Index
+from retained.render import mode_line as status_line
 from retained.vectors.embed import Breaker, Embedder
 from tests.embed_server import EmbedServer
 

@@ -1,8 +1,8 @@
-"""A rebuild in worker processes indexes exactly what catching up line by line indexes (L5).
+"""A rebuild, in this process or in worker processes, indexes exactly what a catch-up indexes (L5).
 
-A large log is rebuilt from byte ranges turned into rows in worker
-processes and copied into the index; catch-up (and a rebuild of a small log)
-inserts line by line in this process. On a log with every kind of line
+Both turn byte ranges of the log into rows (``Index._index_lines``); a
+rebuild's caller may have the ranges made in worker processes, a catch-up
+makes them here, from the mark on. On a log with every kind of line
 (foreign, damaged, redacted, a pending redaction, supersedes and
 retractions, seqs claimed twice, a torn tail), both must give the same
 tables, the same words in FTS5 and the same mark, however the ranges are cut
@@ -57,7 +57,7 @@ def _drop_index(directory: Path) -> None:
 
 
 def _caught_up(directory: Path) -> dict[str, list[tuple]]:
-    """The index a catch-up from nothing makes (line by line, ``Index._ingest``)."""
+    """The index a catch-up from nothing makes (in this process, from the mark on)."""
     _drop_index(directory)
     index = Index(Log(directory))
     assert index.catch_up()["state"] == "ok"
@@ -126,6 +126,8 @@ def test_a_small_rebuild_indexes_what_a_catch_up_indexes_and_no_damaged_line(tri
     assert seqs == sorted(set(seqs)) and 11 not in seqs  # seq 11 was damaged: never indexed as a record
     assert not any(w[0] in ("another", "program", "impostor") for w in want["words"])
     assert _rebuilt(tricky) == want
+    for range_bytes in (1, 333, 4096):  # the zero-worker case, cut anywhere
+        assert _rebuilt(tricky, range_bytes=range_bytes) == want
 
 
 @pytest.mark.skipif(not FORK, reason="needs the fork start method")
@@ -180,6 +182,21 @@ def test_a_repeated_line_keeps_the_links_of_the_line_it_repeats(tmp_path: Path) 
         assert [r[0] for r in contents["records"] if r[9]] == [1]  # seq 1 is marked superseded
     with Store(directory) as store:
         assert [r["seq"] for r in store.search("plan")["results"]] == [2]
+
+
+def test_where_sqlite_cannot_serialize_the_ranges_travel_as_rows_and_give_the_same_index(
+    tricky: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Python whose SQLite lacks serialize (built without it) indexes the same rows, catch-up and rebuild alike."""
+    from retained.index import writer
+
+    want = _caught_up(tricky)
+    monkeypatch.setattr(writer, "_SERIALIZE", False)
+    assert _caught_up(tricky) == want
+    assert _rebuilt(tricky, range_bytes=333) == want
+    if FORK:
+        assert _rebuilt(tricky, workers=2, range_bytes=700, parallel_min_bytes=0,
+                        mp_context=multiprocessing.get_context("fork")) == want
 
 
 @pytest.mark.skipif(not FORK, reason="needs the fork start method")

@@ -123,3 +123,29 @@ def test_issue_15_empty_text_refuses_a_jsonl_or_memory_import(tmp_path):
             s.import_file(f)
         assert err.value.line == line and "field text: is empty" in err.value.message
     assert _log(tmp_path / "s") == b""
+
+
+BELOW = str(limits.INT_MIN - 1)  # -9223372036854775809: 19 digits, which orjson reads as a float
+
+
+def test_issue_29_loads_exact_keeps_integers_just_below_the_64_bit_range_exact():
+    assert json_input.loads_exact(BELOW) == limits.INT_MIN - 1 and type(json_input.loads_exact(BELOW)) is int
+    assert json_input.loads_exact(f'{{"n": {BELOW}, "m": {limits.INT_MIN}}}') == {"n": limits.INT_MIN - 1, "m": limits.INT_MIN}
+    assert json_input.loads_exact("-9999999999999999999") == -9999999999999999999
+
+
+@pytest.mark.parametrize("value", [BELOW, "-9999999999999999999", f"[{BELOW}]"])
+def test_issue_29_cli_field_refuses_an_integer_below_the_64_bit_range(store_dir, value):
+    out = run_cli("write", "x", "--field", f"n={value}", "--json", env_dir=store_dir)
+    assert out.returncode == 2, out.stdout
+    assert "integer outside 64 bits" in out.stderr
+    assert _log(store_dir) == b""
+
+
+def test_issue_29_import_refuses_an_integer_below_the_64_bit_range(tmp_path):
+    f = tmp_path / "in.jsonl"
+    f.write_text(f'{{"text": "a", "n": {BELOW}}}\n', encoding="utf-8")
+    with pytest.raises(ImportRefused) as err:
+        Store(tmp_path / "s").import_file(f)
+    assert "field n: integer outside 64 bits" in err.value.message
+    assert _log(tmp_path / "s") == b""

@@ -14,7 +14,7 @@ from retained import Store
 from retained.core import chain, record
 from retained.core.lock import StoreLock
 from retained.core.log import Log
-from retained.errors import LockTimeout, NotFound
+from retained.errors import LockTimeout, NotFound, OpIdConflict
 
 CLIENT = {"name": "test", "version": "0"}
 
@@ -124,7 +124,7 @@ def test_client_op_id_lookup_finds_every_earlier_id_among_records_without_one(st
     firsts = {}
     for i in range(60):
         if i % 7 == 0:
-            firsts[f"op-{i}"] = _append(log, f"with an id {i}", client_op_id=f"op-{i}")
+            firsts[f"op-{i}"] = _append(log, "retry", client_op_id=f"op-{i}")
         else:
             # Lines that mention the field without having it must not confuse the lookup.
             _append(log, f'text says "client_op_id": op-{i}', fields={"meta": {"client_op_id": f"op-{i}"}})
@@ -146,7 +146,7 @@ def test_client_op_id_is_recognised_by_another_process(store_dir):
         f"""
         import json
         from retained import Store
-        print(json.dumps(Store({str(store_dir)!r}).write("from the child", client_op_id="shared-op")))
+        print(json.dumps(Store({str(store_dir)!r}).write("from the parent", client_op_id="shared-op")))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -209,8 +209,8 @@ def test_a_log_replaced_on_disk_is_reopened_before_the_next_append(store_dir):
 def test_batch_append_chains_reads_back_and_dedupes(store_dir):
     """One lock, one fsync: every record still chained (L3) and read back (L4)."""
     store = Store(store_dir)
-    store.write("before", client_op_id="op-0")
-    items = [{"text": f"batch {i}", "client_op_id": f"op-{i % 50}"} for i in range(100)]
+    store.write("batch 0", client_op_id="op-0")
+    items = [{"text": f"batch {i % 50}", "client_op_id": f"op-{i % 50}"} for i in range(100)]
     proofs = store.write_batch(items)
     fresh = [p for p in proofs if not p["duplicate"]]
     assert [p["seq"] for p in fresh] == list(range(2, 51))
@@ -230,3 +230,57 @@ def test_batch_with_one_bad_item_writes_nothing(store_dir):
         store.write_batch([{"text": "ok"}, {"text": "bad", "fields": {"hash": "x"}}])
     assert "batch item 1" in str(err.value)
     assert (store_dir / "log.jsonl").read_bytes() == before
+
+
+def test_issue_29_deleting_log_lock_while_a_writer_holds_it_does_not_let_a_second_writer_in(store_dir):
+    """Mutual exclusion does not depend on a file anyone can delete (L2, L3)."""
+    holder = Log(store_dir)
+    _append(holder, "one")
+    size = (store_dir / "log.jsonl").stat().st_size
+    with holder.exclusive():
+        (store_dir / "log.lock").unlink()
+        with pytest.raises(LockTimeout):
+            _append(Log(store_dir, lock_wait_s=0.2), "let in")
+    assert (store_dir / "log.jsonl").stat().st_size == size
+    # The lock file comes back: the next writers take turns on it again.
+    assert _append(Log(store_dir), "two")["seq"] == 2
+    assert _append(holder, "three")["seq"] == 3
+    assert (store_dir / "log.lock").exists()
+    assert chain.walk(holder.scan()).ok
+
+
+def test_issue_29_a_landed_line_that_does_not_link_is_never_the_parent_of_the_next_record(store_dir):
+    """A second line claiming seq 2 (a writer that raced and was never acknowledged) is set aside, not chained onto (L3)."""
+    log = Log(store_dir)
+    p1 = _append(log, "one")
+    p2 = _append(log, "two")
+    stray = record.seal(record.make_content(text="raced"), seq=2, prev=p1["hash"], ts=p2["ts"], client=CLIENT)
+    path = store_dir / "log.jsonl"
+    with open(path, "ab") as f:
+        f.write(stray.line)
+    proof = _append(Log(store_dir), "three")
+    assert proof["seq"] == 3 and proof["prev"] == p2["hash"]
+    assert chain.walk(Log(store_dir).scan()).ok
+    aside = store_dir / f"log.jsonl.torn-{p2['offset'] + p2['length']}"
+    assert aside.read_bytes() == stray.line
+
+
+def test_issue_29_a_reused_client_op_id_with_other_content_is_refused_naming_the_first_record(store_dir):
+    log = Log(store_dir)
+    first = _append(log, "deploy to staging", client_op_id="op-1", scope="a")
+    size = (store_dir / "log.jsonl").stat().st_size
+    for other in ({"text": "deploy to production"}, {"text": "deploy to staging", "scope": "b"},
+                  {"text": "deploy to staging", "scope": "a", "kind": "fact"}):
+        with pytest.raises(OpIdConflict) as err:
+            log.append([record.make_content(client_op_id="op-1", **{"scope": None, **other})], client=CLIENT)
+        assert err.value.code == "conflict" and err.value.seq == first["seq"] and "seq 1" in err.value.message
+    # Another process, and a conflict inside one batch, alike.
+    with pytest.raises(OpIdConflict):
+        _append(Log(store_dir), "something else", client_op_id="op-1")
+    with pytest.raises(OpIdConflict):
+        log.append([record.make_content(text="x", client_op_id="op-2"), record.make_content(text="y", client_op_id="op-2")],
+                   client=CLIENT)
+    assert (store_dir / "log.jsonl").stat().st_size == size
+    # The same content again: the first proof, as before.
+    again = _append(Log(store_dir), "deploy to staging", client_op_id="op-1", scope="a")
+    assert again["duplicate"] and again["seq"] == first["seq"] and again["hash"] == first["hash"]

@@ -21,8 +21,10 @@ from the records and their vectors, so a rebuilt index gives the same links.
   harness/data/corrections.json: docs/retrieval.md).
 
 Records of different subjects pass neither test and keep their relevance
-order; a result moves only above an older result it may correct, so nothing
-else changes place relative to the rest. Retractions, redactions and
+order; a result moves only above an older result it may correct and at most
+``MOVE_RANKS_MAX`` places (comparable relevance: on LoCoMo, unbounded moves
+cost recall, docs/retrieval.md), so nothing else changes place relative to
+the rest. Retractions, redactions and
 checkpoints are never part of a pair.
 """
 
@@ -36,6 +38,7 @@ from retained.index import query
 COSINE_MIN = 0.92  # two records' vectors this close say the same about one subject (docs/retrieval.md)
 COSINE_NEAR = 0.87  # closer than this and each other's nearest among the results: the same subject (likewise)
 SKIP_KINDS = ("retract", "redaction", "checkpoint")
+MOVE_RANKS_MAX = 3  # "comparable relevance": a newer result moves above an older one at most this many places
 
 
 def _text(entry: dict[str, Any]) -> str | None:
@@ -72,7 +75,7 @@ def newer_first(results: list[dict[str, Any]], cosine: Callable[[int, int], floa
     i = 0
     while i < len(results):
         older = results[i]
-        for j in range(i + 1, len(results)):
+        for j in range(i + 1, min(len(results), i + 1 + MOVE_RANKS_MAX)):
             newer = results[j]
             if newer["seq"] <= older["seq"]:
                 continue

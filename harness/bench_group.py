@@ -29,6 +29,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.figures import pct, spread
+from harness.turns import locomo_turns
 from retained import Store
 from retained.core import chain
 from retained.core.log import Log
@@ -39,12 +40,18 @@ TEXT = "the deploy target for proj-a moved from staging to production after the 
 
 
 def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: int, related: bool = False,
-            text: str = TEXT) -> dict[str, Any]:
+            texts: list[str] | None = None) -> dict[str, Any]:
     """THREADS x PER_THREAD acknowledged writes on a fresh store; aggregate rate and latency.
 
-    ``related`` asks each write for the earlier records it may correct, as
-    the MCP server's ``memory_write`` does (``Store.write(related=True)``).
+    Thread t's i-th write is ``texts[t * per_thread + i]`` (going round
+    ``texts``; default the bench's one sentence, numbered). ``related`` asks
+    each write for the earlier records it may correct, as the MCP server's
+    ``memory_write`` does (``Store.write(related=True)``). Every acknowledged
+    record is then looked for in the log: its seq holds its hash.
     """
+    if not texts:
+        texts = [f"{TEXT} #{i}" for i in range(threads * per_thread)]
+    proofs: list[list[tuple[int, str]]] = [[] for _ in range(threads)]
     store = Store(directory, group_commit=group_commit)
     store.write("warm the log and its directory entry")
     latencies: list[list[float]] = [[] for _ in range(threads)]
@@ -53,10 +60,13 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
     def work(t: int) -> None:
         start.wait(timeout=60)
         out = latencies[t]
+        acked = proofs[t]
         for i in range(per_thread):
+            text = texts[(t * per_thread + i) % len(texts)]
             t0 = time.perf_counter()
-            store.write(f"{text} thread {t} #{i}", scope=f"t{t}", related=related)
+            proof = store.write(text, scope=f"t{t}", related=related)
             out.append((time.perf_counter() - t0) * 1000)
+            acked.append((proof["seq"], proof["hash"]))
 
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     for w in workers:
@@ -67,9 +77,15 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
         w.join()
     wall = time.perf_counter() - t0
     store.close()
-    report = chain.walk(Log(directory).scan())
+    log = Log(directory)
+    report = chain.walk(log.scan())
     if not report.ok or report.records != threads * per_thread + 1:
         raise SystemExit(f"bench group: the log does not verify after a run: {report.findings[:3]}")
+    held = {line.seq: line.hash for line in log.scan() if line.chained}
+    missing = [seq for per in proofs for seq, h in per if held.get(seq) != h]
+    if missing:
+        raise SystemExit(f"bench group: {len(missing)} acknowledged records are not in the log as acknowledged, "
+                         f"first seq {missing[0]}")
     ms = [x for per in latencies for x in per]
     return {
         "writes_per_s": round(threads * per_thread / wall, 1),
@@ -80,20 +96,23 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
 
 
 
-def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
+def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None, kind: str = "locomo") -> dict[str, Any]:
+    texts, source = locomo_turns(threads * per_thread) if kind == "locomo" else (None, "words (one sentence, numbered)")
     on: list[dict[str, Any]] = []
     off: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for r in range(runs):
             for flag, out in ((True, on), (False, off)):
                 out.append(one_run(Path(tmp) / f"{'on' if flag else 'off'}-{r}", group_commit=flag,
-                                   threads=threads, per_thread=per_thread))
+                                   threads=threads, per_thread=per_thread, texts=texts))
     ratios = [a["writes_per_s"] / b["writes_per_s"] for a, b in zip(on, off, strict=True)]
     return {
         "bench": "group",
         "threads": threads,
         "per_thread": per_thread,
         "runs": runs,
+        "texts": source,
+        "every_acknowledged_record_present": True,  # one_run stops the bench otherwise
         "on": {k: spread([r[k] for r in on]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
         "off": {k: spread([r[k] for r in off]) for k in ("writes_per_s", "p50_ms", "p99_ms")},
         "ratio_writes_per_s": spread(ratios),
@@ -114,10 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=16, help="writer threads (default 16)")
     p.add_argument("--per-thread", type=int, default=500, help="writes per thread (default 500)")
     p.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating (default 3)")
+    p.add_argument("--texts", choices=("locomo", "words"), default="locomo",
+                   help="conversation turns (default; LoCoMo's, or generated of the same shape) or the one sentence")
     p.add_argument("--dir", type=Path, help="make the temporary stores under DIR (the filesystem matters)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = p.parse_known_args(argv)
-    result = bench(args.threads, args.per_thread, args.runs, args.dir)
+    result = bench(args.threads, args.per_thread, args.runs, args.dir, args.texts)
     if args.json:
         print(json.dumps(result))
     else:

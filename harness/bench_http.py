@@ -16,7 +16,11 @@ MCP handling and how much is the store, the same number of threads write
 records of the same words through one in-process ``Store``, asking for the
 related records as ``memory_write`` does (the store's share), in the same run.
 
-    python -m harness bench http [--clients 20] [--writes 50] [--runs 3] [--json]
+    python -m harness bench http [--clients 20] [--writes 50] [--runs 3] [--vary group|related] [--json]
+
+``--vary related`` runs the related-records step on and off instead
+(``RETAINED_RELATED``, group commit on both ways). The texts are
+conversation turns (LoCoMo's, see harness/turns.py) unless ``--texts words``.
 
 A benchmark, not a test: the numbers depend on the machine, its disk and its load.
 """
@@ -41,6 +45,7 @@ if __package__ in (None, ""):
 
 from harness.bench_group import one_run
 from harness.figures import pct, spread, stop
+from harness.turns import locomo_turns
 
 START_WAIT_S = 60.0
 URL = re.compile(rb"serving MCP on (http://\S+)")
@@ -51,9 +56,10 @@ URL = re.compile(rb"serving MCP on (http://\S+)")
 class _Server:
     """``retained serve --http --port 0`` on a fresh store, its URL read from stderr."""
 
-    def __init__(self, directory: Path, group_commit: bool) -> None:
+    def __init__(self, directory: Path, group_commit: bool, related: bool = True) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
-        env.update(RETAINED_DIR=str(directory), RETAINED_GROUP_COMMIT="on" if group_commit else "off")
+        env.update(RETAINED_DIR=str(directory), RETAINED_GROUP_COMMIT="on" if group_commit else "off",
+                   RETAINED_RELATED="on" if related else "off")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "retained", "serve", "--http", "--host", "127.0.0.1", "--port", "0"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -81,7 +87,7 @@ class _Server:
         stop(self.proc)
 
 
-async def _clients(url: str, clients: int, writes: int) -> tuple[float, list[tuple[int, float]]]:
+async def _clients(url: str, clients: int, writes: int, texts: list[str]) -> tuple[float, list[tuple[int, float]]]:
     """The clients' wall time and every call's ``(i, latency_ms)``, ``i`` its place in its client's calls."""
     import anyio
     from mcp import Client
@@ -99,7 +105,8 @@ async def _clients(url: str, clients: int, writes: int) -> tuple[float, list[tup
             await ready.wait()
             for i in range(writes):
                 t0 = time.perf_counter()
-                result = await client.call_tool("memory_write", {"text": f"client {n} record {i}", "scope": f"c{n}"})
+                text = texts[(n * writes + i) % len(texts)]
+                result = await client.call_tool("memory_write", {"text": text, "scope": f"c{n}"})
                 latencies.append((i, (time.perf_counter() - t0) * 1000))
                 if result.is_error:
                     raise SystemExit(f"bench http: a write failed: {result.content}")
@@ -117,12 +124,13 @@ async def _clients(url: str, clients: int, writes: int) -> tuple[float, list[tup
     return time.perf_counter() - start[0], latencies
 
 
-def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: int) -> dict[str, Any]:
+def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: int, texts: list[str],
+                 related: bool = True) -> dict[str, Any]:
     import anyio
 
-    server = _Server(directory, group_commit)
+    server = _Server(directory, group_commit, related)
     try:
-        wall, calls = anyio.run(_clients, server.url, clients, writes)
+        wall, calls = anyio.run(_clients, server.url, clients, writes, texts)
     finally:
         server.stop()
     ms = [x for _, x in calls]
@@ -143,25 +151,33 @@ def _pooled(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return {"calls": len(every), "p50_ms": round(statistics.median(every), 3), "p99_ms": round(pct(every, 0.99), 3)}
 
 
-def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
+def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, vary: str = "group",
+          kind: str = "locomo") -> dict[str, Any]:
+    """Runs alternating ``on`` and ``off`` of what ``vary`` names: group commit, or the related-records step
+    (group commit on both ways)."""
+    texts, source = (locomo_turns(clients * writes) if kind == "locomo"
+                     else ([f"client record {i}" for i in range(clients * writes)], "words"))
     modes: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
     store_only: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for r in range(runs):
             for name, flag in (("on", True), ("off", False)):
-                modes[name].append(one_http_run(Path(tmp) / f"http-{name}-{r}", group_commit=flag,
-                                                clients=clients, writes=writes))
-                # The same work as a memory_write call: texts of the same words, and the related records asked for.
-                store_only[name].append(one_run(Path(tmp) / f"store-{name}-{r}", group_commit=flag,
-                                                threads=clients, per_thread=writes, related=True,
-                                                text="client record"))
+                group, related = (flag, True) if vary == "group" else (True, flag)
+                modes[name].append(one_http_run(Path(tmp) / f"http-{name}-{r}", group_commit=group,
+                                                clients=clients, writes=writes, texts=texts, related=related))
+                # The same work as a memory_write call: the same texts, and the related records asked for.
+                store_only[name].append(one_run(Path(tmp) / f"store-{name}-{r}", group_commit=group,
+                                                threads=clients, per_thread=writes, related=related, texts=texts))
     keys = ("writes_per_s", "p50_ms", "p99_ms")
     out: dict[str, Any] = {
         "bench": "http",
         "clients": clients,
         "writes_per_client": writes,
         "runs": runs,
+        "vary": vary,
+        "texts": source,
     }
+    prefix = "group_commit" if vary == "group" else "related"
     pooled: dict[str, dict[str, Any]] = {}
     for name in ("on", "off"):
         http = {k: spread([r[k] for r in modes[name]]) for k in keys}
@@ -172,7 +188,7 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> 
         pooled[name] = _pooled(modes[name], "ms")
         pooled[f"{name}_after_first"] = _pooled(modes[name], "ms_after_first")
         first = [x for r in modes[name] for x in r["ms_first"]]
-        out[f"group_commit_{name}"] = {
+        out[f"{prefix}_{name}"] = {
             "http": http,
             "http_pooled": pooled[name],
             "http_after_first": pooled[f"{name}_after_first"],
@@ -186,8 +202,10 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None) -> 
     out["ratio_pooled_on_off"] = {k: round(pooled["on"][k] / pooled["off"][k], 3) for k in ("p50_ms", "p99_ms")}
     out["ratio_after_first_on_off"] = {
         k: round(pooled["on_after_first"][k] / pooled["off_after_first"][k], 3) for k in ("p50_ms", "p99_ms")}
-    out["method"] = ("retained serve --http on 127.0.0.1, real MCP clients in one process, group commit on and off "
-                     "alternately; store share: the same writes from as many threads through one in-process Store")
+    out["method"] = ("retained serve --http on 127.0.0.1, real MCP clients in one process, "
+                     f"{'group commit' if vary == 'group' else 'the related-records step (RETAINED_RELATED)'} "
+                     "on and off alternately; store share: the same writes from as many threads through one "
+                     "in-process Store")
     out["cpus"] = os.cpu_count()
     out["loadavg"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     return out
@@ -202,27 +220,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
     p.add_argument("--writes", type=int, default=50, help="memory_write calls per client (default 50)")
     p.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating (default 3)")
+    p.add_argument("--vary", choices=("group", "related"), default="group",
+                   help="what runs on and off: group commit (default) or the related-records step")
+    p.add_argument("--texts", choices=("locomo", "words"), default="locomo",
+                   help="conversation turns (default; LoCoMo's, or generated of the same shape) or 'client record N'")
     p.add_argument("--dir", type=Path, help="make the temporary stores under DIR (the filesystem matters)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = p.parse_known_args(argv)
-    result = bench(args.clients, args.writes, args.runs, args.dir)
+    result = bench(args.clients, args.writes, args.runs, args.dir, vary=args.vary, kind=args.texts)
+    what = "group commit" if args.vary == "group" else "related step"
+    prefix = "group_commit" if args.vary == "group" else "related"
     if args.json:
         print(json.dumps(result))
     else:
         for name in ("on", "off"):
-            r = result[f"group_commit_{name}"]
+            r = result[f"{prefix}_{name}"]
             h, s = r["http"], r["store_in_process"]
             print(
-                f"group commit {name}: {h['writes_per_s']['median']:.0f} writes/s over HTTP, "
+                f"{what} {name}: {h['writes_per_s']['median']:.0f} writes/s over HTTP, "
                 f"p50 {h['p50_ms']['median']:.1f} ms p99 {h['p99_ms']['median']:.1f} ms; "
                 f"in-process store p50 {s['p50_ms']['median']:.2f} ms (share of the HTTP p50: {r['store_share_of_p50']})"
             )
         ratio = result["ratio_writes_per_s_on_off"]
-        print(f"writes/s on/off: {ratio['min']:.2f}-{ratio['median']:.2f}-{ratio['max']:.2f}")
+        pooled = result["ratio_pooled_on_off"]
+        print(f"writes/s on/off: {ratio['min']:.2f}-{ratio['median']:.2f}-{ratio['max']:.2f}; "
+              f"pooled p50 on/off {pooled['p50_ms']:.2f}, p99 {pooled['p99_ms']:.2f}")
         for name in ("on", "off"):
-            r = result[f"group_commit_{name}"]
+            r = result[f"{prefix}_{name}"]
             a, f = r["http_after_first"], r["first_call_ms"]
-            print(f"group commit {name}, every call but each client's first: p50 {a['p50_ms']:.1f} ms "
+            print(f"{what} {name}, every call but each client's first: p50 {a['p50_ms']:.1f} ms "
                   f"p99 {a['p99_ms']:.1f} ms; first calls: p50 {f['p50_ms']:.1f} ms, max {f['max_ms']:.1f} ms")
     return 0
 

@@ -13,7 +13,7 @@ The CPU side: the same alternation on a tmpfs (``--cpu-dir``, default
 There fsync is nearly free, so the store's CPU time less the bare round's is
 what the store spends outside the system calls. Target: <= 40 us at p50.
 
-    python -m harness bench write [--records 2000] [--json]
+    python -m harness bench write [--records 2000] [--texts turns|prose|urls|code|sentence] [--json]
     python harness/bench_write.py --records 200
 
 A benchmark, not a test: the numbers depend on the machine and its load.
@@ -35,6 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.figures import pct
+from harness.turns import KINDS, texts_of_kind
 from retained import Store
 
 try:
@@ -45,7 +46,6 @@ except ImportError:  # Windows: the bare round runs without a lock
 DEFAULT_CPU_DIR = Path("/dev/shm")
 TARGET_P50_RATIO = 1.5
 TARGET_CPU_US = 40.0
-TEXT = "the deploy target for proj-a moved from staging to production after the 0.3 release; " * 2
 
 
 
@@ -66,7 +66,7 @@ def _bare_round(fd: int, lock_fd: int | None, line: bytes) -> None:
         raise SystemExit("bench write: the bare loop read back other bytes")
 
 
-def _alternate(records: int, workdir: Path | None, clock: Any, warmup: int = 20) -> dict[str, Any]:
+def _alternate(records: int, workdir: Path | None, clock: Any, texts: list[str], warmup: int = 20) -> dict[str, Any]:
     """Store.write and a bare round in turn on one directory; each side's times in microseconds."""
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         directory = Path(tmp) / "store"
@@ -80,7 +80,7 @@ def _alternate(records: int, workdir: Path | None, clock: Any, warmup: int = 20)
         try:
             for i in range(warmup + records):
                 t0 = clock()
-                proof = store.write(f"{TEXT} #{i}", scope="bench")
+                proof = store.write(texts[i % len(texts)], scope="bench")
                 t1 = clock()
                 line = store.log.read_at(proof["offset"], proof["length"])
                 line_bytes = len(line)
@@ -114,11 +114,12 @@ def semantic(records: int, workdir: Path | None = None) -> dict[str, Any]:
         on = Store(Path(tmp) / "on", follow_writes=True)
         off = Store(Path(tmp) / "off", follow_writes=True, embed_settings={"RETAINED_EMBED_LOCAL": "0"})
         times: dict[str, list[float]] = {"on": [], "off": []}
+        texts, _ = texts_of_kind("turns", records + 20)
         try:
             for i in range(records + 20):
                 for name, store in (("on", on), ("off", off)) if i % 2 else (("off", off), ("on", on)):
                     t0 = time.perf_counter_ns()
-                    store.write(f"{TEXT} #{i}", scope="bench")
+                    store.write(texts[i], scope="bench")
                     if i >= 20:
                         times[name].append((time.perf_counter_ns() - t0) / 1e6)
             started = time.perf_counter()
@@ -141,13 +142,15 @@ def semantic(records: int, workdir: Path | None = None) -> dict[str, Any]:
     }
 
 
-def bench(records: int, workdir: Path | None = None, cpu_dir: Path | None = None) -> dict[str, Any]:
-    wall = _alternate(records, workdir, time.perf_counter_ns)
+def bench(records: int, workdir: Path | None = None, cpu_dir: Path | None = None, kind: str = "turns") -> dict[str, Any]:
+    texts, source = texts_of_kind(kind, records + 20)
+    wall = _alternate(records, workdir, time.perf_counter_ns, texts)
     s = _summary([x / 1e3 for x in wall["store"]])
     b = _summary([x / 1e3 for x in wall["bare"]])
     result: dict[str, Any] = {
         "bench": "write",
         "records": records,
+        "texts": source,
         "line_bytes": wall["line_bytes"],
         "store_write_ms": s,
         "bare_write_fsync_pread_ms": b,
@@ -161,7 +164,7 @@ def bench(records: int, workdir: Path | None = None, cpu_dir: Path | None = None
         "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
     if cpu_dir is not None and cpu_dir.is_dir():
-        cpu = _alternate(records, cpu_dir, time.thread_time_ns)
+        cpu = _alternate(records, cpu_dir, time.thread_time_ns, texts)
         store_cpu, bare_cpu = statistics.median(cpu["store"]), statistics.median(cpu["bare"])
         result["cpu"] = {
             "dir": str(cpu_dir),
@@ -185,12 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, help="make the temporary store under DIR (the filesystem matters)")
     p.add_argument("--cpu-dir", type=Path, default=DEFAULT_CPU_DIR,
                    help=f"a tmpfs for the CPU measurement (default {DEFAULT_CPU_DIR}; 'none' skips it)")
+    p.add_argument("--texts", choices=KINDS, default="turns",
+                   help="what is written: conversation turns (default; LoCoMo's, or generated of the same shape), "
+                   "their prose without the speaker, prose with a URL, code, or the old one sentence")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument("--semantic", type=int, default=0, metavar="N",
                    help="also N writes each with and without the embedded model in a long-lived store")
     args, _ = p.parse_known_args(argv)
     cpu_dir = None if str(args.cpu_dir) == "none" else args.cpu_dir
-    result = bench(args.records, args.dir, cpu_dir)
+    result = bench(args.records, args.dir, cpu_dir, args.texts)
     if args.semantic:
         result["semantic"] = semantic(args.semantic, args.dir)
     if args.json:
@@ -198,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         s, b = result["store_write_ms"], result["bare_write_fsync_pread_ms"]
         print(
-            f"write ({result['records']} records, {result['line_bytes']}-byte lines): "
+            f"write ({result['records']} records of {result['texts']}, {result['line_bytes']}-byte lines): "
             f"store p50 {s['p50']:.3f} ms p99 {s['p99']:.3f} ms | bare p50 {b['p50']:.3f} ms p99 {b['p99']:.3f} ms | "
             f"ratio p50 {result['ratio_p50']:.2f} (target <= {TARGET_P50_RATIO}) p99 {result['ratio_p99']:.2f}"
         )

@@ -76,6 +76,15 @@ class OpIdConflict(InvalidRecord):
     code = "conflict"
 
 
+class RecordDamaged(NotFound):
+    """A seq asked for is claimed only by a damaged line (it fails to parse or verify): the record cannot be read.
+
+    The line is kept in place and reported by verify; ``offset`` and ``problem`` say where and what.
+    """
+
+    code = "record_damaged"
+
+
 class LockTimeout(RetainedError):
     """Another writer held the store's lock for longer than ``lock_wait_s``.
 

@@ -44,6 +44,12 @@ TIMELINE_WINDOW_MAX = 100
 # Neighbouring records one search result may carry as context; more is a timeline (get --around).
 CONTEXT_MAX = 50
 
+# Bounds every edge (the command line and the MCP tools) accepts alike: a search's k, a listing's
+# limit, a scope's length (a scope is never empty: no scope is the absence of one).
+SEARCH_K_MAX = 200
+LIST_LIMIT_MAX = 500
+SCOPE_CHARS_MAX = 200
+
 # How the bounds relate, checked at import (explicit raises: `python -O` strips asserts).
 if SCAN_CHUNK_BYTES < TAIL_CHUNK_BYTES:
     raise ImportError("limits: SCAN_CHUNK_BYTES must be at least TAIL_CHUNK_BYTES")

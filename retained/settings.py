@@ -8,8 +8,11 @@
 | ``RETAINED_RECORD_BYTES_MAX`` | largest encoded record, bytes | 16 MiB |
 | ``RETAINED_LOCK_WAIT_S`` | how long a writer waits for the lock | 10 |
 | ``RETAINED_GROUP_COMMIT`` | threads of one process share fsyncs: on or off | on |
+| ``RETAINED_RELATED`` | ``memory_write`` and ``retained write`` name earlier records of the same subject: on or off | on |
 | ``RETAINED_EMBED_*`` | embeddings (see ``retained.index.hybrid.SETTINGS``) | off |
 | ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see ``retained.core.anchors`` | ``$XDG_STATE_HOME/retained`` |
+| ``RETAINED_ANCHOR_EVERY`` | a write records the head when this many records were written since the last it recorded | 1000 |
+| ``RETAINED_ANCHOR_EVERY_S`` | ... or when this many seconds passed | 300 |
 | ``RETAINED_HTTP_HEADER_TIMEOUT_S`` | seconds an HTTP request's headers may take to arrive | 10 |
 | ``RETAINED_HTTP_CONNECTIONS_MAX`` | open HTTP connections in all | 512 |
 | ``RETAINED_HTTP_CLIENT_CONNECTIONS_MAX`` | open HTTP connections from one address | 64 |
@@ -60,6 +63,25 @@ def guard_from(environ: Mapping[str, str]) -> Any:
     return Guard(policy=policy, allow=allow)
 
 
+_ON = ("1", "on", "true", "yes")
+_OFF = ("0", "off", "false", "no")
+
+
+def _switch(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    """An on/off variable (1/0, true/false, yes/no too); ``default`` when unset; anything else is refused, named."""
+    raw = environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in _ON + _OFF:
+        raise InvalidRecord(f"{name} must be on or off (1/0), found {raw!r}; fix or unset it", path=name)
+    return raw in _ON
+
+
+def related_on(environ: Mapping[str, str] = os.environ) -> bool:
+    """``RETAINED_RELATED``: whether the edges' writes ask for related records (``Store.write(related=...)``)."""
+    return _switch(environ, "RETAINED_RELATED", True)
+
+
 def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """Keyword arguments for ``Store`` from the environment.
 
@@ -75,14 +97,13 @@ def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "embed_settings": {k: v for k, v in environ.items() if k.startswith("RETAINED_EMBED_")},
         "anchor_dir": anchors.dir_from(environ),
     }
-    group = environ.get("RETAINED_GROUP_COMMIT", "").strip().lower()
-    if group:
-        if group not in ("1", "on", "true", "yes", "0", "off", "false", "no"):
-            raise InvalidRecord(
-                f"RETAINED_GROUP_COMMIT must be on or off (1/0), found {group!r}; fix or unset it",
-                path="RETAINED_GROUP_COMMIT",
-            )
-        options["group_commit"] = group in ("1", "on", "true", "yes")
+    related_on(environ)  # not a Store option (the edges read it), refused here with the others when unusable
+    every = _positive(environ, "RETAINED_ANCHOR_EVERY", int)
+    every_s = _positive(environ, "RETAINED_ANCHOR_EVERY_S", float)
+    if every is not None or every_s is not None:
+        options["anchor_every"] = (every or anchors.EVERY_RECORDS, every_s or anchors.EVERY_S)
+    if environ.get("RETAINED_GROUP_COMMIT", "").strip():
+        options["group_commit"] = _switch(environ, "RETAINED_GROUP_COMMIT", True)
     for name, key, kind in (
         ("RETAINED_RECORD_BYTES_MAX", "record_bytes_max", int),
         ("RETAINED_LOCK_WAIT_S", "lock_wait_s", float),

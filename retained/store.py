@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from retained import limits
 from retained.core import anchors, chain, files, lock, record
 from retained.core.log import Log
-from retained.errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordTooLarge, RetainedError
+from retained.errors import RECORD_LIMIT_SETTING, EmbedConfigError, InvalidRecord, NoStore, NotFound, RecordDamaged, RecordTooLarge, RetainedError
 from retained.version import __version__
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
@@ -60,11 +60,14 @@ class Store:
         follow_writes: bool = False,
         group_commit: bool = True,
         anchor_dir: str | os.PathLike[str] | None = None,
+        anchor_every: tuple[int, float] = (anchors.EVERY_RECORDS, anchors.EVERY_S),
     ) -> None:
         self.directory = Path(directory).expanduser()
         # Where the store's head is recorded outside it (retained/anchors.py);
         # None: no anchors. The edges pass the setting (settings.store_options).
         self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
+        # Writes record the head routinely (records, seconds): see anchors.Routine.
+        self._routine = None if self.anchor_dir is None else anchors.Routine(self.anchor_dir, self.directory, *anchor_every)
         self._permissions_checked = False
         if self.directory.exists() and not self.directory.is_dir():
             raise NoStore(
@@ -91,6 +94,9 @@ class Store:
         # Threads may share a Store (the MCP server's handlers do): the parts
         # opened on first use are opened once, under this lock.
         self._opening = threading.Lock()
+        # Writes asking for related records under way (Store.write): their steps may run in any order.
+        self._related_writes = 0
+        self._counting = threading.Lock()
         # When the index cannot be opened (e.g. left owned by root), search
         # builds this one from the log in a private temporary directory.
         self._scratch: Any = None
@@ -204,6 +210,9 @@ class Store:
         if self._follow and self.wants_vectors():
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out = [{**proof, **item.notes} if item.notes else proof for proof, item in zip(proofs, items, strict=True)]
+        written = [p for p in proofs if not p["duplicate"]]
+        if self._routine is not None and written:
+            self._routine.after(written[-1]["seq"], written[-1]["hash"], written[-1]["offset"] + written[-1]["length"])
         if not self._permissions_checked:
             self._permissions_checked = True
             notices = self._permission_notices()
@@ -260,8 +269,12 @@ class Store:
         """
         if not isinstance(text, str):
             raise InvalidRecord(f"field text: must be a string, got {type(text).__name__}; nothing was written", path="text")
+        kept = None
         if supersedes:
-            self._require(_seq_list(supersedes, "supersedes"), "supersedes")
+            targets = self._require(_seq_list(supersedes, "supersedes"), "supersedes")
+            if scope is None:
+                # A correction belongs where what it corrects did: without a scope it would leave that scope's reads.
+                scope, kept = _scope_of(targets)
         content = record.make_content(
             text=text,
             kind=kind,
@@ -272,19 +285,37 @@ class Store:
             client_op_id=client_op_id,
             fields=fields,
         )
-        proof = self.append([self.prepare(content)], client=client)[0]
-        if related and not proof.get("duplicate"):
-            proof.update(self._related(proof["seq"], text, scope))
+        if related:  # counted so that a write knows another ran beside it (see _related)
+            with self._counting:
+                self._related_writes += 1
+        try:
+            proof = self.append([self.prepare(content)], client=client)[0]
+            if kept:
+                proof["notices"] = [*proof.get("notices", ()), kept]
+            if related and not proof.get("duplicate"):
+                found = self._related(proof, text, scope, bool(supersedes), self._related_writes > 1)
+                if kept and found.get("notices"):
+                    found["notices"] = [*proof["notices"], *found["notices"]]
+                proof.update(found)
+        finally:
+            if related:
+                with self._counting:
+                    self._related_writes -= 1
         return proof
 
-    def _related(self, seq: int, text: str, scope: str | None) -> dict[str, Any]:
+    def _related(
+        self, proof: dict[str, Any], text: str, scope: str | None, links: bool, concurrent: bool
+    ) -> dict[str, Any]:
         """``related`` (earlier records on the same subject, see ``Index.related``) and a notice naming them.
 
         Runs after the acknowledgement; an index that cannot answer costs the
-        reply only this hint, never the write.
+        reply only this hint, never the write. The new record (``proof``;
+        ``links``: it supersedes others) is left to a later catch-up;
+        ``concurrent``: other writes asking for this step are under way here.
         """
         try:
-            found = self.index.related(seq, text, scope=scope)
+            found = self.index.related(proof["seq"], text, scope=scope, before=proof["offset"], ts=proof["ts"],
+                                       links=links, concurrent=concurrent)
         except (sqlite3.Error, OSError, RetainedError):
             return {}
         if not found:
@@ -378,8 +409,10 @@ class Store:
         )
         return self.append([self.prepare(content)], client=client)[0]
 
-    def _require(self, seqs: list[int], path: str) -> None:
-        found = {e["seq"] for e in self.get(seqs, missing_ok=True)}
+    def _require(self, seqs: list[int], path: str) -> list[dict[str, Any]]:
+        """The records ``seqs`` name; NotFound (nothing written) when one does not exist."""
+        entries = self.get(seqs, missing_ok=True)
+        found = {e["seq"] for e in entries}
         missing = [s for s in seqs if s not in found]
         if missing:
             raise NotFound(
@@ -387,6 +420,7 @@ class Store:
                 seq=missing[0],
                 path=path,
             )
+        return entries
 
     def redact(self, seq: int, reason: str, *, client: dict[str, Any] | None = None) -> dict[str, Any]:
         """Erase one record's content for good; the chain still verifies end to end.
@@ -464,14 +498,24 @@ class Store:
         wanted = _seq_list(seqs, "ids")
         found: dict[int, dict[str, Any]] = self._get_indexed(wanted)
         remaining = set(wanted) - found.keys()
+        damaged: dict[int, Any] = {}  # seq -> the damaged line claiming it (reported if no valid one turns up)
         for line in self.log.scan() if remaining else ():
             if line.chained and line.seq in remaining:
                 found[line.seq] = _entry(line)
                 remaining.discard(line.seq)
                 if not remaining:
                     break
+            elif line.status == record.DAMAGED and line.seq in remaining:
+                damaged.setdefault(line.seq, line)
         if remaining and not missing_ok:
             s = min(remaining)
+            bad = damaged.get(s)
+            if bad is not None:
+                raise RecordDamaged(
+                    f"seq {s} is damaged: the line at byte {bad.offset} of {self.log.path} claims it but {bad.problem}; "
+                    "it is kept in place and skipped by the chain; run `retained verify` for the findings",
+                    seq=s, offset=bad.offset, problem=bad.problem,
+                )
             raise NotFound(f"no record with seq {s}; see `retained list` for what exists", seq=s)
         return [found[s] for s in wanted if s in found]
 
@@ -1033,3 +1077,15 @@ def _seq_list(seqs: Any, path: str) -> list[int]:
             raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1 to {limits.SEQ_MAX})", path=path)
         out.append(s)
     return out
+
+
+def _scope_of(targets: builtins.list[dict[str, Any]]) -> tuple[str | None, str]:
+    """The scope a correction without one keeps from the records it supersedes, and the notice saying what was done."""
+    scopes = sorted({s for s in (e["record"].get("scope") for e in targets) if isinstance(s, str)})
+    seqs = ", ".join(str(e["seq"]) for e in targets)
+    if len(scopes) == 1 and all(isinstance(e["record"].get("scope"), str) for e in targets):
+        return scopes[0], f"scope {scopes[0]!r} kept from the record(s) it supersedes ({seqs})"
+    if not scopes:
+        return None, ""
+    return None, (f"no scope: the records it supersedes ({seqs}) have different scopes ({', '.join(map(repr, scopes))} "
+                  "or none); pass scope= to place it")

@@ -46,6 +46,30 @@ class UsageError(Exception):
     """Bad command-line input (exit 2)."""
 
 
+def whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (the bounds the MCP tools take)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: give {low} to {high}")
+        return value
+
+    return parse
+
+
+def scope(text: str) -> str:
+    """An argparse type: a scope, as the MCP tools take it (not empty, at most ``limits.SCOPE_CHARS_MAX`` characters)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a scope cannot be empty: leave --scope out for no scope")
+    if len(text) > limits.SCOPE_CHARS_MAX:
+        raise argparse.ArgumentTypeError(f"a scope is at most {limits.SCOPE_CHARS_MAX} characters, got {len(text)}")
+    return text
+
+
 def port(text: str) -> int:
     """An argparse type: a TCP port, 0 (pick a free one) to 65535."""
     try:
@@ -161,6 +185,8 @@ def _parse_fields(pairs: Sequence[str] | None) -> dict[str, Any] | None:
 
 
 def cmd_write(args: argparse.Namespace) -> int:
+    from retained.settings import related_on
+
     text = sys.stdin.read() if args.text == "-" else args.text
     with open_store(args, must_exist=False) as store:
         proof = store.write(
@@ -172,7 +198,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             fields=_parse_fields(args.field),
             supersedes=args.supersedes,
             client_op_id=args.client_op_id,
-            related=True,
+            related=related_on(),
         )
         if store.wants_vectors():
             # This process ends now: the record is durable, its vector is left to whoever comes next.
@@ -183,6 +209,13 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 VECTOR_LATER = ("its vector is computed after this command, by the next search or `retained embed --backfill`; "
                 "the record is already durable, nothing is lost")
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        proof = store.forget(args.seqs, args.reason)
+    emit(args, proof, lambda: render.proof(proof))
+    return 0
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -429,7 +462,7 @@ BRIEF_EXAMPLE = "retained brief --budget 800 --scope proj-a --format claude"
 
 def _brief_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, metavar="TOKENS", help="token budget, estimated as UTF-8 bytes / 4 (default 1500)")
-    p.add_argument("--scope", help="only records with this scope")
+    p.add_argument("--scope", type=scope, help="only records with this scope")
     p.add_argument("--format", choices=("text", "claude", "json"), default="text",
                    help="text, claude (the JSON a Claude Code SessionStart hook prints), or json (same as --json)")
 
@@ -492,18 +525,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("write", "append a note and print its proof", "retained write 'prefers dark mode' --scope ui --field priority=2", cmd_write)
     p.add_argument("text", help="the note's text ('-' reads it from stdin)")
     p.add_argument("--kind", default="note", help="record kind (default: note)")
-    p.add_argument("--scope", help="a project or topic the record belongs to")
+    p.add_argument("--scope", type=scope, help="a project or topic the record belongs to")
     p.add_argument("--source", help="where the information came from")
     p.add_argument("--body", help="longer detail kept with the note")
     p.add_argument("--field", action="append", metavar="KEY=JSON", help="an extra field, value as JSON (repeatable)")
     p.add_argument("--supersedes", action="append", type=int, metavar="SEQ", help="seq this record corrects (repeatable)")
     p.add_argument("--client-op-id", help="idempotency key: a retry with the same key appends nothing")
 
+    p = command("forget", "retract records: they leave search and the brief, stay readable (memory_forget); nothing is erased",
+                "retained forget 12 14 --reason 'the office moved; these addresses are wrong'", cmd_forget)
+    p.add_argument("seqs", nargs="+", type=whole(1, limits.SEQ_MAX), metavar="SEQ", help="seqs of the records to retract")
+    p.add_argument("--reason", required=True, help="why, in a sentence a person can check later")
+
     p = command("checkpoint", "append a checkpoint (a labelled point in the work)",
                 "retained checkpoint 'shipped 0.1' --summary 'core log done'", cmd_checkpoint)
     p.add_argument("label", help="a short name for this point in the work")
     p.add_argument("--summary", help="what was done, what is next")
-    p.add_argument("--scope", help="a project or topic the checkpoint belongs to")
+    p.add_argument("--scope", type=scope, help="a project or topic the checkpoint belongs to")
 
     p = command("get", "print records by seq, or a timeline around one", "retained get 3 7; retained get --around 5 --window 2", cmd_get)
     p.add_argument("seqs", nargs="*", type=int, metavar="SEQ", help="seqs to print, in this order")
@@ -513,9 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"at most {limits.TIMELINE_WINDOW_MAX})")
 
     p = command("list", "print the newest records first", "retained list --limit 5 --kind checkpoint", cmd_list)
-    p.add_argument("--limit", type=int, default=20, help="most records to print (default 20)")
+    p.add_argument("--limit", type=whole(1, limits.LIST_LIMIT_MAX), default=20,
+                   help=f"most records to print, 1 to {limits.LIST_LIMIT_MAX} (default 20)")
     p.add_argument("--kind", help="only records of this kind, e.g. checkpoint")
-    p.add_argument("--scope", help="only records with this scope")
+    p.add_argument("--scope", type=scope, help="only records with this scope")
 
     p = command("verify", "check the chain (and the index, and the anchors); exit 1 on any finding", "retained verify --json", cmd_verify)
     p.add_argument("--anchor", action="append", metavar="SEQ:HASH",
@@ -537,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE", help="the file to import")
     p.add_argument("--format", choices=("auto", "retained", "jsonl", "memory"), default="auto",
                    help="the file's format (default: detected from its first line)")
-    p.add_argument("--scope", help="scope for records that have none (jsonl, memory)")
+    p.add_argument("--scope", type=scope, help="scope for records that have none (jsonl, memory)")
     p.add_argument("--nest-reserved", action="store_true",
                    help="keep keys the store reserves (ts, seq, hash, ...) under 'original' instead of refusing the file")
     p.add_argument("--batch", type=int, default=2000, help="records per batch: one lock and one fsync each (default 2000)")
@@ -561,11 +600,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("search", "ranked records for a query, saying how many it left out and why", "retained search 'deploy target' -k 5 --scope proj-a", cmd_search)
     p.add_argument("query", help="any text; punctuation and search syntax are taken literally")
-    p.add_argument("-k", type=int, default=10, help="most results to return (default 10)")
-    p.add_argument("--max-tokens", type=int, help="token budget for the results (estimate: utf-8 bytes / 4)")
-    p.add_argument("--scope", help="only records with this scope")
+    p.add_argument("-k", type=whole(1, limits.SEARCH_K_MAX), default=10,
+                   help=f"most results to return, 1 to {limits.SEARCH_K_MAX} (default 10)")
+    p.add_argument("--max-tokens", type=whole(1, limits.SEQ_MAX), help="token budget for the results (estimate: utf-8 bytes / 4)")
+    p.add_argument("--scope", type=scope, help="only records with this scope")
     p.add_argument("--include-superseded", action="store_true", help="also show records a later record superseded")
-    p.add_argument("--context", type=int, default=0, metavar="N",
+    p.add_argument("--context", type=whole(0, limits.CONTEXT_MAX), default=0, metavar="N",
                    help="show up to N records of the same scope around each result (within --max-tokens)")
 
     command("rebuild", "drop the index and rebuild it from the log (progress on stderr)", "retained rebuild", cmd_rebuild)

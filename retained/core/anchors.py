@@ -275,6 +275,40 @@ def record_head(
     return {"file": str(path), "store_id": sid, "recorded": True}
 
 
+EVERY_RECORDS = 1000  # a write records the head when this many records were written since the last it recorded
+EVERY_S = 300.0  # ... or this many seconds passed
+
+
+class Routine:
+    """The head recorded after writes, routinely: a process's first write, then at most every N records or S seconds.
+
+    So rolling the log back past recent writes is caught by the next verify
+    (or brief) even when none ran between the writes and the rollback. It
+    runs after the write was acknowledged (the proof is already made), is
+    not fsynced (as the brief's), and a failure to record is not the
+    write's: the next one tries again.
+    """
+
+    def __init__(self, anchor_dir: Path, directory: Path, every: int = EVERY_RECORDS, every_s: float = EVERY_S) -> None:
+        self.anchor_dir = anchor_dir
+        self.directory = directory
+        self.every = every
+        self.every_s = every_s
+        self._last: tuple[int, float] | None = None  # (seq, monotonic time) of the last head recorded here
+
+    def after(self, seq: int, h: str, size: int) -> None:
+        """Record ``(seq, h, size)``, the head after a write, when it is due."""
+        now = time.monotonic()
+        last = self._last
+        if last is not None and seq - last[0] < self.every and now - last[1] < self.every_s:
+            return
+        try:
+            record_head(self.anchor_dir, self.directory, seq, h, size, "write")
+        except RetainedError:
+            return
+        self._last = (seq, now)
+
+
 def _last_head(tail: bytes) -> tuple[Any, Any, Any] | None:
     """``(seq, hash, bytes)`` of the last complete anchor line in ``tail``, None if the last line is not one."""
     lines = tail.split(b"\n")

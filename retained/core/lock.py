@@ -94,7 +94,8 @@ class StoreLock:
     deleted or swapped while a writer runs, so exclusion never depends on a
     file anyone can delete (issue 29). ``log.lock`` is locked after it, for
     writers of earlier versions that lock only that file. Where there is no
-    directory lock (Windows) ``log.lock`` is the lock, and its identity is
+    directory lock (Windows, or a filesystem that refuses one) ``log.lock``
+    is the lock, and its identity is
     checked under it: one deleted or replaced since it was opened is
     reopened, so every writer meets on the file the path names.
 
@@ -108,6 +109,8 @@ class StoreLock:
         self.keep_open = keep_open
         self._fd: int | None = None
         self._dir_fd: int | None = None
+        # Whether the directory is locked: not where the filesystem refuses a directory lock (then log.lock alone, checked).
+        self._dir_lock = bool(_O_DIRECTORY)
 
     def __enter__(self) -> StoreLock:
         # With keep_open the descriptors stay open between acquisitions
@@ -116,11 +119,21 @@ class StoreLock:
         # StoreLock has its own descriptors, so two holders in one process
         # still exclude each other.
         deadline = time.monotonic() + self.wait_s
-        if _O_DIRECTORY:
+        if self._dir_lock:
             try:
                 if self._dir_fd is None:
                     self._dir_fd = os.open(self.path.parent, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
                 self._take(self._dir_fd, deadline, _flock_dir)
+            except LockTimeout:
+                if not self.keep_open:
+                    self.close()
+                raise
+            except OSError:
+                # A filesystem without directory locks (some network and FUSE ones): log.lock alone, its identity checked.
+                self._dir_lock = False
+                if self._dir_fd is not None:
+                    os.close(self._dir_fd)
+                    self._dir_fd = None
             except BaseException:
                 if not self.keep_open:
                     self.close()
@@ -130,7 +143,7 @@ class StoreLock:
                 if self._fd is None:
                     self._fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
                 self._take(self._fd, deadline)
-                if _O_DIRECTORY or self._names_this_file(self._fd):
+                if self._dir_lock or self._names_this_file(self._fd):
                     return self
                 # Deleted or replaced while this descriptor was open: the
                 # lock on it would exclude no one who opens the path now.

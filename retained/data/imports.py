@@ -530,12 +530,21 @@ def run_import(
         return {"ok": True, "dry_run": True, "path": plan.path, "format": plan.format, "lines": plan.lines,
                 "records": plan.records, "written": 0, "skipped": plan.skipped, "source": plan.source_head,
                 "guard": guard}
-    new_seq: dict[int, int] = {}
+    # Records of this very store (its own export imported into it) are already here, at their own seqs.
+    own = _own_records(store, plan)
+    new_seq: dict[int, int] = {seq: seq for seq in own}
     written = duplicates = 0
     first_seq = last_seq = None
     total = plan.records
     done = 0
     for chunk in _batches(plan.items, batch):
+        if own:
+            ours = [item for item in chunk if item.old_seq in own]
+            duplicates += len(ours)
+            done += len(ours)
+            chunk = [item for item in chunk if item.old_seq not in own]
+            if not chunk:
+                continue
         # Links to records of the source file become links to their new seqs
         # (known once their batch is written); only seq numbers change here.
         ready_chunk = []
@@ -579,6 +588,30 @@ def run_import(
         "source": plan.source_head,
         "guard": guard,
     }
+
+
+def _own_records(store: Any, plan: ImportPlan) -> set[int]:
+    """Source seqs of a retained export whose records are this store's own (same seq, same hash): nothing to add.
+
+    Only with identities (a plain re-import, not ``--allow-duplicates``):
+    one pass over this store's log, up to the highest seq the file holds.
+    """
+    if plan.format != "retained":
+        return set()
+    wanted = {item.old_seq: item.content.fields["imported"]["hash"] for item in plan.items
+              if item.old_seq is not None and item.content.fields.get("client_op_id") is not None
+              and isinstance(item.content.fields.get("imported"), dict)}
+    if not wanted:
+        return set()
+    top = max(wanted)
+    own = set()
+    for line in store.log.scan():
+        if line.chained:
+            if wanted.get(line.seq) == line.hash:
+                own.add(line.seq)
+            if line.seq >= top:
+                break
+    return own
 
 
 def import_file(

@@ -132,6 +132,8 @@ _CJK_RANGES = (
 
 def _is_cjk(ch: str) -> bool:
     o = ord(ch)
+    if o < 0x1100:  # Latin, Greek, Cyrillic and the rest below the first CJK range: most words
+        return False
     return any(lo <= o <= hi for lo, hi in _CJK_RANGES)
 
 
@@ -227,16 +229,19 @@ def terms(
     `FRAME_WORDS` before "of" go with the stop words ("what kind of art"
     searches for "art").
     """
-    words: list[str] = []
-    for raw in _words(_normalise(text)):
-        pos = 0
-        for m in _CJK_RUN.finditer(raw):
-            if m.start() > pos:
-                words.append(raw[pos : m.start()])
-            words.append(m.group())
-            pos = m.end()
-        if pos < len(raw):
-            words.append(raw[pos:])
+    if text.isascii():  # no CJK run to split out
+        words = _words(_normalise(text))
+    else:
+        words = []
+        for raw in _words(_normalise(text)):
+            pos = 0
+            for m in _CJK_RUN.finditer(raw):
+                if m.start() > pos:
+                    words.append(raw[pos : m.start()])
+                words.append(m.group())
+                pos = m.end()
+            if pos < len(raw):
+                words.append(raw[pos:])
     content = [w for i, w in enumerate(words)
                if (w not in stop_words or (months and w in MONTHS and _dated(words, i)))
                and not (frame and stop_words and w in FRAME_WORDS and words[i + 1 : i + 2] == ["of"])]

@@ -17,7 +17,10 @@ lock, catch-up and the checked read of a record from the log.
 
 from __future__ import annotations
 
+import collections
+import functools
 import math
+import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -25,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from retained import limits
 from retained.core import record
+from retained.core.log import make_line
 from retained.errors import InvalidRecord, InvariantBroken
 from retained.index import query
 from retained.index.documents import estimate_tokens, replies, turn
+from retained.index.schema import BOOKKEEPING_KINDS
 
 if TYPE_CHECKING:
     import sqlite3
-    import threading
 
     from retained.core.log import Log
 
@@ -42,13 +46,25 @@ WEIGHTS = (1.0, 1.0, 1.0)
 K_MAX = 1000  # results one search may return; more is a listing, not a search
 CONTEXT_MAX = limits.CONTEXT_MAX
 RELATED_MAX = 3  # earlier records a write's reply names as ones it may correct
-RELATED_CANDIDATES = 10  # best-ranked earlier records compared with a new one for that
 RELATED_CHARS = 160  # of each one's text in the reply
-# The rows a write's related-records query may rank (its rarest words'
-# matches): it runs on every MCP and command-line write, after the ack but
-# before the reply, so it must cost little however common the write's words
-# are. A record on the same subject shares the rare words.
-RELATED_ROWS_MAX = 200
+# A write's related-records step (`Search.related`) runs on every MCP and
+# command-line write, after the ack but before the reply, so its work is
+# bounded whatever the write holds: the first RELATED_TERMS distinct content
+# words of the text's first RELATED_TEXT_CHARS characters, each matching at
+# most RELATED_TERM_ROWS earlier rows; a word that matches more is common
+# (a speaker's name, "really") and says nothing about the subject. A record
+# on the same subject shares the rare words.
+RELATED_TERMS = 16
+RELATED_TEXT_CHARS = 2000
+RELATED_TERM_ROWS = 32
+RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
+# Records a process's related steps compare in memory before the index must
+# catch up with them (`_Recent`): the catch-up then indexes them in one go.
+RELATED_RECENT_MAX = 256
+# While a process's writes run at once (the HTTP server's handlers), their
+# steps run in any order: a record this close behind a new one, not seen yet,
+# is taken for one whose step has not begun rather than made to be indexed.
+RELATED_IN_FLIGHT = 64
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -228,7 +244,7 @@ class Search:
         busy_timeout_s: float
 
         def connection(self) -> sqlite3.Connection: ...
-        def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]: ...
+        def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]: ...
         def links(self, seq: int) -> dict[str, list[int]]: ...
         def _read_checked(self, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None: ...
 
@@ -700,50 +716,99 @@ class Search:
             included += len(got)
         return {"asked": n, "included": included, "tokens": tokens, "over_budget": over_budget}
 
-    def related(self, seq: int, text: str, *, scope: str | None = None, limit: int = RELATED_MAX) -> list[dict[str, Any]]:
+    def related(
+        self, seq: int, text: str, *, scope: str | None = None, limit: int = RELATED_MAX, before: int | None = None,
+        ts: str | None = None, links: bool = False, concurrent: bool = False,
+    ) -> list[dict[str, Any]]:
         """Up to ``limit`` earlier visible records of ``scope`` that look like the subject of ``text`` (record ``seq``).
 
         For a write's reply, after its acknowledgement: records it may
-        correct, so the writer can decide to supersede them. The index
-        catches up (usually the new record alone) without waiting for
-        another process that holds it and without rebuilding a replaced log
-        (either leaves it as it is: the answer then comes from what it
-        holds), then one bounded ranking (the rare terms of `_rank_terms`,
-        at most ``RELATED_CANDIDATES`` rows) and `query.same_subject` on
-        each. Each is ``{"seq", "ts", "text"}``, the text cut to
-        ``RELATED_CHARS`` characters.
+        correct, so the writer can decide to supersede them. One statement
+        over the index finds the earlier rows of each of the text's rare
+        words (`_hits_sql`), and a second the visible ones of the scope among
+        those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
+        at least two of the text's rare words (its first `RELATED_TERMS`
+        content words, less those matching `RELATED_TERM_ROWS` rows or more)
+        and at least half of the shorter record's (`_same_subject`), most
+        shared first, newest first. The log is read only for the text of the
+        records named, all through one open file. Each is ``{"seq", "ts",
+        "text"}``, the text cut to ``RELATED_CHARS`` characters.
+
+        The records this index's own related steps saw since it last caught
+        up are compared in memory (`_Recent`; ``ts`` is the new record's
+        time, kept for that), so a write does not pay for indexing the one
+        before it. The index catches up (to ``before``, the new record's
+        offset: never the new record itself, however long; without waiting
+        for another process that holds it, see `catch_up_now`) only when a
+        record came in between that no related step saw (another writer's, a
+        retraction, one that ``links`` to others as this one does when it
+        supersedes some; while other writes of this process are under way,
+        ``concurrent``, only one more than `RELATED_IN_FLIGHT` records back)
+        or `RELATED_RECENT_MAX` records wait.
         """
-        expr = query.build(text)
-        if expr is None or limit <= 0:
+        recent = self.__dict__.get("_related_recent")
+        if recent is None:
+            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        if not links:
+            recent.expect(seq, scope)
+        if limit <= 0:
             return []
+        # The first words of a long text are enough to say what it is about,
+        # and reading no further keeps a 4 MB write as cheap here as a short one.
+        head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
+        words = query.terms(head)[:RELATED_TERMS]
+        with self._mutex:
+            terms = [t for t in words if t not in recent.common]
+            db = self.connection()
+            sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
+            hits = db.execute(sql, args).fetchone()
+            if not recent.covers(hits[0] or 0, seq, concurrent):
+                self.catch_up_now(stop=before)
+                recent.clear()
+                hits = db.execute(sql, args).fetchone()
+            shared: collections.Counter[str] = collections.Counter()
+            rare = []
+            for term, rows in zip(terms, hits[1:], strict=True):
+                got = rows.split(",") if rows else []
+                if len(got) >= RELATED_TERM_ROWS:
+                    recent.learn(term)
+                else:
+                    rare.append(term)
+                    shared.update(got)
+            found = []
+            # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms: well within one IN list.
+            best = [r for r, n in shared.items() if n >= 2]
+            if best:
+                for r in db.execute(_CANDIDATES_SQL.format(",".join(best), _BOOKKEEPING), (scope,)):
+                    n = shared[str(r[0])]
+                    if _same_subject(n, len(rare), _words_of(r[5])):
+                        found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
+            found += recent.compare(rare, scope)
+            chosen = [f for _, _, f in sorted(found, key=lambda x: (-x[0], -x[1]))[:limit]]
+            recent.add(seq, rare, len(words), _Found(seq, ts, _cut(text[: RELATED_CHARS + 1]), None), scope, links)
+        places = [(f.place[0], f.place[1]) for f in chosen if f.place is not None]
+        lines = iter(self.log.read_many(places) if places else ())
+        out = []
+        for f in chosen:
+            said: Any = f.text
+            if f.place is not None:
+                offset, _, h = f.place
+                line = make_line(offset, next(lines))
+                said = line.record.get("text") if line.chained and line.seq == f.seq and line.hash == h else None
+            if type(said) is str:
+                out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
+        return out
+
+    def catch_up_now(self, *, stop: int | None = None) -> dict[str, Any]:
+        """`catch_up` for a writer's own follow-up work: without waiting for another process that holds the index
+        (the index is then left as it is) and without rebuilding a replaced log (reported)."""
         with self._mutex:
             db = self.connection()
             db.execute("PRAGMA busy_timeout = 0")
             try:
-                self.catch_up(on_replaced="report")
+                return self.catch_up(on_replaced="report", stop=stop)
             finally:
                 db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-        mine = query.subject(text)
-        out: list[dict[str, Any]] = []
-        with self._mutex:
-            terms, _, _ = self._rank_terms(text, RELATED_ROWS_MAX)
-            if not terms:
-                return []
-            rows = self._ranked_rows(" OR ".join(terms), RELATED_CANDIDATES + 1, scope, False, False)
-        for row in rows:
-            if row[0] >= seq:
-                continue
-            entry = self._read_checked(row[0], row[2], row[3], row[4])
-            rec = entry["record"] if entry else None
-            if not rec or rec.get("scope") != scope or rec.get("kind") in ("retract", "redaction"):
-                continue
-            said = rec.get("text")
-            if type(said) is str and query.same_subject(mine, query.subject(said)):
-                short = said if len(said) <= RELATED_CHARS else said[: RELATED_CHARS - 1] + "…"
-                out.append({"seq": row[0], "ts": rec.get("ts"), "text": short})
-                if len(out) == limit:
-                    break
-        return out
 
     @staticmethod
     def empty_reply(text: str, *, k: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
@@ -758,6 +823,156 @@ class Search:
             "tokens": 0,
             "index": {"state": "absent", "indexed": 0},
         }
+
+
+@functools.lru_cache(maxsize=RELATED_TERMS + 1)
+def _hits_sql(n: int) -> str:
+    """The related step's first statement, for ``n`` terms: one row, the index's highest seq and each term's rows.
+
+    Parameters: each term and the new record's seq in turn. Each term's
+    earlier rows (comma-separated), at most `RELATED_TERM_ROWS`: a term that
+    reaches that is common and counts for nothing.
+    """
+    each = "".join(f", (SELECT group_concat(rowid) FROM (SELECT rowid FROM fts WHERE fts MATCH ? AND rowid < ?"
+                   f" LIMIT {RELATED_TERM_ROWS}))" for _ in range(n))
+    return f"SELECT (SELECT max(seq) FROM records){each}"
+
+
+# The second: of the rows sharing two rare terms or more (a list of seqs in
+# the IN), those visible in the scope (the parameter), each with its place in
+# the log (to read its text) and FTS5's count of its words (``fts_docsize``).
+_CANDIDATES_SQL = (
+    "SELECT m.seq, m.ts, m.offset, m.length, m.hash, d.sz FROM records AS m LEFT JOIN fts_docsize AS d ON d.id = m.seq"
+    " WHERE m.seq IN ({}) AND m.scope IS ? AND NOT (m.superseded OR m.retracted OR m.redacted)"
+    " AND ifnull(m.kind, '') NOT IN ({})"
+)
+
+
+_BOOKKEEPING = ", ".join(f"'{k}'" for k in sorted(BOOKKEEPING_KINDS))
+
+
+def _words_of(sizes: bytes | None) -> int:
+    """A record's content words as the index counts them: FTS5's count of its text's words (``fts_docsize``,
+    a varint per column), half of them taken for stop words."""
+    words = 0
+    for byte in sizes or b"":
+        words = (words << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            break
+    return max(1, (words + 1) // 2)
+
+
+def _same_subject(shared: int, mine: int, theirs: int) -> bool:
+    """The related step's test, as `query.same_subject` makes it from both texts' words.
+
+    ``shared`` rare terms in common, of the new record's ``mine``; ``theirs``:
+    the old record's content words. At least two in common, and at least
+    half of the shorter record's.
+    """
+    return shared >= 2 and 2 * shared >= min(mine, theirs)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= RELATED_CHARS else text[: RELATED_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A record the related step may name: its seq and time, and its text (from memory) or its place in the log."""
+
+    seq: int
+    ts: str | None
+    text: str | None
+    place: tuple[int, int, str] | None  # (offset, length, hash) to read it by
+
+
+class _Recent:
+    """What an index's related steps remember between calls (under the index's lock).
+
+    ``common``: the terms found to match `RELATED_TERM_ROWS` rows or more,
+    left out of later statements (at most `RELATED_COMMON_MAX`). ``seen``:
+    the records the steps saw since the index last caught up, with their
+    rare terms, their count of content words and their scope, compared in
+    memory with each new one (`compare`) until the index holds them (and
+    those expected: their step has not run yet, `expect`).
+    """
+
+    def __init__(self) -> None:
+        # Guards ``seen`` against `expect`, which runs without the index's lock.
+        self.lock = threading.Lock()
+        self.common: set[str] = set()
+        self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
+        self.by_term: dict[str, list[int]] = {}
+
+    def learn(self, term: str) -> None:
+        if len(self.common) < RELATED_COMMON_MAX:
+            self.common.add(term)
+
+    def expect(self, seq: int, scope: str | None) -> None:
+        """Count record ``seq`` as seen before its step has run (without the index's lock: one dict operation).
+
+        Concurrent writes of one process (the HTTP server's handlers) run
+        their steps in any order; a step that finds an earlier one's record
+        expected does not make the index catch up for it (it compares with
+        it once its step has run). A step that finds a record neither seen
+        nor expected (its step has not begun yet) catches up, which is only
+        slower.
+        """
+        with self.lock:
+            self.seen.setdefault(seq, (frozenset(), 0, None, scope))
+
+    def covers(self, top: int, seq: int, concurrent: bool = False) -> bool:
+        """Whether every record after the index's highest (``top``) and before ``seq`` is one seen here.
+
+        Drops those the index now holds; False too when `RELATED_RECENT_MAX`
+        wait. ``concurrent``: other writes of this process are under way.
+        """
+        with self.lock:
+            seen = self.seen
+            if seen and min(seen) <= top:
+                self.seen = seen = {s: v for s, v in seen.items() if s > top}
+                self.by_term = {}
+                for s, (terms, _, _, _) in seen.items():
+                    for t in terms:
+                        self.by_term.setdefault(t, []).append(s)
+            if len(seen) >= RELATED_RECENT_MAX:
+                return False
+            missing = next((s for s in range(top + 1, seq) if s not in seen), None)
+            # With other writes of this process under way, a recent record
+            # neither seen nor expected is likely one whose step has not
+            # begun (it is compared with later ones once it has run); an
+            # older one, or any when this write is alone, makes the index
+            # catch up.
+            return missing is None or (concurrent and seq - missing <= RELATED_IN_FLIGHT)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.seen = {}
+            self.by_term = {}
+
+    def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
+        """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""
+        shared: dict[int, int] = {}
+        for t in rare:
+            for s in self.by_term.get(t, ()):
+                shared[s] = shared.get(s, 0) + 1
+        out = []
+        for s, n in shared.items():
+            _, words, found, where = self.seen[s]
+            if found is not None and where == scope and _same_subject(n, len(rare), words):
+                out.append((n, s, found))
+        return out
+
+    def add(self, seq: int, rare: list[str], words: int, found: _Found, scope: str | None, links: bool) -> None:
+        """Remember record ``seq`` until the index holds it; a record that links to others is not kept: the
+        index must read it (to hide the records it supersedes) before the next step answers."""
+        with self.lock:
+            if links:
+                self.seen.pop(seq, None)
+                return
+            self.seen[seq] = (frozenset(rare), words, found, scope)
+            for t in rare:
+                self.by_term.setdefault(t, []).append(seq)
 
 
 def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:

@@ -378,11 +378,14 @@ class Index(Search):
                 "path": str(self.path),
             }
 
-    def catch_up(self, *, on_replaced: str = "rebuild") -> dict[str, Any]:
+    def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]:
         """Index whatever the log gained since the mark; returns what happened.
 
         ``on_replaced`` is ``"rebuild"`` (reads: the answer must reflect the
         log) or ``"report"`` (verify: keep the drift so it can be shown).
+        ``stop``: index only the lines before this offset (a write's related
+        step reads the records before its own and leaves its own, however
+        long, to the next catch-up).
         The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
         not rebuilt) or ``stale`` (another process held the index past the
         busy timeout, or the disk is full; the answer comes from the index as
@@ -396,17 +399,18 @@ class Index(Search):
             mark = schema.read_mark(db)
             size = self.log.size()
             # Fast path without a write lock: nothing new (the common case).
-            if mark.offset == size and self._mark_state(mark, size) == "ok":
+            end = size if stop is None else min(size, stop)
+            if mark.offset >= end and self._mark_state(mark, size) != "replaced":
                 self.last_catch_up = {"state": "ok", "indexed": 0}
                 return self.last_catch_up
             attached = self._attach_bulk(db)
             try:
-                return self._catch_up_written(db, on_replaced)
+                return self._catch_up_written(db, on_replaced, stop)
             finally:
                 if attached:
                     self._detach_bulk(db)
 
-    def _catch_up_written(self, db: sqlite3.Connection, on_replaced: str) -> dict[str, Any]:
+    def _catch_up_written(self, db: sqlite3.Connection, on_replaced: str, stop: int | None) -> dict[str, Any]:
         """``catch_up`` past its fast path: under the write lock, with `_BULK` attached."""
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -429,7 +433,8 @@ class Index(Search):
                     self._witness(mark)
                     self.last_catch_up = {"state": "replaced", "indexed": 0}
                 return self.last_catch_up
-            n = self._index_lines(db, mark.offset, size, None)
+            end = size if stop is None else min(size, stop)
+            n = self._index_lines(db, mark.offset, end, None) if mark.offset < end else 0
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             if db.in_transaction:

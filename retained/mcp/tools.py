@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from retained import limits, render
+from retained.core import pool
 from retained.shapes import Found, Proof, Records, Report
 
 log = logging.getLogger("retained.mcp.server")
 
 GET_LIMIT_DEFAULT = 20
-GET_LIMIT_MAX = 500
+GET_LIMIT_MAX = limits.LIST_LIMIT_MAX
 WINDOW_DEFAULT = limits.TIMELINE_WINDOW_DEFAULT
 WINDOW_MAX = limits.TIMELINE_WINDOW_MAX
 SEARCH_K_DEFAULT = 10
-SEARCH_K_MAX = 200
+SEARCH_K_MAX = limits.SEARCH_K_MAX
 IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
 
@@ -40,6 +41,7 @@ ERROR_CODES = (
     "reserved_field",
     "too_large",
     "not_found",
+    "record_damaged",
     "conflict",
     "store_busy",
     "secret_detected",
@@ -200,6 +202,10 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import Field
 
+    from retained.settings import related_on
+
+    ask_related = related_on()  # RETAINED_RELATED, read once: the server's writes ask for related records or never
+
     def result(structured: dict[str, Any], text: str) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
@@ -221,7 +227,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         str | None,
         Field(
             min_length=1,
-            max_length=200,
+            max_length=limits.SCOPE_CHARS_MAX,
             description="project or topic the memory belongs to, e.g. a repository name; reads can filter by it",
         ),
     ]
@@ -264,7 +270,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             str | None,
             Field(
                 min_length=1,
-                max_length=200,
+                max_length=limits.CLIENT_OP_ID_CHARS_MAX,
                 description="a unique id for this write (e.g. a UUID) to make retries safe: a repeat returns "
                 "the first proof with duplicate=true and writes nothing",
             ),
@@ -301,7 +307,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             supersedes=supersedes,
             client_op_id=client_op_id,
             client=client,
-            related=True,
+            related=ask_related,
         )
         return proof_result(proof)
 
@@ -421,7 +427,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         no findings. It reads the whole log: use it when something looks wrong or
         before relying on the log as evidence, not on every turn.
         """
-        report = call("memory_verify", "verify")
+        # The server is an edge started by a guarded entry point: it asks for workers, as `retained verify` does.
+        report = call("memory_verify", "verify", workers=pool.cpu_workers())
         return result(report, render.verify(report))
 
     def memory_forget(

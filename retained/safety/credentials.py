@@ -518,7 +518,7 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
             value = q.group(1)
             if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
                 yield Finding(url.start() + q.start(1), url.start() + q.end(1), "high_entropy")
-    if len(text) < _LONG_TEXT_CHARS and not any(len(word) >= GENERIC_CHARS_MIN for word in text.split()):
+    if len(text) < _LONG_TEXT_CHARS and max(map(len, text.split()), default=0) < GENERIC_CHARS_MIN:
         return  # no run long enough; on a short text this test is cheaper than the regex
     in_url.sort()
     skip_starts = [a for a, _ in in_url]
@@ -609,6 +609,30 @@ _LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
 
 
+# A short text with no "=", no secret's name and no run of 16 token
+# characters can hold a secret only through a ":" and one of these: a
+# password in a URL ("://"), curl's "-u user:pass", a key named before a ":"
+# ("api key: ..."), an Authorization header's "Basic ...". A colon alone (a
+# speaker's "Caroline: ...", a time, "note: ...") leaves the text quiet.
+COLON_HINTS = ("://", "-u ", "key", "basic")
+
+
+def quiet(text: str, folded: str) -> bool:
+    """Whether no rule of :func:`find_secrets` can match ``text`` (``folded``: its lower case): the cheap exit.
+
+    True for a short text with no ``=``, no secret's name (`_NAMES`), no run
+    of 16 token characters (`_has_long_run`), and either no ``:`` or none of
+    `COLON_HINTS`; every rule needs one of these.
+    """
+    return (
+        len(text) < _LONG_TEXT_CHARS
+        and "=" not in text
+        and not any(name in folded for name in _NAMES)
+        and (":" not in text or not any(h in folded for h in COLON_HINTS))
+        and not _has_long_run(text)
+    )
+
+
 def _has_long_run(text: str) -> bool:
     """``_LONG_RUN.search(text)``, answered without the regex for ordinary prose.
 
@@ -619,6 +643,19 @@ def _has_long_run(text: str) -> bool:
     return max(map(len, text.split()), default=0) >= 16 and _LONG_RUN.search(text) is not None
 
 _HINTS = frozenset(h for rule in _RULES if not rule.fold for h in rule.hints)
+
+
+def _rules_by_hint(rules: tuple[_Rule, ...]) -> dict[str, tuple[int, ...]]:
+    """Each hint's rules, as indexes into ``rules``."""
+    out: dict[str, list[int]] = {}
+    for i, rule in enumerate(rules):
+        for h in rule.hints:
+            out.setdefault(h, []).append(i)
+    return {h: tuple(found) for h, found in out.items()}
+
+
+_BY_HINT = _rules_by_hint(_RULES)
+_UNGATED = tuple(i for i, r in enumerate(_RULES) if not r.gate)  # run on a long text whatever its hints
 _GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
 _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
 
@@ -679,24 +716,23 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     if len(text) < 8 or text in allow:
         return []
     folded = text.lower()
-    if (
-        len(text) < _LONG_TEXT_CHARS
-        and ":" not in text
-        and "=" not in text
-        and not _has_long_run(text)
-        and not any(name in folded for name in _NAMES)
-    ):
+    if quiet(text, folded):
         return []  # no "name: value", URL, "password is ..." or run long enough for a token
     found = _Spans()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a
     # long one, rules whose pattern starts with a literal just search.
     long = len(text) >= _LONG_TEXT_CHARS
-    present = {h for h in (_GATE_HINTS if long else _HINTS) if h in text}
-    present.update(h for h in _FOLDED_HINTS if h in folded)
-    for rule in _RULES:
-        if (rule.gate or not long) and present.isdisjoint(rule.hints):
-            continue
+    # The rules to run, in their order: those with a hint present; on a long text also the ungated ones.
+    run = set(_UNGATED) if long else set()
+    for h in _GATE_HINTS if long else _HINTS:
+        if h in text:
+            run.update(_BY_HINT[h])
+    for h in _FOLDED_HINTS:
+        if h in folded:
+            run.update(_BY_HINT[h])
+    for i in sorted(run):
+        rule = _RULES[i]
         if rule.anchored:
             matches: Iterable[re.Match[str]] = _anchored_matches(rule, text, folded)
         elif rule.fold:

@@ -48,6 +48,7 @@ from retained.errors import InvalidRecord, SecretDetected
 from retained.safety.credentials import (
     _LONG_TEXT_CHARS,
     _SECRET_KEY_NAME,
+    COLON_HINTS,
     Finding,
     _assigned_value,
     find_secrets,
@@ -57,6 +58,7 @@ from retained.safety.credentials import (
 __all__ = ["POLICIES", "Finding", "Guard", "GuardResult", "find_secrets", "looks_random", "remove_private"]
 
 POLICIES = ("refuse", "redact", "off")
+_COLON_HINTS = tuple(h.encode() for h in COLON_HINTS)  # tested on the record's JSON, lower-cased
 
 # Caller fields set through named API arguments; every other key is reported
 # as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
@@ -194,8 +196,10 @@ class Guard:
         a ``:`` or ``=`` in the string, a secret's name, a run of 16 token
         characters, or 4,096 characters; a private span needs ``<``; the
         secret-name rule for values needs a nested key with a secret's name.
-        In the JSON the only ``:`` are one per key, and the punctuation
-        (quotes, commas, braces) splits runs. Let through besides: a whole
+        In the JSON there is one ``:`` per key, and the punctuation (quotes,
+        commas, braces) splits runs; a ``:`` in a string needs one of
+        ``credentials.COLON_HINTS`` beside it to matter (a URL, ``-u``, a
+        key's name, ``Basic``), so a colon is let through without them. Let through besides: a whole
         string that is an RFC 3339 UTC timestamp (its two ``:``), and a whole
         string of 64 lowercase hex digits (a digest, as in an import's
         provenance); no rule reports either outside a secret-named key.
@@ -231,7 +235,11 @@ class Guard:
         if self.policy == "off":
             return True
         colons = data.count(b":")
-        return colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data))
+        if colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data)):
+            return True
+        # More colons than keys: in the text ("Caroline: ...", "at 10:30"). A
+        # colon matters only beside one of COLON_HINTS (credentials.quiet).
+        return not any(h in folded for h in _COLON_HINTS)
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.

@@ -43,7 +43,7 @@ from starlette.routing import Route
 from retained import http_guard, limits, paths
 from retained.brief import compose as brief
 from retained.core import pool
-from retained.errors import InvalidRecord, NotFound, RetainedError
+from retained.errors import InvalidRecord, NotFound, RecordDamaged, RetainedError
 from retained.settings import http_settings, store_options
 from retained.store import Store
 from retained.viewer import pages
@@ -212,6 +212,8 @@ class Viewer:
                 return HTMLResponse(build(where), headers={"cache-control": "no-store"})
             except (BadRequest, InvalidRecord) as exc:
                 return HTMLResponse(pages.error(400, _message(exc), where), status_code=400)
+            except RecordDamaged as exc:  # the record is there but cannot be read: say so, with the finding
+                return HTMLResponse(pages.error(500, exc.message, where), status_code=500)
             except NotFound as exc:
                 return HTMLResponse(pages.error(404, exc.message, where), status_code=404)
             except (RetainedError, OSError) as exc:

@@ -89,7 +89,9 @@ def test_issue_14_a_search_after_a_rollback_keeps_the_index_evidence_for_verify(
         store.write("two")
         store.write("three")
         store.search("two")  # the index reads to seq 3
-    assert not list(anchor_dir.glob("*.jsonl"))  # nothing anchored yet
+    # Only the process's first write recorded its head (routine anchors: every 1000 records or 300 s after it).
+    (anchored,) = anchor_dir.glob("*.jsonl")
+    assert [json.loads(line)["seq"] for line in anchored.read_text(encoding="utf-8").splitlines()[1:]] == [1]
     shutil.copyfile(tmp_path / "old.jsonl", store_dir / "log.jsonl")
     with Store(store_dir, anchor_dir=anchor_dir) as store:
         store.search("one")
@@ -303,3 +305,25 @@ def test_an_anchor_append_cut_short_is_ended_not_glued_to_the_next(store_dir, an
         assert _kinds(report) == ["anchor_unreadable"] and "line 3" in report["findings"][0]["message"]
         assert store.anchor(accept=True)["accepted"]["count"] == 0
         assert store.verify()["ok"]
+
+
+def test_issue_29_writes_record_the_head_routinely_so_a_rollback_past_them_is_caught(tmp_path):
+    """No verify or brief ran between the writes and the rollback: the heads the writes recorded catch it."""
+    store_dir, anchor_dir = tmp_path / "store", tmp_path / "anchors"
+    with Store(store_dir, anchor_dir=anchor_dir, anchor_every=(2, 3600)) as s:
+        proofs = [s.write(f"note {i}") for i in range(6)]
+    log = store_dir / "log.jsonl"
+    log.write_bytes(log.read_bytes()[: proofs[1]["offset"] + proofs[1]["length"]])  # back to seq 2
+    with Store(store_dir, anchor_dir=anchor_dir) as s:
+        report = s.verify()
+    assert not report["ok"] and "rolled_back" in {f["kind"] for f in report["findings"]}, report["findings"]
+
+
+def test_issue_29_routine_anchors_are_at_most_every_n_records(tmp_path):
+    store_dir, anchor_dir = tmp_path / "store", tmp_path / "anchors"
+    with Store(store_dir, anchor_dir=anchor_dir, anchor_every=(5, 3600)) as s:
+        for i in range(12):
+            s.write(f"note {i}")
+        anchor_file = s.head()["anchor_file"]
+    heads = [json.loads(line)["seq"] for line in Path(anchor_file).read_text(encoding="utf-8").splitlines()[1:]]
+    assert heads == [1, 6, 11]

@@ -181,7 +181,8 @@ def test_a_link_at_the_scrub_temporary_of_a_quarantined_tail_is_removed_not_foll
 
 def test_a_link_at_the_store_id_is_refused_by_name(store_dir, anchor_dir, target):
     with Store(store_dir, anchor_dir=anchor_dir) as store:
-        store.write("a record")
+        store.write("a record")  # records the head (a routine anchor), which makes store.id
+        (store_dir / "store.id").unlink()
         (store_dir / "store.id").symlink_to(target)
         report = store.verify()
         assert [f["kind"] for f in report["findings"]] == ["anchor_unreadable"]
@@ -196,6 +197,7 @@ def test_a_link_at_the_anchor_file_is_refused_by_name(store_dir, anchor_dir, tar
     with Store(store_dir, anchor_dir=anchor_dir) as store:
         store.write("a record")
         path = Path(store.head()["anchor_file"])
+        path.unlink()  # the write's routine anchor made it; a link takes its place
         path.symlink_to(target)
         assert "is a symbolic link" in store.brief()["anchor"]["error"]
         report = store.verify()

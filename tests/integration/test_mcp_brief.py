@@ -38,10 +38,11 @@ def test_the_brief_is_a_prompt_and_a_resource_showing_checkpoints_first(tmp_path
                 scoped = (await client.get_prompt("brief", {"scope": "ui"})).messages[0].content.text
                 assert "prefers tabs" in scoped and "another scope" not in scoped
 
-                # The brief records the head it read outside the store, as the hook's brief does.
+                # The brief records the head it read outside the store, as the hook's brief does (after the
+                # server's first write, which recorded seq 1 as its routine anchor).
                 anchor_dir = Path(os.environ.get("RETAINED_ANCHOR_DIR") or store_dir.parent / "anchors")
                 heads = [json.loads(line) for f in anchor_dir.glob("*.jsonl") for line in f.read_text().splitlines()]
-                assert [h["seq"] for h in heads if "seq" in h] == [3], heads
+                assert [(h["seq"], h["source"]) for h in heads if "seq" in h] == [(1, "write"), (3, "brief")], heads
 
                 tiny = (await client.get_prompt("brief", {"budget": "1"})).messages[0].content.text
                 assert "Not shown" in tiny or "not shown" in tiny

@@ -107,3 +107,16 @@ def test_issue_29_view_of_a_store_that_does_not_exist_says_so(tmp_path):
         assert out.returncode == 1 and f"no store at {missing}" in out.stderr and out.stdout == "", out.stderr
         assert "Traceback" not in out.stderr
     assert not (tmp_path / "typo").exists()
+
+
+def test_issue_29_a_damaged_record_page_says_it_is_damaged(tmp_path):
+    directory = _store(tmp_path)
+    log = directory / "log.jsonl"
+    log.write_bytes(log.read_bytes().replace(b'"text":"note 2 about', b'"text":"note 2 abouT'))
+    v = Viewer(directory)
+    try:
+        status, _, body = v.request("GET", "/record/3")
+        assert status == 500 and b"seq 3 is damaged" in body and b"hash does not recompute" in body, body[-800:]
+        assert b"no record with seq" not in body
+    finally:
+        v.stop()

@@ -504,9 +504,14 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
     plain = {"kind": "note", "text": "the deploy moved to friday after the staging fix", "scope": "proj-3",
              "author": "agent-2", "n": 7, "client_op_id": "0b1f6471-1bf0-4dda-aec3-111122223333"}
     assert g.untouched(plain)
-    for changed in ("see <private>pin 1234</private>", "password is hunter2hunter2", "a=b c", "url: x",
-                    "run " + "x" * 16, "caf\u00e9 au lait", "tab\there", "y " * 2100):
+    for changed in ("see <private>pin 1234</private>", "password is hunter2hunter2", "a=b c", "see https://x.io",
+                    "api key: x", "Authorization: Basic x", "curl -u a:b", "run " + "x" * 16,
+                    "caf\u00e9 au lait", "tab\there", "y " * 2100):
         assert not g.untouched({**plain, "text": changed}), changed
+    # A colon without a URL, curl's -u, a key's name or Basic beside it cannot make a secret (issue 31):
+    # conversation turns and times take the fast path.
+    for turn in ("Caroline: I went to the support group yesterday.", "we met at 10:30, then: lunch", "note: x"):
+        assert g.untouched({**plain, "text": turn}), turn
     digest = "99c5aa0cbf6c318315a330dbebfe1cb6769bca8e57da71d7a8e550bd5ec5eaf3"
     provenance = {"seq": 4, "hash": digest, "ts": "2026-11-29T15:24:34.565308Z",
                   "client": {"name": "retained-cli", "version": "0.1.0"}}
@@ -523,3 +528,29 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
     assert not Guard("off").untouched({**plain, "text": "<private>x</private>"})
     for name in credentials._NAMES:  # every secret name find_secrets looks for sends a record to apply()
         assert not g.untouched({**plain, "text": f"the {name.upper()} moved"}), name
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_the_quiet_exit_finds_what_the_full_scan_finds(monkeypatch):
+    """``credentials.quiet`` only spares work (issue 31): every string of the corpus, alone and as a speaker's
+    turn, gets the same findings with the exit as with every rule run."""
+    texts = []
+    for row in load_corpus():
+        for s in _strings(row["value"]):
+            texts += [s, f"Caroline: {s}", f"at 10:30: {s}"]
+    texts += ["Caroline: I went to the support group yesterday.", "key: abcdefgh12", "Authorization: Basic dXNlcjpwYXNz",
+              "curl -u admin:hunter2x https://x.io", "see http://bob:hunter2x@db.example.com: done"]
+    fast = [credentials.find_secrets(t) for t in texts]
+    monkeypatch.setattr(credentials, "quiet", lambda text, folded: False)
+    full = [credentials.find_secrets(t) for t in texts]
+    assert fast == full
+    assert sum(bool(f) for f in full) > len(texts) // 6  # the set holds many secrets, with colons beside them

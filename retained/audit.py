@@ -35,6 +35,7 @@ class Parts(Protocol):
 
     @property
     def index_access(self) -> IndexAccess: ...
+    def wants_vectors(self) -> bool: ...
 
 
 # Store directories whose unsafe permissions this process already warned of (once per process).
@@ -145,7 +146,7 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
         report["findings"].extend(loaded.problems)
     report["ok"] = not report["findings"]
     report["index"] = index["checked"]
-    if store.embed_settings.get("RETAINED_EMBED_URL") or store.embed_settings.get("RETAINED_EMBED_MODEL"):
+    if store.wants_vectors() or store.embed_settings.get("RETAINED_EMBED_MODEL"):
         # Records without a current vector are reported, not failures: they
         # are backfilled, and search says when it is lexical because of them.
         try:

@@ -91,6 +91,10 @@ def _seq_refs(seqs: Any) -> str:
     return ",".join(f"#{s}" for s in seqs)
 
 
+# Links a search derives between its results (retained.index.corrections), shown like stored links.
+DERIVED_LINKS = ("may_correct", "may_be_corrected_by")
+
+
 def block(entry: Mapping[str, Any]) -> str:
     """One record as a header line, then its text and body indented.
 
@@ -136,7 +140,7 @@ def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_s
     """
     rec: Mapping[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
     seq = entry.get("seq", rec.get("seq"))
-    links = {name: entry[name] for name in LINKED_BY.values() if entry.get(name)}
+    links = {name: entry[name] for name in (*LINKED_BY.values(), *DERIVED_LINKS) if entry.get(name)}
     if rec.get("redacted"):
         shown = f"#{seq} [redacted]"
         return shown + "".join(f" {name}={_seq_refs(seqs)}" for name, seqs in links.items())
@@ -249,10 +253,23 @@ def search(reply: Mapping[str, Any], *, query: str | None = None, max_tokens: in
             tail += f", {context['over_budget']} left out over budget"
     lines.append(tail)
     if reply.get("mode"):
-        lines.append(f"mode: {reply['mode']}" + (f" ({reply['mode_reason']})" if reply.get("mode_reason") else ""))
+        lines.append(mode_line(reply))
     for notice in reply.get("notices") or ():
         lines.append(f"note: {notice}")
     return "\n".join(lines)
+
+
+def mode_line(reply: Mapping[str, Any]) -> str:
+    """One line for people: ``mode: hybrid``, ``mode: lexical (why)``, and how many matches had no vector."""
+    line = f"mode: {reply.get('mode', 'lexical')}"
+    if reply.get("mode_reason"):
+        line += f" ({reply['mode_reason']})"
+    without = reply.get("without_vectors")
+    if without and reply.get("mode") != "lexical":
+        line += f"; {without} match(es) ranked without a vector (still being embedded)"
+    elif without and (reply.get("vectors") or {}).get("model"):
+        line += f"; {without} match(es) ranked by their words alone"
+    return line
 
 
 def verify(report: Mapping[str, Any]) -> str:
@@ -309,6 +326,14 @@ def quarantine(result: dict[str, Any]) -> str:
     )
 
 
+def vectors_held(s: Mapping[str, Any]) -> str:
+    """How many records have a vector, per model, from ``Store.stats`` (stats and the viewer's Health page)."""
+    vec = s.get("vectors")
+    if not vec:
+        return "none (search is lexical until records are embedded)"
+    return ", ".join(f"{m} {n:,} of {s['records']:,} records" for m, n in vec.items())
+
+
 def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
     """What ``Store.stats`` found: counts, sizes, head, damage, index lag, vectors."""
     head = s["head"]
@@ -339,8 +364,7 @@ def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
         out.append(
             f"index: {idx['state']}, indexed to seq {idx['seq']}; lag {idx['lag_records']} records ({idx['lag_bytes']} bytes)"
         )
-    vec = s["vectors"]
-    out.append("vectors: " + (", ".join(f"{m} {n}" for m, n in vec.items()) or "none") if vec is not None else "vectors: none")
+    out.append("vectors: " + vectors_held(s))
     if s["findings"]:
         out.append(f"verify findings: {s['findings']} (run `retained verify`)")
     cap = s.get("capture")

@@ -63,6 +63,8 @@ class Entry(TypedDict):
     tokens: NotRequired[int]  # search: its estimated cost
     ranks: NotRequired[dict[str, int | None]]  # hybrid search: its lexical and dense ranks
     context: NotRequired[list[Entry]]  # search with context: the records next to it in its scope
+    may_correct: NotRequired[list[int]]  # search: older results this one may correct (index.corrections)
+    may_be_corrected_by: NotRequired[list[int]]  # search: newer results that may correct this one
 
 
 class Listing(TypedDict):
@@ -107,6 +109,7 @@ class Found(TypedDict):
     mode: NotRequired[str]  # lexical, hybrid or dense
     mode_reason: NotRequired[str | None]
     vectors: NotRequired[dict[str, Any]]
+    without_vectors: NotRequired[int]  # matches ranked without a vector (still being embedded, or lexical)
     context: NotRequired[ContextCount]
 
 

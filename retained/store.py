@@ -86,6 +86,7 @@ class Store:
         # follow_writes so new records get vectors on a background thread.
         self.embed_settings = dict(embed_settings or {})
         self._follow = follow_writes
+        self._wants: bool | None = None
         # group_commit: threads sharing this Store share fsyncs (see Log.append).
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
         self._access: IndexAccess | None = None  # the derived index and its fallbacks, opened on first use
@@ -192,7 +193,7 @@ class Store:
         # The index is derived and not on the acknowledgement path: every read
         # catches it up from the log first (L5), so a write only appends.
         proofs = self.log.append([item.content for item in items], client=client or self.client, op_reuse=op_reuse)
-        if self._follow and self.embed_settings.get("RETAINED_EMBED_URL"):
+        if self._follow and self.wants_vectors():
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
         out: list[WriteProof] = [{**proof, **item.notes} if item.notes else proof
                                  for proof, item in zip(proofs, items, strict=True)]
@@ -527,6 +528,14 @@ class Store:
         """Vector search beside the index (``index.hybrid``); lexical when embeddings are off."""
         return self.index_access.hybrid
 
+    def wants_vectors(self) -> bool:
+        """An endpoint is set or the embedded model is installed (imports neither)."""
+        if self._wants is None:
+            from retained.index.hybrid import wanted
+
+            self._wants = wanted(self.embed_settings)
+        return self._wants
+
     def search(
         self,
         query: str,
@@ -539,6 +548,8 @@ class Store:
         context: int = 0,
     ) -> Found:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
+        if self._follow and self.log.exists() and self.wants_vectors():
+            self.hybrid.kick()  # a long-lived process embeds what is missing (an existing store) in the background
         reply = self.index_access.search(query, k=k, max_tokens=max_tokens, scope=scope, context=context,
                                          include_superseded=include_superseded, include_retracted=include_retracted)
         if (self.directory / "mirrors").is_dir():  # other stores pulled by `retained sync` (retained/sync/union.py)

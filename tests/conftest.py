@@ -42,6 +42,12 @@ def anchor_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     return path
 
 
+@pytest.fixture(autouse=True)
+def embedded_model_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded model (retained[semantic]) stays unused unless a test unsets this; its tests do."""
+    monkeypatch.setenv("RETAINED_EMBED_LOCAL", "0")
+
+
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"

@@ -201,8 +201,15 @@ def cmd_write(args: argparse.Namespace) -> int:
             client_op_id=args.client_op_id,
             related=related_on(),
         )
+        if store.wants_vectors():
+            # This process ends now: the record is durable, its vector is left to whoever comes next.
+            proof.setdefault("notices", []).append(VECTOR_LATER)
     emit(args, proof, lambda: render.proof(proof))
     return 0
+
+
+VECTOR_LATER = ("its vector is computed after this command, by the next search or `retained embed --backfill`; "
+                "the record is already durable, nothing is lost")
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

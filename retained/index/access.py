@@ -228,6 +228,7 @@ class IndexAccess:
         if not self.log.exists():
             empty = Search.empty_reply(query, k=options["k"], max_tokens=options["max_tokens"])
             empty["mode"], empty["mode_reason"] = "lexical", "the store has no log yet"
+            empty["without_vectors"] = 0
             return empty
         try:
             with self.one_read():

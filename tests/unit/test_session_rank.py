@@ -34,6 +34,7 @@ def converse(store: Store, turns: list[tuple[str, str]]) -> list[int]:
 
 def ranked(store: Store, question: str, **ranking: float) -> list[int]:
     store.index.ranking = dataclasses.replace(RANKING, **ranking)
+    store.hybrid.newer_first = False  # the session step alone (the newer-first step has its own tests)
     try:
         return [r["seq"] for r in store.search(question, k=10)["results"]]
     finally:

@@ -97,7 +97,7 @@ def test_stats_reports_index_lag_and_vectors_when_present(store_dir):
     assert got["vectors"] == {"mini": 3, "big": 1}
     assert got["sizes"]["index_bytes"] > 0
     text = run_cli("stats", env_dir=store_dir)
-    assert "lag 3 records" in text.stdout and "vectors: mini 3, big 1" in text.stdout
+    assert "lag 3 records" in text.stdout and "vectors: mini 3 of 10 records, big 1 of 10 records" in text.stdout
     assert text.stderr == ""
 
 

@@ -1,0 +1,142 @@
+"""The newer fact first: a result that may correct an earlier one ranks above it.
+
+A fact that changes is often written again without ``supersedes`` ("The API
+timeout is 60 seconds." after "The API timeout is 30 seconds."). Both match
+a question about it, at about the same relevance, and the older one used to
+come first about a third of the time (issue 30). After a search has chosen
+its results, each pair of results in the same scope where the newer record
+may correct the older one is put in date order, newer first, and both are
+marked: the newer with ``may_correct`` (the older seqs), the older with
+``may_be_corrected_by``. Nothing is stored: the link is derived at query time
+from the records and their vectors, so a rebuilt index gives the same links.
+
+"May correct" is one of two tests, never a guess across subjects:
+
+- the subject words agree (``query.same_subject``, the test a write's reply
+  uses to propose a supersedes), or
+- with vectors, their cosine is at least ``COSINE_MIN`` (the two say nearly
+  the same thing), or at least ``COSINE_NEAR`` with each the other's nearest
+  among the results: a correction that shares few words with the original
+  is still the record closest to it (thresholds from the pairs of
+  harness/data/corrections.json: docs/retrieval.md).
+
+Records of different subjects pass neither test and keep their relevance
+order; a result moves only above an older result it may correct and at most
+``MOVE_RANKS_MAX`` places (comparable relevance: on LoCoMo, unbounded moves
+cost recall, docs/retrieval.md), so nothing else changes place relative to
+the rest. Retractions, redactions and
+checkpoints are never part of a pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from retained.replies import Entry
+
+from retained.index import query
+
+COSINE_MIN = 0.92  # two records' vectors this close say the same about one subject (docs/retrieval.md)
+COSINE_NEAR = 0.87  # closer than this and each other's nearest among the results: the same subject (likewise)
+SKIP_KINDS = ("retract", "redaction", "checkpoint")
+MOVE_RANKS_MAX = 3  # "comparable relevance": a newer result moves above an older one at most this many places
+
+
+def _text(entry: Entry) -> str | None:
+    rec = entry.get("record") or {}
+    if rec.get("kind") in SKIP_KINDS:
+        return None
+    text = rec.get("text")
+    return text if isinstance(text, str) and text.strip() else None
+
+
+def may_correct(older: Entry, newer: Entry, cosine: float | None, mutual: bool = False) -> bool:
+    """Whether result ``newer`` may correct result ``older`` (same scope, later, same subject).
+
+    ``mutual``: each is the other's nearest among the results (by cosine).
+    """
+    if newer["seq"] <= older["seq"]:
+        return False
+    a, b = _text(older), _text(newer)
+    if a is None or b is None or (older["record"].get("scope") != newer["record"].get("scope")):
+        return False
+    if cosine is not None and (cosine >= COSINE_MIN or (mutual and cosine >= COSINE_NEAR)):
+        return True
+    return query.same_subject(query.subject(a), query.subject(b))
+
+
+def newer_first(results: list[Entry], cosine: Callable[[int, int], float | None] | None = None) -> int:
+    """Put each result that may correct an earlier-ranked older one just above it; mark both. Returns the moves.
+
+    ``cosine(seq_a, seq_b)`` gives the cosine of two records' vectors, or
+    None when either has none (lexical search passes no function).
+    """
+    nearest = _nearest(results, cosine)
+    moves = 0
+    i = 0
+    while i < len(results):
+        older = results[i]
+        for j in range(i + 1, min(len(results), i + 1 + MOVE_RANKS_MAX)):
+            newer = results[j]
+            if newer["seq"] <= older["seq"]:
+                continue
+            c = cosine(older["seq"], newer["seq"]) if cosine is not None else None
+            mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
+            if may_correct(older, newer, c, mutual):
+                _link(older, newer)
+                results.insert(i, results.pop(j))
+                moves += 1
+                break
+        else:
+            i += 1
+            continue
+        # The moved record now stands at i: look again from it (it may correct something older still).
+        if moves > len(results) ** 2:
+            break
+    _mark_pairs_in_order(results, cosine, nearest)
+    return moves
+
+
+def _nearest(results: list[Entry], cosine: Callable[[int, int], float | None] | None) -> dict[int, int]:
+    """Each result's nearest other result by cosine (seq to seq); empty without vectors."""
+    if cosine is None:
+        return {}
+    best: dict[int, tuple[float, int]] = {}
+    seqs = [r["seq"] for r in results if _text(r) is not None]
+    for i, a in enumerate(seqs):
+        for b in seqs[i + 1:]:
+            c = cosine(a, b)
+            if c is None:
+                continue
+            if c > best.get(a, (-2.0, 0))[0]:
+                best[a] = (c, b)
+            if c > best.get(b, (-2.0, 0))[0]:
+                best[b] = (c, a)
+    return {a: b for a, (_, b) in best.items()}
+
+
+def _mark_pairs_in_order(
+    results: list[Entry], cosine: Callable[[int, int], float | None] | None, nearest: dict[int, int]
+) -> None:
+    """Mark the pairs already in date order too, so a reply names every older record a result may replace."""
+    for i, newer in enumerate(results):
+        for older in results[i + 1:]:
+            if older["seq"] < newer["seq"] and older["seq"] not in newer.get("may_correct", ()):
+                c = cosine(older["seq"], newer["seq"]) if cosine is not None else None
+                mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
+                if may_correct(older, newer, c, mutual):
+                    _link(older, newer)
+
+
+def _link(older: Entry, newer: Entry) -> None:
+    newer.setdefault("may_correct", [])
+    if older["seq"] not in newer["may_correct"]:
+        newer["may_correct"].append(older["seq"])
+    older.setdefault("may_be_corrected_by", [])
+    if newer["seq"] not in older["may_be_corrected_by"]:
+        older["may_be_corrected_by"].append(newer["seq"])
+
+
+__all__ = ["COSINE_MIN", "COSINE_NEAR", "may_correct", "newer_first"]

@@ -67,12 +67,19 @@ def may_correct(older: Entry, newer: Entry, cosine: float | None, mutual: bool =
     return query.same_subject(query.subject(a), query.subject(b))
 
 
-def newer_first(results: list[Entry], cosine: Callable[[int, int], float | None] | None = None) -> int:
+def newer_first(
+    results: list[Entry], cosine: Callable[[int, int], float | None] | None = None, asked: list[str] | None = None
+) -> int:
     """Put each result that may correct an earlier-ranked older one just above it; mark both. Returns the moves.
 
     ``cosine(seq_a, seq_b)`` gives the cosine of two records' vectors, or
     None when either has none (lexical search passes no function).
+    ``asked``: the query's terms (``query.terms``). An older result that
+    holds every one of them while the newer does not answers the question
+    as asked ("note 17" is not corrected by "note 40"): both are marked,
+    neither moves.
     """
+    wanted = set(asked or ())
     nearest = _nearest(results, cosine)
     moves = 0
     i = 0
@@ -86,6 +93,8 @@ def newer_first(results: list[Entry], cosine: Callable[[int, int], float | None]
             mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
             if may_correct(older, newer, c, mutual):
                 _link(older, newer)
+                if wanted and _answers_as_asked(wanted, older) and not _answers_as_asked(wanted, newer):
+                    continue
                 results.insert(i, results.pop(j))
                 moves += 1
                 break
@@ -97,6 +106,11 @@ def newer_first(results: list[Entry], cosine: Callable[[int, int], float | None]
             break
     _mark_pairs_in_order(results, cosine, nearest)
     return moves
+
+
+def _answers_as_asked(wanted: set[str], entry: Entry) -> bool:
+    """Whether ``entry``'s text holds every term of the query."""
+    return wanted <= set(query.terms(_text(entry) or ""))
 
 
 def _nearest(results: list[Entry], cosine: Callable[[int, int], float | None] | None) -> dict[int, int]:

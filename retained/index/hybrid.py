@@ -66,6 +66,7 @@ from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, Invaria
 from retained.index import corrections
 from retained.index import schema as index_schema
 from retained.index.dense import Matrix, embed_text, turns
+from retained.index.query import terms as query_terms
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
 from retained.vectors import local
@@ -551,7 +552,7 @@ class Hybrid:
             reply["mode"], reply["mode_reason"], reply["vectors"] = "lexical", reason, info
             reply["without_vectors"] = reply["total_matches"] - hidden
             if self.newer_first:
-                corrections.newer_first(reply["results"], self._cosine())
+                corrections.newer_first(reply["results"], self._cosine(), query_terms(text))
             return reply
         return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
                            context=context, **opts)
@@ -647,7 +648,7 @@ class Hybrid:
         if include_superseded or include_retracted:
             self.index.searcher.add_links(results)
         if self.newer_first:
-            corrections.newer_first(results, self._cosine())
+            corrections.newer_first(results, self._cosine(), query_terms(text))
         left_out = {
             "beyond_k": visible - len(top),
             "over_budget": over_budget,

@@ -37,7 +37,8 @@ OFFLINE_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
 }
-PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TMPDIR", "RETAINED_ANCHOR_DIR")
+# RETAINED_EMBED_LOCAL: the test's choice about the embedded model (tests/conftest.py) reaches the servers and hooks.
+PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TMPDIR", "RETAINED_ANCHOR_DIR", "RETAINED_EMBED_LOCAL")
 
 
 class Unavailable(Exception):

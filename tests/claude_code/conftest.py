@@ -74,6 +74,8 @@ class CC:
         """The test venv's ``retained ARGS`` with this HOME (so ``hook install`` writes this HOME's settings)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
         env["RETAINED_ANCHOR_DIR"] = os.environ["RETAINED_ANCHOR_DIR"]
+        if "RETAINED_EMBED_LOCAL" in os.environ:  # the test's choice about the embedded model (tests/conftest.py)
+            env["RETAINED_EMBED_LOCAL"] = os.environ["RETAINED_EMBED_LOCAL"]
         env["HOME"] = str(self.home)
         env.update(self.env)
         proc = subprocess.run([str(VENV_BIN / "retained"), *args], cwd=self.project, env=env, input=input,

@@ -46,6 +46,8 @@ def server_env(store_dir: Path, **extra: str) -> dict[str, str]:
     """The environment a test server runs with: its own store, small limits, no token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
     env["RETAINED_DIR"] = str(store_dir)
+    if "RETAINED_EMBED_LOCAL" in os.environ:  # the test's choice about the embedded model (tests/conftest.py)
+        env["RETAINED_EMBED_LOCAL"] = os.environ["RETAINED_EMBED_LOCAL"]
     # The test's own anchor directory (tests/conftest.py); a server a module-scoped
     # fixture starts, before that fixture runs, keeps its anchors beside its store.
     env["RETAINED_ANCHOR_DIR"] = os.environ.get("RETAINED_ANCHOR_DIR") or str(store_dir.parent / "anchors")

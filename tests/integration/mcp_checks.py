@@ -146,7 +146,7 @@ async def check_happy_paths(client: Any, store_dir: Path, client_name: str, clie
     both = (await client.call_tool("memory_search", {"query": "deploy target", "include_superseded": True})).structured_content
     assert sorted(r["seq"] for r in both["results"]) == [1, 3, 4]
     retracted = (await client.call_tool("memory_search", {"query": "dark mode"})).structured_content
-    assert retracted["returned"] == 0 and retracted["left_out"]["retracted"] == 1
+    assert retracted["returned"] == 0 and retracted["left_out"]["retracted"] == 1, retracted
     withdrawn = (await client.call_tool("memory_get", {"ids": [2]})).structured_content["records"][0]
     assert withdrawn["retracted_by"] == [5] and withdrawn["record"]["text"] == "Zoë prefers dark mode 🌙"
     corrected = (await client.call_tool("memory_get", {"ids": [1]})).structured_content["records"][0]

@@ -388,3 +388,20 @@ def test_the_lexical_head_keeps_its_places_in_the_fused_ranking(parts: Any) -> N
         assert kept[2:] == [s for s in plain if s not in lexical[:2]][:4], q  # the rest in fused order
         moved += plain[:2] != lexical[:2]
     assert moved, "the dense ranking never reordered the lexical head: the test shows nothing"
+
+
+def test_a_newer_record_does_not_move_above_an_older_one_that_answers_the_query_as_asked():
+    """"restorable note 17" asked: note 40 may correct note 17 (same subject), but only 17 holds every term."""
+    from retained.index import corrections, query
+
+    def entry(seq: int, text: str) -> dict:
+        return {"seq": seq, "offset": 0, "length": 0, "record": {"seq": seq, "text": text, "kind": "note"}}
+
+    asked = entry(18, "restorable note 17")
+    results = [asked, entry(41, "restorable note 40")]
+    assert corrections.newer_first(results, None, query.terms("restorable note 17")) == 0
+    assert [r["seq"] for r in results] == [18, 41] and results[1]["may_correct"] == [18]
+    # Asked without the number, the newer statement of the same subject comes first.
+    results = [entry(18, "restorable note 17"), entry(41, "restorable note 40")]
+    assert corrections.newer_first(results, None, query.terms("restorable note")) == 1
+    assert [r["seq"] for r in results] == [41, 18]

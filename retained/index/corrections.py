@@ -31,7 +31,7 @@ checkpoints are never part of a pair.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from retained.replies import Entry
@@ -52,10 +52,15 @@ def _text(entry: Entry) -> str | None:
     return text if isinstance(text, str) and text.strip() else None
 
 
-def may_correct(older: Entry, newer: Entry, cosine: float | None, mutual: bool = False) -> bool:
+def may_correct(
+    older: Entry, newer: Entry, cosine: float | None, mutual: bool = False, subjects: dict[int, Any] | None = None
+) -> bool:
     """Whether result ``newer`` may correct result ``older`` (same scope, later, same subject).
 
     ``mutual``: each is the other's nearest among the results (by cosine).
+    ``subjects``: a cache of each result's subject words by seq, kept by
+    the caller for one list of results (each pair's test would otherwise
+    work out the same texts' words again).
     """
     if newer["seq"] <= older["seq"]:
         return False
@@ -64,7 +69,13 @@ def may_correct(older: Entry, newer: Entry, cosine: float | None, mutual: bool =
         return False
     if cosine is not None and (cosine >= COSINE_MIN or (mutual and cosine >= COSINE_NEAR)):
         return True
-    return query.same_subject(query.subject(a), query.subject(b))
+    if subjects is None:
+        return query.same_subject(query.subject(a), query.subject(b))
+    if older["seq"] not in subjects:
+        subjects[older["seq"]] = query.subject(a)
+    if newer["seq"] not in subjects:
+        subjects[newer["seq"]] = query.subject(b)
+    return query.same_subject(subjects[older["seq"]], subjects[newer["seq"]])
 
 
 def newer_first(
@@ -80,6 +91,7 @@ def newer_first(
     neither moves.
     """
     wanted = set(asked or ())
+    subjects: dict[int, Any] = {}
     nearest = _nearest(results, cosine)
     moves = 0
     i = 0
@@ -91,7 +103,7 @@ def newer_first(
                 continue
             c = cosine(older["seq"], newer["seq"]) if cosine is not None else None
             mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
-            if may_correct(older, newer, c, mutual):
+            if may_correct(older, newer, c, mutual, subjects):
                 _link(older, newer)
                 if wanted and _answers_as_asked(wanted, older) and not _answers_as_asked(wanted, newer):
                     continue
@@ -104,7 +116,7 @@ def newer_first(
         # The moved record now stands at i: look again from it (it may correct something older still).
         if moves > len(results) ** 2:
             break
-    _mark_pairs_in_order(results, cosine, nearest)
+    _mark_pairs_in_order(results, cosine, nearest, subjects)
     return moves
 
 
@@ -132,7 +144,8 @@ def _nearest(results: list[Entry], cosine: Callable[[int, int], float | None] | 
 
 
 def _mark_pairs_in_order(
-    results: list[Entry], cosine: Callable[[int, int], float | None] | None, nearest: dict[int, int]
+    results: list[Entry], cosine: Callable[[int, int], float | None] | None, nearest: dict[int, int],
+    subjects: dict[int, Any] | None = None,
 ) -> None:
     """Mark the pairs already in date order too, so a reply names every older record a result may replace."""
     for i, newer in enumerate(results):
@@ -140,7 +153,7 @@ def _mark_pairs_in_order(
             if older["seq"] < newer["seq"] and older["seq"] not in newer.get("may_correct", ()):
                 c = cosine(older["seq"], newer["seq"]) if cosine is not None else None
                 mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
-                if may_correct(older, newer, c, mutual):
+                if may_correct(older, newer, c, mutual, subjects):
                     _link(older, newer)
 
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from pathlib import Path
-
-import pytest
 
 from tests.claude_code.conftest import CC, VENV_BIN
 from tests.claude_code.standin import Request, find_tool, result_text, text, tool_use
@@ -117,15 +114,7 @@ def test_the_plugin_brings_the_brief_the_tools_and_the_skill_and_writes_land_wit
     assert len(after) == 1 and SEEDED not in after[0].text() and not any(n.startswith(TOOL_PREFIX) for n in after[0].tool_names())
 
 
-def _capture_available() -> str | None:
-    proc = subprocess.run([str(VENV_BIN / "retained"), "capture", "--help"], capture_output=True, text=True, timeout=60)
-    return None if proc.returncode == 0 else "retained has no capture command yet (issue 26): " + (proc.stderr.strip().splitlines() or ["?"])[-1]
-
-
 def test_the_plugins_capture_hooks_record_the_prompt_and_the_reply_once_each(cc):
-    why = _capture_available()
-    if why:
-        pytest.skip(why)
     _install(cc)
     prompt = "the release train leaves on Thursdays at 16:00"
     reply = "Understood: Thursdays at 16:00."

@@ -97,9 +97,7 @@ def test_every_hook_and_the_server_go_through_the_launcher_and_none_names_a_stor
 def test_the_plugin_captures_the_events_retained_hook_install_does_with_the_same_timeouts():
     from retained.cli import hook_install
 
-    events = getattr(hook_install, "CAPTURE_EVENTS", None)
-    if events is None:
-        pytest.skip("retained hook install has no capture hooks yet (issue 26)")
+    events = hook_install.CAPTURE_EVENTS
     hooks = json.loads((PLUGIN / "hooks" / "hooks.json").read_text())["hooks"]
     plugin = {event: groups[0]["hooks"][0]["timeout"] for event, groups in hooks.items() if event != "SessionStart"}
     assert plugin == dict(events)

@@ -61,9 +61,12 @@ def make_line(offset: int, raw: bytes) -> Line:
     return Line(offset, raw, *record.classify(raw[:-1]))
 
 
+_PREAD = hasattr(os, "pread")  # not on Windows
+
+
 def pread(fd: int, length: int, offset: int) -> bytes:
     """Read exactly what is there at ``offset``; short only at end of file."""
-    if hasattr(os, "pread"):
+    if _PREAD:
         data = os.pread(fd, length, offset) if length > 0 else b""
         while data and len(data) < length:  # cut short: read on until the end of the file
             chunk = os.pread(fd, length - len(data), offset + len(data))

@@ -9,11 +9,12 @@ instead of an exception: a brief must never fail its host.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from retained import limits
 from retained.brief import compose
 from retained.errors import InvalidRecord
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the hook's fast path does not pay for importing typing
 if TYPE_CHECKING:
     import os
     from collections.abc import Mapping

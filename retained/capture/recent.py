@@ -8,18 +8,18 @@ token budget and shown oldest first. Retracted and superseded turns are
 left out, as the brief leaves them out; whatever else is left out is
 counted and said.
 
-Standard library only (no orjson, no typing at run time): the brief imports it.
+Standard library only (no orjson): the brief imports it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retained.brief.reader import LogReader
 from retained.core.lines import RECORD
 from retained.index.schema import LINK_FIELDS, estimate_tokens, link_targets
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

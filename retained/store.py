@@ -170,13 +170,8 @@ class Store:
                 scope, kept = writes.scope_of(targets)
         content = record.make_content(text=text, kind=kind, body=body, scope=scope, source=source, supersedes=supersedes,
                                       client_op_id=client_op_id, fields=fields)
-        if related:
-            return self._related.write(lambda: self.append([self.prepare(content)], client=client)[0],
-                                       lambda: self.index, text, scope, bool(supersedes), kept)
-        proof = self.append([self.prepare(content)], client=client)[0]
-        if kept:
-            proof["notices"] = [*proof.get("notices", ()), kept]
-        return proof
+        return self._related.write(lambda: self.append([self.prepare(content)], client=client)[0],
+                                   lambda: self.index, text, scope, bool(supersedes), kept, related)
 
     def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[WriteProof]:
         """Append many records with one lock and one fsync; proofs in order.

@@ -180,30 +180,32 @@ def scope_of(targets: list[Entry]) -> tuple[str | None, str]:
 
 
 class Related:
-    """The ``related`` step of a Store's writes: counts those under way, since their steps may run in any order."""
+    """A Store's writes and their ``related`` step: counts the steps under way, since they may run in any order."""
 
     def __init__(self) -> None:
         self.running = 0
         self._counting = threading.Lock()
 
     def write(self, append: Callable[[], WriteProof], index: Callable[[], Index], text: str, scope: str | None,
-              links: bool, kept: str | None) -> WriteProof:
-        """``append()``'s proof with ``kept`` (``scope_of``'s notice), ``related`` and a notice naming them (``hint``)."""
-        with self._counting:
-            self.running += 1
+              links: bool, kept: str | None, related: bool) -> WriteProof:
+        """``append()``'s proof with ``kept`` (``scope_of``'s notice) and, if ``related``, the related records (``hint``)."""
+        if related:
+            with self._counting:
+                self.running += 1
         try:
             proof = append()
             if kept:
                 proof["notices"] = [*proof.get("notices", ()), kept]
-            if not proof.get("duplicate"):
+            if related and not proof.get("duplicate"):
                 found = hint(index, proof, text, scope, links, self.running > 1)
                 if kept and found.get("notices"):
                     found["notices"] = [*proof["notices"], *found["notices"]]
                 proof.update(cast("WriteProof", found))  # related, notices
             return proof
         finally:
-            with self._counting:
-                self.running -= 1
+            if related:
+                with self._counting:
+                    self.running -= 1
 
 
 def hint(index: Callable[[], Index], proof: Mapping[str, Any], text: str, scope: str | None, links: bool,

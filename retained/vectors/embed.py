@@ -203,6 +203,12 @@ class Breaker:
         return f"half-open: the next request is a trial after {s['failures']} failures{last}"
 
 
+def status(embedder: Any, **more: Any) -> dict[str, Any]:
+    """An embedder's settings and breaker state, safe to show (no key): the shape every embedder's ``status`` has."""
+    return {"url": embedder.url, "model": embedder.model, "protocol": embedder.protocol, "dim": embedder.dim,
+            **more, "breaker": embedder.breaker.state()}
+
+
 class Embedder:
     """An HTTP embedding client for one model behind one of the three protocols.
 
@@ -275,13 +281,7 @@ class Embedder:
 
     def status(self) -> dict[str, Any]:
         """Settings and breaker state, safe to show (no key)."""
-        return {
-            "url": self.url,
-            "model": self.model,
-            "protocol": self.protocol,
-            "dim": self.dim,
-            "breaker": self.breaker.state(),
-        }
+        return status(self)
 
     def embed(self, texts: Sequence[str], *, purpose: str = "passage") -> list[list[float]]:
         """Embed ``texts`` in order, in batches; return one validated vector per text.

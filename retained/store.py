@@ -348,7 +348,7 @@ class Store:
         options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
         reply = self.index_access.search(query, **options)
-        if (self.directory / "mirrors").is_dir():  # other stores pulled by `retained sync` (retained/sync/union.py)
+        if os.path.isdir(os.path.join(self.directory, "mirrors")):  # stores pulled by `retained sync` (sync/union.py)
             from retained.sync import union
 
             return cast("Found", union.merge(self.directory, cast("dict[str, Any]", reply), query, options, Store))

@@ -250,7 +250,7 @@ class IndexAccess:
             empty["without_vectors"] = 0
             return empty
         try:
-            with self.one_read():
+            with self.index.one_catch_up():  # one_read, the log being there
                 return self.hybrid.search(query, **options)
         except (sqlite3.Error, OSError, RetainedError) as exc:
             if isinstance(exc, RetainedError) and exc.code != "index_unavailable":

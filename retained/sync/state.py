@@ -45,16 +45,7 @@ def read(path: Path) -> dict[str, Any]:
 
 def write(path: Path, obj: dict[str, Any]) -> None:
     """Replace ``path`` with ``obj`` as JSON: a new file, fsynced, renamed over it, the directory fsynced."""
-    ensure_dir(path.parent)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    fd = files.create_exclusive(tmp)
-    try:
-        files.write_all(fd, json.dumps(obj, sort_keys=True, indent=1).encode("utf-8") + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    files.fsync_dir(path.parent)
+    write_bytes(path, json.dumps(obj, sort_keys=True, indent=1).encode("utf-8") + b"\n")
 
 
 def write_bytes(path: Path, data: bytes) -> None:

@@ -35,15 +35,7 @@ def put(store_dir: Path, event_id: str, item: dict[str, Any]) -> Path:
     path = directory / f"{event_id}{SUFFIX}"
     if path.exists():
         return path  # the same event is already waiting
-    tmp = directory / f".{event_id}.{os.getpid()}.tmp"
-    fd = files.create_exclusive(tmp)
-    try:
-        files.write_all(fd, record.canonical(item))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    files.fsync_dir(directory)
+    files.replace_with(path, record.canonical(item), directory / f".{event_id}.{os.getpid()}.tmp")
     return path
 
 

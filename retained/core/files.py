@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 from typing import BinaryIO
 
 from retained.errors import LinkRefused
@@ -111,6 +112,19 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def replace_with(path: Path, data: bytes, tmp: Path) -> None:
+    """Put a new file of the store's (0600) holding ``data`` at ``path``: written as ``tmp`` beside it
+    (``create_exclusive``), fsynced, renamed over ``path``, the directory fsynced."""
+    fd = create_exclusive(tmp)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

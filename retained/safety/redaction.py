@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from retained import limits
 from retained.core import record
-from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from retained.core.files import fsync_dir, open_fd, open_read, replace_with, write_all
 from retained.core.log import Exclusive, Log, proof_of
 from retained.errors import InvalidRecord, NoStore, NotFound
 
@@ -220,15 +220,7 @@ def _copy(src: Any, fd: int, n: int) -> None:
 def _rewrite(path: Any, data: bytes) -> None:
     # Not named like a quarantine file, so a crash here leaves nothing that
     # verify would mistake for a torn tail.
-    tmp = path.with_name(".scrub-" + path.name)
-    fd = create_exclusive(tmp)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    replace_with(path, data, path.with_name(".scrub-" + path.name))
 
 
 # -- quarantine of a damaged line ---------------------------------------------

@@ -51,12 +51,4 @@ def write(path: Path, obj: dict[str, Any]) -> None:
 def write_bytes(path: Path, data: bytes) -> None:
     """A new file at ``path`` (0600) holding ``data``, fsynced, renamed into place."""
     ensure_dir(path.parent)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    fd = files.create_exclusive(tmp)
-    try:
-        files.write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    files.fsync_dir(path.parent)
+    files.replace_with(path, data, path.with_name(f"{path.name}.tmp-{os.getpid()}"))

@@ -99,10 +99,15 @@ anyio.run(uvicorn.Server(config).serve, [sock])
 class _Server:
     """``retained serve --http --port 0`` on a fresh store, its URL read from stderr."""
 
-    def __init__(self, directory: Path, group_commit: bool, related: bool = True, bare: bool = False) -> None:
+    def __init__(self, directory: Path, group_commit: bool, related: bool = True, bare: bool = False,
+                 semantic: bool = False) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
         env.update(RETAINED_DIR=str(directory), RETAINED_GROUP_COMMIT="on" if group_commit else "off",
                    RETAINED_RELATED="on" if related else "off")
+        # With retained[semantic] installed the server embeds each record after its ack, on the same CPUs:
+        # a cost of the extra, measured only when asked (--semantic), so the figures compare like with like.
+        if not semantic:
+            env["RETAINED_EMBED_LOCAL"] = "0"
         if bare:
             directory.mkdir(parents=True, exist_ok=True)
             script = directory / "bare_http_server.py"
@@ -173,10 +178,10 @@ async def _clients(url: str, clients: int, writes: int, texts: list[str]) -> tup
 
 
 def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: int, texts: list[str],
-                 related: bool = True, bare: bool = False) -> dict[str, Any]:
+                 related: bool = True, bare: bool = False, semantic: bool = False) -> dict[str, Any]:
     import anyio
 
-    server = _Server(directory, group_commit, related, bare)
+    server = _Server(directory, group_commit, related, bare, semantic)
     try:
         wall, calls = anyio.run(_clients, server.url, clients, writes, texts)
     finally:
@@ -212,7 +217,7 @@ def _pooled(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, vary: str = "group",
-          kind: str = "locomo") -> dict[str, Any]:
+          kind: str = "locomo", semantic: bool = False) -> dict[str, Any]:
     """Runs alternating ``on`` and ``off`` of what ``vary`` names: group commit, the related-records step
     (group commit on both ways), or retained (``on``) against the bare one-tool server (``off``)."""
     texts, source = (locomo_turns(clients * writes) if kind == "locomo"
@@ -225,7 +230,7 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, 
                 group, related = (flag, True) if vary == "group" else (True, flag) if vary == "related" else (True, True)
                 modes[name].append(one_http_run(Path(tmp) / f"http-{name}-{r}", group_commit=group,
                                                 clients=clients, writes=writes, texts=texts, related=related,
-                                                bare=vary == "bare" and not flag))
+                                                bare=vary == "bare" and not flag, semantic=semantic))
                 # The same work as a memory_write call: the same texts, and the related records asked for.
                 store_only[name].append(one_run(Path(tmp) / f"store-{name}-{r}", group_commit=group,
                                                 threads=clients, per_thread=writes, related=related, texts=texts))
@@ -237,6 +242,7 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, 
         "runs": runs,
         "vary": vary,
         "texts": source,
+        "semantic": semantic,
     }
     prefix = PREFIX[vary]
     pooled: dict[str, dict[str, Any]] = {}
@@ -285,10 +291,14 @@ def main(argv: list[str] | None = None) -> int:
                    "retained against a bare one-tool server (bare)")
     p.add_argument("--texts", choices=("locomo", "words"), default="locomo",
                    help="conversation turns (default; LoCoMo's, or generated of the same shape) or 'client record N'")
+    p.add_argument("--semantic", action="store_true",
+                   help="let the server embed each record after its ack when retained[semantic] is installed "
+                   "(default off: RETAINED_EMBED_LOCAL=0)")
     p.add_argument("--dir", type=Path, help="make the temporary stores under DIR (the filesystem matters)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = p.parse_known_args(argv)
-    result = bench(args.clients, args.writes, args.runs, args.dir, vary=args.vary, kind=args.texts)
+    result = bench(args.clients, args.writes, args.runs, args.dir, vary=args.vary, kind=args.texts,
+                   semantic=args.semantic)
     prefix = PREFIX[args.vary]
     if args.json:
         print(json.dumps(result))

@@ -29,6 +29,7 @@ import bisect
 import itertools
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -268,7 +269,8 @@ _URL_PLACEHOLDER = re.compile(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test
 
 
 def _url_password(value: str, before: str = "") -> bool:
-    return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value)
+    # "[secret:" before it: the colon is a redaction marker's (the user part held a disguised colon).
+    return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value) and not before.endswith("[secret:")
 
 
 _IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
@@ -333,10 +335,17 @@ _URLSAFE = r"A-Za-z0-9_\-"
 _W = r"A-Za-z0-9_"  # an ASCII word character, for boundaries
 _RULES: tuple[_Rule, ...] = (
     _rule(
+        # Armour in any case, with any number of dashes or none, words split by
+        # spaces ("BEGIN RSA  PRIVATE KEY") and ended by dashes or a line
+        # break (not prose: "begin the private key rotation"); the body a run of 32 base64
+        # characters or three pieces of 16 or more split by whitespace. The
+        # span starts at "begin": the dashes before it are taken in by find_secrets.
         "private_key",
-        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----.{0,400}?[A-Za-z0-9+/=]{32}"
-        r".*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-        hints=("PRIVATE KEY",),
+        r"begin[ \t]+(?:[a-z0-9]+[ \t]+){0,3}?private[ \t]*key(?:[ \t]*block)?[ \t]*(?:-+|(?=\r?\n))"
+        r".{0,400}?(?:[a-z0-9+/=]{32}|(?:[a-z0-9+/=]{16,}\s+){2}[a-z0-9+/=]{16})"
+        r".*?(?:-*[ \t]*end[ \t]+(?:[a-z0-9]+[ \t]+){0,3}?private[ \t]*key(?:[ \t]*block)?[ \t]*-*|\Z)",
+        hints=("private",),
+        fold=True,
         flags=re.DOTALL,
     ),
     _rule(
@@ -526,11 +535,14 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
     for tok in _TOKEN.finditer(text):
         start, end = tok.span()
         token = tok.group()
-        if len(token) >= GENERIC_CHARS_MAX:
-            continue
         i = bisect.bisect_right(skip_starts, start)
         if i > 0 and skip_ends[i - 1] > start:
             continue  # ids in URL paths (secrets in URLs are checked above), public PEM bodies
+        if token[:1] in "Mb" and not taken.overlaps(start, end) and private_key_body(token):
+            yield Finding(start, _blob_end(text, end), "private_key")  # a key's body without its armour
+            continue
+        if len(token) >= GENERIC_CHARS_MAX:
+            continue
         if _HEX_ONLY.fullmatch(token) or taken.overlaps(start, end):
             continue  # digests and ids; or already found by a specific rule
         if _PUBLIC_TOKEN.match(token) or _PUBLIC_BEFORE.search(text, max(0, start - 16), start):
@@ -595,6 +607,178 @@ def _in_blob(text: str, start: int, end: int) -> bool:
         if len(below) == width and width >= 48 and _TOKEN.fullmatch(below):
             return True
     return False
+
+
+_OPENSSH_MAGIC = b"openssh-key-v1\x00"
+_PBES2 = bytes.fromhex("06092a864886f70d01050d")  # the OID of an encrypted PKCS#8 key's scheme
+_ARMOUR_DASHES = re.compile(r"-+[ \t]*\Z")
+
+
+def private_key_body(token: str) -> bool:
+    """Whether a base64 token starts as a private key's DER (or an OpenSSH key) does.
+
+    PKCS#1 and SEC 1 keys and PKCS#8 ``PrivateKeyInfo`` are a SEQUENCE whose
+    first element is the version, INTEGER 0 or 1, followed by an INTEGER
+    (the RSA modulus), a SEQUENCE (the algorithm) or an OCTET STRING (the EC
+    key); an encrypted PKCS#8 key names PBES2 near its start. Certificates,
+    public keys and other DER start otherwise, and so does random data, but
+    for about one token in 10^9.
+    """
+    head = token[:32]
+    try:
+        raw = base64.b64decode(head[: len(head) // 4 * 4], validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    if raw.startswith(_OPENSSH_MAGIC):
+        return True
+    if len(raw) < 8 or raw[0] != 0x30:
+        return False
+    at = 2
+    if raw[1] & 0x80:
+        if raw[1] not in (0x81, 0x82):
+            return False
+        at = 2 + (raw[1] & 0x7F)
+    if raw[at : at + 3] in (b"\x02\x01\x00", b"\x02\x01\x01"):
+        return len(raw) > at + 3 and raw[at + 3] in (0x02, 0x30, 0x04)
+    return _PBES2 in raw
+
+
+def _blob_end(text: str, end: int) -> int:
+    """The end of the wrapped base64 block whose first line ends at ``end``."""
+    while True:
+        nl = text.find("\n", end, end + 2)  # the line break right after it (\n or \r\n)
+        if nl == -1 or text[end:nl].strip():
+            return end
+        stop = text.find("\n", nl + 1)
+        line = text[nl + 1 : len(text) if stop == -1 else stop].rstrip()
+        body = line.strip()
+        if not body or (_TOKEN.fullmatch(body) is None and _B64_TAIL.fullmatch(body) is None):
+            return end
+        end = nl + 1 + len(line)
+
+
+_B64_TAIL = re.compile(r"[A-Za-z0-9+/]{1,31}={0,2}")
+
+
+# -- disguises: keys split by whitespace, format characters, compatibility forms --
+
+# A provider's key that whitespace splits ("AKIA QX7T Z2K9 ...") still starts
+# with its prefix; so does a private key's body (its DER header). The joined
+# scan starts where one of these begins a piece of a text.
+SPLIT_HINTS = (
+    "AKIA", "ASIA", "AIza", "GOCSPX-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
+    "xapp-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "sk-", "npm_", "pypi-", "hf_", "SG.", "eyJ",
+    "MII", "MIG", "MC4C", "MHcC", "b3BlbnNzaC1rZXkt",
+)
+_PIECE = r"A-Za-z0-9_\-+/=.~"
+_GAP = r"(?:[ \t]{1,4}|[ \t]*\r?\n[ \t]*)"
+_SPLIT = re.compile(
+    rf"(?<![A-Za-z0-9_\-+/.~])(?:{'|'.join(map(re.escape, SPLIT_HINTS))})[{_PIECE}]*(?:{_GAP}[{_PIECE}]+){{1,40}}"
+)
+_SPLIT_RUNS_MAX = 32  # runs joined per text: a hostile text of many cannot make the scan quadratic
+_SPLIT_CHARS_MAX = 2048
+
+
+def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> list[Finding]:
+    """Add the keys that whitespace splits into pieces: each run of pieces from a prefix, joined and scanned.
+
+    The run ends at the first piece that reads as a word (``for``, ``the``);
+    each join of its first 2, 3, ... pieces is scanned, and the longest
+    finding that starts in the first piece and goes past it is kept, mapped
+    back onto the original text (whitespace included).
+    """
+    spans = _Spans()
+    for f in found:
+        spans.add(f)
+    for n, run in enumerate(_SPLIT.finditer(text)):
+        if n >= _SPLIT_RUNS_MAX:
+            break
+        pieces = [(m.start(), m.end()) for m in re.finditer(rf"[{_PIECE}]+", run.group())]
+        kept = [pieces[0]]
+        for a, b in pieces[1:]:
+            piece = run.group()[a:b]
+            if (piece.isalpha() and piece.islower() and len(piece) >= 3 and _word_chars(piece, 3) == len(piece)) or (
+                b - kept[0][0] > _SPLIT_CHARS_MAX
+            ):
+                break
+            kept.append((a, b))
+        best: tuple[int, int, str] | None = None
+        joined = run.group()[kept[0][0] : kept[0][1]]
+        ends = [len(joined)]
+        for a, b in kept[1:]:
+            joined += run.group()[a:b]
+            ends.append(len(joined))
+            for f in _scan(joined, allow, 0):
+                if f.start < ends[0] < f.end and f.kind != "high_entropy" and not f.kind.startswith("base64_"):
+                    best = (f.start, f.end, f.kind)  # a provider's format or a key's body, not any long token
+        if best is None:
+            continue
+        starts = [run.start() + a for a, _ in kept]
+        def back(offset: int, starts: list[int] = starts, ends: list[int] = ends) -> int:
+            i = bisect.bisect_left(ends, offset)
+            before = ends[i - 1] if i else 0
+            return starts[i] + offset - before
+        start, end = back(best[0]), back(best[1] - 1) + 1
+        if not spans.overlaps(start, end) and text[start:end] not in allow:
+            spans.add(Finding(start, end, best[2]))
+    return spans.findings
+
+
+# Format characters (Unicode category Cf: zero-width spaces and joiners, soft
+# hyphens, direction marks and overrides, tag characters), variation
+# selectors and the combining grapheme joiner: invisible, so removed before
+# the rules look. tests/unit/test_guard_evasions.py checks that every Cf
+# character of the running Python is here.
+IGNORABLE = re.compile(
+    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+
+
+def normalise(text: str) -> str:
+    """What the rules see of a text that is not ASCII: no format characters, compatibility forms folded (NFKC).
+
+    Fullwidth and mathematical letters become ASCII ones, a no-break space a
+    space, a zero-width space nothing. For detection only: what is stored is
+    the original text (or nothing).
+
+    >>> normalise("AK\u200bIA \uff21\uff22 \U0001d41a")
+    'AKIA AB a'
+    """
+    return unicodedata.normalize("NFKC", IGNORABLE.sub("", text))
+
+
+def _normalised_findings(text: str, found: list[Finding], allow: frozenset[str]) -> list[Finding]:
+    """Add what the rules find in the normalised text, mapped back onto the original."""
+    norm = normalise(text)
+    in_norm = find_secrets(norm, allow) if norm != text else []
+    if not in_norm:
+        return found
+    # Only a text that holds a disguised secret gets here: map character by character.
+    out: list[str] = []
+    origin: list[int] = []
+    for i, ch in enumerate(text):
+        if ch < "\x80":
+            out.append(ch)
+            origin.append(i)
+        elif IGNORABLE.match(ch) is None:
+            for n in unicodedata.normalize("NFKC", ch):
+                out.append(n)
+                origin.append(i)
+    mapped = "".join(out)
+    spans = _Spans()
+    for f in found:
+        spans.add(f)
+    extra = find_secrets(mapped, allow) if mapped != norm else in_norm
+    if extra:
+        pairs = [(origin[f.start], origin[f.end - 1] + 1, f.kind) for f in extra]
+    else:  # the whole-text and the character-wise forms differ (a combining sequence): the whole string
+        pairs = [(0, len(text), in_norm[0].kind)]
+    for start, end, kind in pairs:
+        if not spans.overlaps(start, end) and text[start:end] not in allow:
+            spans.add(Finding(start, end, kind))
+    return spans.findings
 
 
 # A bare "key" counts as a secret's name only after one of these words.
@@ -711,10 +895,26 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     """Every secret in ``text``, in order, without overlaps.
 
     ``allow`` holds literal values that are never reported: a finding whose
-    secret part, or whose whole string, is in it is dropped.
+    secret part, or whose whole string, is in it is dropped. The text is
+    scanned as it is, then for disguises: a provider's key split by
+    whitespace (`_split_findings`) and, for a text that is not ASCII, the text
+    with format characters removed and compatibility forms folded
+    (`normalise`). Spans are always the original text's.
     """
     if len(text) < 8 or text in allow:
         return []
+    found = _scan(text, allow, depth)
+    if depth > 0:
+        return found
+    if _SPLIT.search(text) is not None:
+        found = _split_findings(text, found, allow)
+    if not text.isascii():
+        found = _normalised_findings(text, found, allow)
+    return found
+
+
+def _scan(text: str, allow: frozenset[str], depth: int) -> list[Finding]:
+    """The rules and the generic test on ``text`` as it stands."""
     folded = text.lower()
     if quiet(text, folded):
         return []  # no "name: value", URL, "password is ..." or run long enough for a token
@@ -744,6 +944,9 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
         for m in matches:
             start, end = m.span("s") if "s" in rule.pattern.groupindex else m.span()
             start -= rule.span_back
+            if rule.kind == "private_key" and start > 0 and text[start - 1] in "- \t":
+                dashes = _ARMOUR_DASHES.search(text, max(0, start - 64), start)
+                start = dashes.start() if dashes is not None else start
             if start == end or found.overlaps(start, end):
                 continue
             value = text[start:end]

@@ -49,16 +49,19 @@ from retained.safety.credentials import (
     _LONG_TEXT_CHARS,
     _SECRET_KEY_NAME,
     COLON_HINTS,
+    SPLIT_HINTS,
     Finding,
     _assigned_value,
     find_secrets,
     looks_random,
+    normalise,
 )
 
 __all__ = ["POLICIES", "Finding", "Guard", "GuardResult", "find_secrets", "looks_random", "remove_private"]
 
 POLICIES = ("refuse", "redact", "off")
 _COLON_HINTS = tuple(h.encode() for h in COLON_HINTS)  # tested on the record's JSON, lower-cased
+_SPLIT_HINTS = tuple(h.encode() for h in SPLIT_HINTS)  # tested on the record's JSON as it is
 
 # Caller fields set through named API arguments; every other key is reported
 # as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
@@ -194,7 +197,9 @@ class Guard:
 
         It is exact by construction: every rule of :func:`find_secrets` needs
         a ``:`` or ``=`` in the string, a secret's name, a run of 16 token
-        characters, or 4,096 characters; a private span needs ``<``; the
+        characters, a provider's prefix (``credentials.SPLIT_HINTS``: a key
+        split by whitespace has no long run), a character outside ASCII (the
+        normalised text is scanned too), or 4,096 characters; a private span needs ``<``; the
         secret-name rule for values needs a nested key with a secret's name.
         In the JSON there is one ``:`` per key, and the punctuation (quotes,
         commas, braces) splits runs; a ``:`` in a string needs one of
@@ -216,8 +221,8 @@ class Guard:
         if len(data) >= _LONG_TEXT_CHARS or not data.isascii() or b"<" in data or b"\\" in data:
             return False
         if self.policy != "off":
-            if b"=" in data:
-                return False
+            if b"=" in data or any(h in data for h in _SPLIT_HINTS):
+                return False  # an assignment; a provider's prefix (its key may be split by whitespace)
             # Runs of characters other than whitespace and JSON punctuation, as
             # "a"s: a substring test finds one of 16 without splitting the text.
             if _RUN_16 in data.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS):
@@ -303,7 +308,7 @@ class _Walk:
         if (
             name is not None
             and not found
-            and _SECRET_KEY_NAME.search(name)
+            and _SECRET_KEY_NAME.search(name if name.isascii() else normalise(name))
             and text not in self.guard.allow
             and not any(ch.isspace() for ch in text)
             and _assigned_value(text, literal=True)

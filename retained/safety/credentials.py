@@ -32,6 +32,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import AnyStr
 
 from retained.errors import InvariantBroken
 
@@ -527,12 +528,13 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
             value = q.group(1)
             if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
                 yield Finding(url.start() + q.start(1), url.start() + q.end(1), "high_entropy")
-    if len(text) < _LONG_TEXT_CHARS and max(map(len, text.split()), default=0) < GENERIC_CHARS_MIN:
-        return  # no run long enough; on a short text this test is cheaper than the regex
+    pieces = [p for p in text.split() if len(p) >= GENERIC_CHARS_MIN]
+    if not pieces:
+        return  # no run long enough
     in_url.sort()
     skip_starts = [a for a, _ in in_url]
     skip_ends = list(itertools.accumulate((b for _, b in in_url), max))  # spans may nest: a running max
-    for tok in _TOKEN.finditer(text):
+    for tok in _tokens_in(text, pieces):
         start, end = tok.span()
         token = tok.group()
         i = bisect.bisect_right(skip_starts, start)
@@ -568,6 +570,21 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
             inner = find_secrets(decoded, allow, depth + 1)
             if inner:
                 yield Finding(start, end, f"base64_{inner[0].kind}")
+
+
+def _tokens_in(text: str, pieces: list[str]) -> Iterable[re.Match[str]]:
+    """``_TOKEN.finditer(text)``, searched only inside ``pieces`` (the text's long whitespace-free pieces, in order).
+
+    A token holds no whitespace, so it lies inside one piece; searching only
+    there spares the regex a try at every position of the prose around them
+    (a URL or a line of code in a sentence). Each piece is found after the
+    one before it: one that held it would have been long too, and found first.
+    """
+    at = 0
+    for piece in pieces:
+        start = text.find(piece, at)
+        at = start + len(piece)
+        yield from _TOKEN.finditer(text, start, at)
 
 
 def _path_like(token: str) -> bool:
@@ -665,16 +682,50 @@ _B64_TAIL = re.compile(r"[A-Za-z0-9+/]{1,31}={0,2}")
 # A provider's key that whitespace splits ("AKIA QX7T Z2K9 ...") still starts
 # with its prefix; so does a private key's body (its DER header). The joined
 # scan starts where one of these begins a piece of a text.
-SPLIT_HINTS = (
-    "AKIA", "ASIA", "AIza", "GOCSPX-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
-    "xapp-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "sk-", "npm_", "pypi-", "hf_", "SG.", "eyJ",
-    "MII", "MIG", "MC4C", "MHcC", "b3BlbnNzaC1rZXkt",
-)
+SPLIT_HINTS = ("AKIA", "ASIA", "AIza")  # tested in any text
+# The prefixes with a "_" or "-", by what ends at their first "_" or "-": a
+# text is tested at each of its "_" and "-" with one ``endswith`` (`ends_at`).
+SPLIT_ENDS = {
+    "_": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_", "sk_", "rk_", "whsec_", "npm_", "hf_"),
+    "-": ("GOCSPX-", "glpat-", "xoxa-", "xoxb-", "xoxe-", "xoxo-", "xoxp-", "xoxr-", "xoxs-", "xapp-", "sk-", "pypi-"),
+}
+# A private key's body (its DER header), a JWT, a SendGrid key: split only
+# where the first piece is 16 characters or more (so a text that holds one
+# has a run of 16, and the cheap exits already send it to the full scan).
+_SPLIT_HINTS_LONG = ("MII", "MIG", "MC4C", "MHcC", "b3BlbnNzaC1rZXkt", "eyJ", "SG.")
 _PIECE = r"A-Za-z0-9_\-+/=.~"
 _GAP = r"(?:[ \t]{1,4}|[ \t]*\r?\n[ \t]*)"
 _SPLIT = re.compile(
-    rf"(?<![A-Za-z0-9_\-+/.~])(?:{'|'.join(map(re.escape, SPLIT_HINTS))})[{_PIECE}]*(?:{_GAP}[{_PIECE}]+){{1,40}}"
+    rf"(?<![A-Za-z0-9_\-+/.~])(?:(?:{'|'.join(map(re.escape, SPLIT_HINTS + SPLIT_ENDS['_'] + SPLIT_ENDS['-']))})[{_PIECE}]*"
+    rf"|(?:{'|'.join(map(re.escape, _SPLIT_HINTS_LONG))})[{_PIECE}]{{13,}})(?:{_GAP}[{_PIECE}]+){{1,40}}"
 )
+
+
+def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
+    """Whether one of ``ends`` ends at an occurrence of ``sep`` in ``text`` (each holds ``sep`` last)."""
+    at = text.find(sep)
+    while at != -1:
+        if text.endswith(ends, 0, at + 1):
+            return True
+        at = text.find(sep, at + 1)
+    return False
+
+
+_SPLIT_UNDERSCORE, _SPLIT_DASH = SPLIT_ENDS["_"], SPLIT_ENDS["-"]
+
+
+def may_be_split(text: str) -> bool:
+    """Whether ``text`` holds a prefix the joined scan (``_SPLIT``) starts from: a few substring tests."""
+    return (
+        "AKIA" in text
+        or "ASIA" in text
+        or "AIza" in text
+        or ends_at(text, "_", _SPLIT_UNDERSCORE)
+        or ends_at(text, "-", _SPLIT_DASH)
+        or any(h in text for h in _SPLIT_HINTS_LONG)
+    )
+
+
 _SPLIT_RUNS_MAX = 32  # runs joined per text: a hostile text of many cannot make the scan quadratic
 _SPLIT_CHARS_MAX = 2048
 
@@ -789,7 +840,7 @@ _LONG_TEXT_CHARS = 4096
 # Every rule needs a ":" or "=" (a name and its value, a URL), a secret's
 # name ("password is ...") or a run of 16 or more token characters; a short
 # text with none of them is done at once.
-_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
+_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%=]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
 
 
@@ -799,18 +850,25 @@ _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again i
 # ("api key: ..."), an Authorization header's "Basic ...". A colon alone (a
 # speaker's "Caroline: ...", a time, "note: ...") leaves the text quiet.
 COLON_HINTS = ("://", "-u ", "key", "basic")
+# Likewise an "=" matters only beside one of these (or a secret's name): a
+# key's name (``api_key=``, ``AccountKey=``), a SAS signature, ``Basic``.
+# ``timeout=30`` and ``?page=2`` leave the text quiet; a token with "=" in it
+# is a run of 16.
+EQUALS_HINTS = ("key", "sig=", "basic")
 
 
 def quiet(text: str, folded: str) -> bool:
     """Whether no rule of :func:`find_secrets` can match ``text`` (``folded``: its lower case): the cheap exit.
 
-    True for a short text with no ``=``, no secret's name (`_NAMES`), no run
-    of 16 token characters (`_has_long_run`), and either no ``:`` or none of
-    `COLON_HINTS`; every rule needs one of these.
+    True for a short text with no secret's name (`_NAMES`), no run of 16
+    token characters (`_has_long_run`), either no ``=`` or none of
+    `EQUALS_HINTS`, and either no ``:`` or none of `COLON_HINTS`; every rule
+    needs one of these. (A key split by whitespace and a disguised text are
+    find_secrets' own steps, after this.)
     """
     return (
         len(text) < _LONG_TEXT_CHARS
-        and "=" not in text
+        and ("=" not in text or not any(name in folded for name in EQUALS_HINTS))
         and not any(name in folded for name in _NAMES)
         and (":" not in text or not any(h in folded for h in COLON_HINTS))
         and not _has_long_run(text)
@@ -906,7 +964,7 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     found = _scan(text, allow, depth)
     if depth > 0:
         return found
-    if _SPLIT.search(text) is not None:
+    if may_be_split(text) and _SPLIT.search(text) is not None:
         found = _split_findings(text, found, allow)
     if not text.isascii():
         found = _normalised_findings(text, found, allow)

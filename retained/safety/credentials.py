@@ -398,7 +398,8 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "gitlab_token",
         rf"gl(?<![{_W}\-]gl)(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}",
-        hints=("gl",), gate=False,
+        hints=tuple(f"gl{p}-" for p in ("pat", "dt", "rt", "ptt", "soat", "cbt", "oas", "imt", "ffct", "ft", "agent")),
+        gate=False,
     ),
     _rule(
         "slack_webhook",
@@ -408,7 +409,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "slack_token",
         r"(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})",
-        hints=("xox", "xapp-"), gate=False,
+        hints=(*(f"xox{c}-" for c in "abposre"), "xapp-"), gate=False,
     ),
     _rule(
         "stripe_key",
@@ -420,7 +421,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "openai_key",
         rf"sk-(?<![{_W}\-]sk-)[A-Za-z0-9]{{20}}T3BlbkFJ[A-Za-z0-9]{{20}}(?![{_W}\-])",
-        hints=("T3BlbkFJ",), gate=False,
+        hints=("sk-",), gate=False,
     ),
     _rule(
         "openai_key",
@@ -454,7 +455,7 @@ _RULES: tuple[_Rule, ...] = (
         hints=("-u ",),
     ),
     _rule("mailgun_key", rf"key-(?<![{_W}\-]key-)[0-9a-f]{{32}}(?![{_W}])", hints=("key-",)),
-    _rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shp",)),
+    _rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shpat_", "shpca_", "shppa_", "shpss_")),
     _rule(
         "basic_auth",
         r"basic\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])",
@@ -689,6 +690,13 @@ SPLIT_ENDS = {
     "_": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_", "sk_", "rk_", "whsec_", "npm_", "hf_"),
     "-": ("GOCSPX-", "glpat-", "xoxa-", "xoxb-", "xoxe-", "xoxo-", "xoxp-", "xoxr-", "xoxs-", "xapp-", "sk-", "pypi-"),
 }
+# Where a split key's run starts (each holds one of SPLIT_HINTS or SPLIT_ENDS
+# as guard.untouched looks for them, and one of _SPLIT_GATE as find_secrets does).
+_SPLIT_STARTS = (
+    *SPLIT_HINTS, "GOCSPX-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-",
+    *(f"xox{c}-" for c in "abposre"), "xapp-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "sk-", "npm_",
+    "pypi-AgEI", "hf_",
+)
 # A private key's body (its DER header), a JWT, a SendGrid key: split only
 # where the first piece is 16 characters or more (so a text that holds one
 # has a run of 16, and the cheap exits already send it to the full scan).
@@ -696,7 +704,7 @@ _SPLIT_HINTS_LONG = ("MII", "MIG", "MC4C", "MHcC", "b3BlbnNzaC1rZXkt", "eyJ", "S
 _PIECE = r"A-Za-z0-9_\-+/=.~"
 _GAP = r"(?:[ \t]{1,4}|[ \t]*\r?\n[ \t]*)"
 _SPLIT = re.compile(
-    rf"(?<![A-Za-z0-9_\-+/.~])(?:(?:{'|'.join(map(re.escape, SPLIT_HINTS + SPLIT_ENDS['_'] + SPLIT_ENDS['-']))})[{_PIECE}]*"
+    rf"(?<![A-Za-z0-9_\-+/.~])(?:(?:{'|'.join(map(re.escape, _SPLIT_STARTS))})[{_PIECE}]*"
     rf"|(?:{'|'.join(map(re.escape, _SPLIT_HINTS_LONG))})[{_PIECE}]{{13,}})(?:{_GAP}[{_PIECE}]+){{1,40}}"
 )
 
@@ -711,19 +719,6 @@ def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
     return False
 
 
-_SPLIT_UNDERSCORE, _SPLIT_DASH = SPLIT_ENDS["_"], SPLIT_ENDS["-"]
-
-
-def may_be_split(text: str) -> bool:
-    """Whether ``text`` holds a prefix the joined scan (``_SPLIT``) starts from: a few substring tests."""
-    return (
-        "AKIA" in text
-        or "ASIA" in text
-        or "AIza" in text
-        or ends_at(text, "_", _SPLIT_UNDERSCORE)
-        or ends_at(text, "-", _SPLIT_DASH)
-        or any(h in text for h in _SPLIT_HINTS_LONG)
-    )
 
 
 _SPLIT_RUNS_MAX = 32  # runs joined per text: a hostile text of many cannot make the scan quadratic
@@ -759,7 +754,7 @@ def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> l
         for a, b in kept[1:]:
             joined += run.group()[a:b]
             ends.append(len(joined))
-            for f in _scan(joined, allow, 0):
+            for f in _scan(joined, allow, 0)[0]:
                 if f.start < ends[0] < f.end and f.kind != "high_entropy" and not f.kind.startswith("base64_"):
                     best = (f.start, f.end, f.kind)  # a provider's format or a key's body, not any long token
         if best is None:
@@ -866,11 +861,11 @@ def quiet(text: str, folded: str) -> bool:
     needs one of these. (A key split by whitespace and a disguised text are
     find_secrets' own steps, after this.)
     """
-    return (
+    return (  # the tests most likely to fail first: a text that is not quiet should pay little for asking
         len(text) < _LONG_TEXT_CHARS
+        and (":" not in text or not any(h in folded for h in COLON_HINTS))
         and ("=" not in text or not any(name in folded for name in EQUALS_HINTS))
         and not any(name in folded for name in _NAMES)
-        and (":" not in text or not any(h in folded for h in COLON_HINTS))
         and not _has_long_run(text)
     )
 
@@ -896,10 +891,97 @@ def _rules_by_hint(rules: tuple[_Rule, ...]) -> dict[str, tuple[int, ...]]:
     return {h: tuple(found) for h, found in out.items()}
 
 
+class _HintSet:
+    """Which of a set of hints occur in a text, in a few passes over it rather than one per hint.
+
+    A hint that ends with ``_``, ``-`` or ``=`` (``ghp_``, ``sk-``, ``==``)
+    is looked for only where that character occurs, all such hints with one
+    ``endswith`` there; one that starts with ``A`` (``AKIA``, ``AIza``) with
+    one ``startswith`` where an ``A`` occurs (``first``); the others (``://``, ``eyJ``)
+    with ``in``. A text with many of one character (a line of dashes) has
+    that character's hints looked for with ``in``, so no text costs a step
+    per character. ``first`` names the first characters looked for so;
+    ``by=""`` and ``first=""`` (the lower-cased names): ``in`` for all.
+    """
+
+    _MANY = 64
+
+    def __init__(self, hints: Iterable[str], by: str = "_-=", first: str = "A") -> None:
+        ends: dict[str, list[str]] = {}
+        starts: dict[str, list[str]] = {}
+        plain: list[str] = []
+        for h in sorted(set(hints)):
+            if h[-1] in by:
+                ends.setdefault(h[-1], []).append(h)
+            elif h[0] in first:
+                starts.setdefault(h[0], []).append(h)
+            else:
+                plain.append(h)
+        self.plain = tuple(plain)
+        self.ends = {c: tuple(hs) for c, hs in ends.items()}
+        self.starts = {c: tuple(hs) for c, hs in starts.items()}
+
+    def any(self, text: str) -> bool:
+        """Whether one of the hints occurs in ``text``: the first pass that finds one answers."""
+        if any(h in text for h in self.plain):
+            return True
+        for c, hs in self.ends.items():
+            many = text.count(c) > self._MANY
+            if (many and any(h in text for h in hs)) or (not many and ends_at(text, c, hs)):
+                return True
+        for c, hs in self.starts.items():
+            at = text.find(c)
+            if at != -1 and text.count(c, at) > self._MANY:
+                if any(h in text for h in hs):
+                    return True
+                continue
+            while at != -1:
+                if text.startswith(hs, at):
+                    return True
+                at = text.find(c, at + 1)
+        return False
+
+    def found(self, text: str) -> set[str]:
+        out = {h for h in self.plain if h in text}
+        for c, hs in self.ends.items():
+            at = text.find(c)
+            if at != -1 and text.count(c, at) > self._MANY:
+                out.update(h for h in hs if h in text)
+                continue
+            while at != -1:
+                if text.endswith(hs, 0, at + 1):
+                    out.update(h for h in hs if text.endswith(h, 0, at + 1))
+                at = text.find(c, at + 1)
+        for c, hs in self.starts.items():
+            at = text.find(c)
+            if at != -1 and text.count(c, at) > self._MANY:
+                out.update(h for h in hs if h in text)
+                continue
+            while at != -1:
+                if text.startswith(hs, at):
+                    out.update(h for h in hs if text.startswith(h, at))
+                at = text.find(c, at + 1)
+        return out
+
+
 _BY_HINT = _rules_by_hint(_RULES)
 _UNGATED = tuple(i for i, r in enumerate(_RULES) if not r.gate)  # run on a long text whatever its hints
 _GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
 _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
+# What find_secrets looks for before the joined scan: a rule's hint inside
+# each of _SPLIT_STARTS (so the rules' own search answers it), and the long starts.
+_SPLIT_GATE = frozenset(
+    {"AKIA", "ASIA", "AIza", "GOCSPX-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xapp-",
+     "k_live_", "k_test_", "whsec_", "sk-", "npm_", "pypi-AgEI", "hf_", *(f"xox{c}-" for c in "abposre"),
+     *_SPLIT_HINTS_LONG}
+)
+if not _SPLIT_GATE.issubset(_HINTS | set(_SPLIT_HINTS_LONG)) or not all(any(g in h for g in _SPLIT_GATE) for h in _SPLIT_STARTS):
+    raise InvariantBroken("credentials: every split start must hold a hint the rules look for")
+# The rules' hints and the long split starts (which run no rule: _BY_HINT has none for them).
+_FIND_HINTS = _HintSet(_HINTS | set(_SPLIT_HINTS_LONG), first="AM")
+_FIND_GATE_HINTS = _HintSet(_GATE_HINTS)
+_FIND_FOLDED_HINTS = _HintSet(_FOLDED_HINTS, by="", first="")
+_FIND_SPLIT_HINTS = _HintSet(_SPLIT_GATE, first="AM")
 
 
 def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
@@ -961,21 +1043,21 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     """
     if len(text) < 8 or text in allow:
         return []
-    found = _scan(text, allow, depth)
+    found, split = _scan(text, allow, depth)
     if depth > 0:
         return found
-    if may_be_split(text) and _SPLIT.search(text) is not None:
+    if split and _SPLIT.search(text) is not None:
         found = _split_findings(text, found, allow)
     if not text.isascii():
         found = _normalised_findings(text, found, allow)
     return found
 
 
-def _scan(text: str, allow: frozenset[str], depth: int) -> list[Finding]:
-    """The rules and the generic test on ``text`` as it stands."""
+def _scan(text: str, allow: frozenset[str], depth: int) -> tuple[list[Finding], bool]:
+    """The rules and the generic test on ``text`` as it stands; and whether a split key's start occurs in it."""
     folded = text.lower()
     if quiet(text, folded):
-        return []  # no "name: value", URL, "password is ..." or run long enough for a token
+        return [], _FIND_SPLIT_HINTS.any(text)  # no "name: value", URL, "password is ..." or run long enough
     found = _Spans()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a
@@ -983,12 +1065,12 @@ def _scan(text: str, allow: frozenset[str], depth: int) -> list[Finding]:
     long = len(text) >= _LONG_TEXT_CHARS
     # The rules to run, in their order: those with a hint present; on a long text also the ungated ones.
     run = set(_UNGATED) if long else set()
-    for h in _GATE_HINTS if long else _HINTS:
-        if h in text:
-            run.update(_BY_HINT[h])
-    for h in _FOLDED_HINTS:
-        if h in folded:
-            run.update(_BY_HINT[h])
+    hints = (_FIND_GATE_HINTS if long else _FIND_HINTS).found(text)
+    split = _FIND_SPLIT_HINTS.any(text) if long else not hints.isdisjoint(_SPLIT_GATE)
+    for h in hints:
+        run.update(_BY_HINT.get(h, ()))
+    for h in _FIND_FOLDED_HINTS.found(folded):
+        run.update(_BY_HINT[h])
     for i in sorted(run):
         rule = _RULES[i]
         if rule.anchored:
@@ -1017,8 +1099,8 @@ def _scan(text: str, allow: frozenset[str], depth: int) -> list[Finding]:
         if not found.overlaps(f.start, f.end) and text[f.start : f.end] not in allow:
             found.add(f)
     if not found.findings:
-        return []
-    return _relabel(text, found.findings)
+        return [], split
+    return _relabel(text, found.findings), split
 
 
 _SERVICE_ACCOUNT = re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")

@@ -247,7 +247,7 @@ class Guard:
                 return False
             if b"=" in data and any(h in folded for h in _EQUALS_HINTS):
                 return False  # "api_key=", "sig=", "Basic ...=": an assignment that may hold a secret
-            # A provider's prefix: its key may be split by whitespace (credentials.may_be_split).
+            # A provider's prefix: its key may be split by whitespace (credentials._SPLIT_STARTS).
             if b"AKIA" in data or b"ASIA" in data or b"AIza" in data:
                 return False
             if ends_at(data, b"_", _SPLIT_UNDERSCORE) or ends_at(data, b"-", _SPLIT_DASH):

@@ -710,7 +710,13 @@ _SPLIT = re.compile(
 
 
 def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
-    """Whether one of ``ends`` ends at an occurrence of ``sep`` in ``text`` (each holds ``sep`` last)."""
+    """Whether one of ``ends`` occurs in ``text`` (each ends with ``sep``): one ``endswith`` where ``sep`` occurs.
+
+    A text with more than 64 of ``sep`` is searched for each of ``ends``
+    instead, so no text costs a step per character.
+    """
+    if text.count(sep) > 64:
+        return any(e in text for e in ends)
     at = text.find(sep)
     while at != -1:
         if text.endswith(ends, 0, at + 1):
@@ -719,10 +725,31 @@ def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
     return False
 
 
+def starts_at(text: AnyStr, first: AnyStr, starts: tuple[AnyStr, ...]) -> bool:
+    """Whether one of ``starts`` occurs in ``text`` (each starts with ``first``): one ``startswith`` where it occurs."""
+    if text.count(first) > 64:
+        return any(h in text for h in starts)
+    at = text.find(first)
+    while at != -1:
+        if text.startswith(starts, at):
+            return True
+        at = text.find(first, at + 1)
+    return False
 
 
-_SPLIT_RUNS_MAX = 32  # runs joined per text: a hostile text of many cannot make the scan quadratic
+
+
+# Bounds on the joined scan, so that a hostile text of many prefixes cannot make it quadratic:
+# the runs looked at, the scans of joined pieces, and the length of one run.
+_SPLIT_RUNS_MAX = 32
+_SPLIT_SCANS_MAX = 96
 _SPLIT_CHARS_MAX = 2048
+
+
+def _in_text(offset: int, starts: list[int], ends: list[int]) -> int:
+    """Where an offset into joined pieces lies in the text: pieces start at ``starts`` and end at ``ends`` when joined."""
+    i = bisect.bisect_right(ends, offset)
+    return starts[i] + offset - (ends[i - 1] if i else 0)
 
 
 def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> list[Finding]:
@@ -736,8 +763,9 @@ def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> l
     spans = _Spans()
     for f in found:
         spans.add(f)
+    scans = 0
     for n, run in enumerate(_SPLIT.finditer(text)):
-        if n >= _SPLIT_RUNS_MAX:
+        if n >= _SPLIT_RUNS_MAX or scans >= _SPLIT_SCANS_MAX:
             break
         pieces = [(m.start(), m.end()) for m in re.finditer(rf"[{_PIECE}]+", run.group())]
         kept = [pieces[0]]
@@ -754,17 +782,14 @@ def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> l
         for a, b in kept[1:]:
             joined += run.group()[a:b]
             ends.append(len(joined))
+            scans += 1
             for f in _scan(joined, allow, 0)[0]:
                 if f.start < ends[0] < f.end and f.kind != "high_entropy" and not f.kind.startswith("base64_"):
                     best = (f.start, f.end, f.kind)  # a provider's format or a key's body, not any long token
         if best is None:
             continue
         starts = [run.start() + a for a, _ in kept]
-        def back(offset: int, starts: list[int] = starts, ends: list[int] = ends) -> int:
-            i = bisect.bisect_left(ends, offset)
-            before = ends[i - 1] if i else 0
-            return starts[i] + offset - before
-        start, end = back(best[0]), back(best[1] - 1) + 1
+        start, end = _in_text(best[0], starts, ends), _in_text(best[1] - 1, starts, ends) + 1
         if not spans.overlaps(start, end) and text[start:end] not in allow:
             spans.add(Finding(start, end, best[2]))
     return spans.findings
@@ -925,21 +950,9 @@ class _HintSet:
         """Whether one of the hints occurs in ``text``: the first pass that finds one answers."""
         if any(h in text for h in self.plain):
             return True
-        for c, hs in self.ends.items():
-            many = text.count(c) > self._MANY
-            if (many and any(h in text for h in hs)) or (not many and ends_at(text, c, hs)):
-                return True
-        for c, hs in self.starts.items():
-            at = text.find(c)
-            if at != -1 and text.count(c, at) > self._MANY:
-                if any(h in text for h in hs):
-                    return True
-                continue
-            while at != -1:
-                if text.startswith(hs, at):
-                    return True
-                at = text.find(c, at + 1)
-        return False
+        if any(ends_at(text, c, hs) for c, hs in self.ends.items()):
+            return True
+        return any(starts_at(text, c, hs) for c, hs in self.starts.items())
 
     def found(self, text: str) -> set[str]:
         out = {h for h in self.plain if h in text}

@@ -501,8 +501,9 @@ _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 _PUBLIC_PEM = re.compile(
     r"-----BEGIN (?![A-Z0-9 ]*PRIVATE)[A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
 )
+_QUERY_WORDS = ("token", "secret", "key", "sig", "password", "auth", "credential")
 _URL_QUERY_SECRET = re.compile(
-    r"(?i)[?&#](?:[\w.\-]*(?:token|secret|key|sig|signature|password|auth|credential)[\w.\-]*)=([^&#\s\"'<>]+)"
+    rf"(?i)[?&#](?:[\w.\-]*(?:{'|'.join(_QUERY_WORDS)}|signature)[\w.\-]*)=([^&#\s\"'<>]+)"
 )
 
 
@@ -518,13 +519,16 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
         if begin == url.start():
             continue
         in_url.append((begin, url.end()))
-        if "hook" in url.group().lower():
+        low = url.group().lower()
+        if "hook" in low:
             # A webhook URL's path is its credential (Discord, Teams, ...).
             at = url.start()
             for part in re.split(r"([/?#&=])", url.group()):
                 if len(part) >= 20 and _random_body(part):
                     yield Finding(at, at + len(part), "webhook_token")
                 at += len(part)
+        if "=" not in low or not any(w in low for w in _QUERY_WORDS):
+            continue  # no parameter that _URL_QUERY_SECRET could match: it needs one of these in its name
         for q in _URL_QUERY_SECRET.finditer(url.group()):
             value = q.group(1)
             if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
@@ -535,7 +539,7 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
     in_url.sort()
     skip_starts = [a for a, _ in in_url]
     skip_ends = list(itertools.accumulate((b for _, b in in_url), max))  # spans may nest: a running max
-    for tok in _tokens_in(text, pieces):
+    for tok in _tokens_in(text, pieces, skip_starts, skip_ends):
         start, end = tok.span()
         token = tok.group()
         i = bisect.bisect_right(skip_starts, start)
@@ -573,18 +577,23 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
                 yield Finding(start, end, f"base64_{inner[0].kind}")
 
 
-def _tokens_in(text: str, pieces: list[str]) -> Iterable[re.Match[str]]:
+def _tokens_in(text: str, pieces: list[str], skip_starts: list[int], skip_ends: list[int]) -> Iterable[re.Match[str]]:
     """``_TOKEN.finditer(text)``, searched only inside ``pieces`` (the text's long whitespace-free pieces, in order).
 
     A token holds no whitespace, so it lies inside one piece; searching only
     there spares the regex a try at every position of the prose around them
     (a URL or a line of code in a sentence). Each piece is found after the
     one before it: one that held it would have been long too, and found first.
+    A piece wholly inside a skipped span (a URL, a public PEM block) is not
+    searched: every token in it would be skipped.
     """
     at = 0
     for piece in pieces:
         start = text.find(piece, at)
         at = start + len(piece)
+        i = bisect.bisect_right(skip_starts, start)
+        if i > 0 and skip_ends[i - 1] >= at:
+            continue
         yield from _TOKEN.finditer(text, start, at)
 
 
@@ -715,9 +724,9 @@ def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
     A text with more than 64 of ``sep`` is searched for each of ``ends``
     instead, so no text costs a step per character.
     """
-    if text.count(sep) > 64:
-        return any(e in text for e in ends)
     at = text.find(sep)
+    if at != -1 and text.count(sep, at) > 64:
+        return any(e in text for e in ends)
     while at != -1:
         if text.endswith(ends, 0, at + 1):
             return True
@@ -727,9 +736,9 @@ def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
 
 def starts_at(text: AnyStr, first: AnyStr, starts: tuple[AnyStr, ...]) -> bool:
     """Whether one of ``starts`` occurs in ``text`` (each starts with ``first``): one ``startswith`` where it occurs."""
-    if text.count(first) > 64:
-        return any(h in text for h in starts)
     at = text.find(first)
+    if at != -1 and text.count(first, at) > 64:
+        return any(h in text for h in starts)
     while at != -1:
         if text.startswith(starts, at):
             return True
@@ -744,6 +753,7 @@ def starts_at(text: AnyStr, first: AnyStr, starts: tuple[AnyStr, ...]) -> bool:
 _SPLIT_RUNS_MAX = 32
 _SPLIT_SCANS_MAX = 96
 _SPLIT_CHARS_MAX = 2048
+_SPLIT_CHARS_MIN = 20  # the shortest key a provider's rule finds: AKIA and 16
 
 
 def _in_text(offset: int, starts: list[int], ends: list[int]) -> int:
@@ -948,10 +958,12 @@ class _HintSet:
 
     def any(self, text: str) -> bool:
         """Whether one of the hints occurs in ``text``: the first pass that finds one answers."""
-        if any(h in text for h in self.plain):
-            return True
-        if any(ends_at(text, c, hs) for c, hs in self.ends.items()):
-            return True
+        for h in self.plain:
+            if h in text:
+                return True
+        for c, hs in self.ends.items():
+            if ends_at(text, c, hs):
+                return True
         return any(starts_at(text, c, hs) for c, hs in self.starts.items())
 
     def found(self, text: str) -> set[str]:
@@ -995,6 +1007,8 @@ _FIND_HINTS = _HintSet(_HINTS | set(_SPLIT_HINTS_LONG), first="AM")
 _FIND_GATE_HINTS = _HintSet(_GATE_HINTS)
 _FIND_FOLDED_HINTS = _HintSet(_FOLDED_HINTS, by="", first="")
 _FIND_SPLIT_HINTS = _HintSet(_SPLIT_GATE, first="AM")
+# A quiet text has no run of 16, so no long start (each needs a first piece of 16).
+_FIND_SPLIT_SHORT = _HintSet(_SPLIT_GATE - set(_SPLIT_HINTS_LONG))
 
 
 def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
@@ -1070,7 +1084,9 @@ def _scan(text: str, allow: frozenset[str], depth: int) -> tuple[list[Finding], 
     """The rules and the generic test on ``text`` as it stands; and whether a split key's start occurs in it."""
     folded = text.lower()
     if quiet(text, folded):
-        return [], _FIND_SPLIT_HINTS.any(text)  # no "name: value", URL, "password is ..." or run long enough
+        # No "name: value", URL, "password is ..." or run long enough for a token. A
+        # split key is 20 characters or more (AKIA and 16, xoxb- and 15, ...).
+        return [], len(text) >= _SPLIT_CHARS_MIN and _FIND_SPLIT_SHORT.any(text)
     found = _Spans()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a

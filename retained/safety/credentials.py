@@ -721,29 +721,29 @@ _SPLIT = re.compile(
 def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
     """Whether one of ``ends`` occurs in ``text`` (each ends with ``sep``): one ``endswith`` where ``sep`` occurs.
 
-    A text with more than 64 of ``sep`` is searched for each of ``ends``
-    instead, so no text costs a step per character.
+    Past 64 of ``sep``, the text is searched for each of ``ends`` instead,
+    so no text costs a step per character.
     """
     at = text.find(sep)
-    if at != -1 and text.count(sep, at) > 64:
-        return any(e in text for e in ends)
-    while at != -1:
+    for _ in range(64):
+        if at == -1:
+            return False
         if text.endswith(ends, 0, at + 1):
             return True
         at = text.find(sep, at + 1)
-    return False
+    return at != -1 and any(e in text for e in ends)
 
 
 def starts_at(text: AnyStr, first: AnyStr, starts: tuple[AnyStr, ...]) -> bool:
     """Whether one of ``starts`` occurs in ``text`` (each starts with ``first``): one ``startswith`` where it occurs."""
     at = text.find(first)
-    if at != -1 and text.count(first, at) > 64:
-        return any(h in text for h in starts)
-    while at != -1:
+    for _ in range(64):
+        if at == -1:
+            return False
         if text.startswith(starts, at):
             return True
         at = text.find(first, at + 1)
-    return False
+    return at != -1 and any(h in text for h in starts)
 
 
 
@@ -929,17 +929,14 @@ def _rules_by_hint(rules: tuple[_Rule, ...]) -> dict[str, tuple[int, ...]]:
 class _HintSet:
     """Which of a set of hints occur in a text, in a few passes over it rather than one per hint.
 
-    A hint that ends with ``_``, ``-`` or ``=`` (``ghp_``, ``sk-``, ``==``)
-    is looked for only where that character occurs, all such hints with one
-    ``endswith`` there; one that starts with ``A`` (``AKIA``, ``AIza``) with
-    one ``startswith`` where an ``A`` occurs (``first``); the others (``://``, ``eyJ``)
-    with ``in``. A text with many of one character (a line of dashes) has
-    that character's hints looked for with ``in``, so no text costs a step
-    per character. ``first`` names the first characters looked for so;
-    ``by=""`` and ``first=""`` (the lower-cased names): ``in`` for all.
+    A hint that ends with one of ``by`` (``_``, ``-``, ``=``: ``ghp_``,
+    ``sk-``, ``==``) is looked for only where that character occurs, all
+    such hints with one ``endswith`` there (`ends_at`); one that starts with
+    one of ``first`` (``A``: ``AKIA``, ``AIza``) with one ``startswith``
+    where that character occurs (`starts_at`); the others (``://``, ``eyJ``)
+    with ``in``. ``by=""`` and ``first=""`` (the lower-cased names): ``in``
+    for all.
     """
-
-    _MANY = 64
 
     def __init__(self, hints: Iterable[str], by: str = "_-=", first: str = "A") -> None:
         ends: dict[str, list[str]] = {}
@@ -967,25 +964,14 @@ class _HintSet:
         return any(starts_at(text, c, hs) for c, hs in self.starts.items())
 
     def found(self, text: str) -> set[str]:
+        """Which of the hints occur in ``text`` (a group found by its one pass is then told apart with ``in``)."""
         out = {h for h in self.plain if h in text}
         for c, hs in self.ends.items():
-            at = text.find(c)
-            if at != -1 and text.count(c, at) > self._MANY:
+            if ends_at(text, c, hs):
                 out.update(h for h in hs if h in text)
-                continue
-            while at != -1:
-                if text.endswith(hs, 0, at + 1):
-                    out.update(h for h in hs if text.endswith(h, 0, at + 1))
-                at = text.find(c, at + 1)
         for c, hs in self.starts.items():
-            at = text.find(c)
-            if at != -1 and text.count(c, at) > self._MANY:
+            if starts_at(text, c, hs):
                 out.update(h for h in hs if h in text)
-                continue
-            while at != -1:
-                if text.startswith(hs, at):
-                    out.update(h for h in hs if text.startswith(h, at))
-                at = text.find(c, at + 1)
         return out
 
 

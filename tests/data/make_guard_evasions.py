@@ -102,32 +102,27 @@ def fullwidth(s: str) -> str:
     return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in s)
 
 
-def math_bold(s: str) -> str:
+def math_letters(s: str, upper: int, lower: int, digit: int) -> str:
+    """``s`` in one of Unicode's mathematical alphabets (NFKC folds them back to ASCII)."""
     out = []
     for c in s:
         if "A" <= c <= "Z":
-            out.append(chr(0x1D400 + ord(c) - 65))
+            out.append(chr(upper + ord(c) - 65))
         elif "a" <= c <= "z":
-            out.append(chr(0x1D41A + ord(c) - 97))
+            out.append(chr(lower + ord(c) - 97))
         elif "0" <= c <= "9":
-            out.append(chr(0x1D7CE + ord(c) - 48))
+            out.append(chr(digit + ord(c) - 48))
         else:
             out.append(c)
     return "".join(out)
+
+
+def math_bold(s: str) -> str:
+    return math_letters(s, 0x1D400, 0x1D41A, 0x1D7CE)
 
 
 def math_mono(s: str) -> str:
-    out = []
-    for c in s:
-        if "A" <= c <= "Z":
-            out.append(chr(0x1D670 + ord(c) - 65))
-        elif "a" <= c <= "z":
-            out.append(chr(0x1D68A + ord(c) - 97))
-        elif "0" <= c <= "9":
-            out.append(chr(0x1D7F6 + ord(c) - 48))
-        else:
-            out.append(c)
-    return "".join(out)
+    return math_letters(s, 0x1D670, 0x1D68A, 0x1D7F6)
 
 
 def groups(s: str, n: int, sep: str = " ") -> str:

@@ -169,6 +169,9 @@ def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_s
             text += f"\n[{text_shown[1]}]"
     elif preview_chars is not None:
         text, body = short(" ".join(text.split()), preview_chars), ""
+    cut = entry.get("cut")
+    if isinstance(cut, dict) and isinstance(cut.get("message"), str):  # a search result cut to its budget
+        text += f"\n[{cut['message']}]"
     shown_entry["text"], shown_entry["body"] = text, body
     return block(shown_entry)
 

@@ -31,7 +31,7 @@ from retained.core import record
 from retained.core.log import make_line
 from retained.errors import InvalidRecord, InvariantBroken
 from retained.index import query
-from retained.index.documents import estimate_tokens, replies, turn
+from retained.index.documents import cut_to_fit, estimate_tokens, replies, turn
 from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, transaction
 
 if TYPE_CHECKING:
@@ -631,8 +631,12 @@ class Search:
                 continue
             cost = estimate_tokens(entry["record"])
             if max_tokens is not None and used + cost > max_tokens:
-                over_budget += 1
-                continue
+                # The best result alone is over the budget: it comes back as an excerpt around the query's words.
+                cut = None if results else cut_to_fit(entry, max_tokens, text)
+                if cut is None:
+                    over_budget += 1
+                    continue
+                cost = cut
             used += cost
             entry["score"] = -score  # lower-is-better inside; report higher-is-better
             entry["tokens"] = cost

@@ -123,7 +123,8 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     # another process after it could name a head verify does not judge.
     loaded = anchors.load(store.anchor_dir, store.directory) if store.anchor_dir is not None else None
     log = store.log
-    size = log.size()
+    # A durable snapshot (L6): the head verify records as an anchor, and the index checks against, survives a power cut.
+    size = log.durable_end(log.size(), wait_s=log.lock_wait_s)
     head_seq, head_hash, head_end = log.tail(stop=size)
     to_check = [*(loaded.anchors if loaded is not None else ()), *given]
     # The index check reads the lines the chain walk passes it (one read

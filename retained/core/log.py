@@ -8,6 +8,9 @@ Invariants (cited by id in tests and comments):
 - L4: a write is acknowledged only after write, fsync, and a byte-exact
   read-back of the line at the offset it was written at.
 - L5: the index is derived from the log alone, never the reverse.
+- L6: the index holds only durable bytes (``Log.durable_end``): a line
+  indexed between its writer's write and fsync, then lost to a power cut,
+  would leave the index ahead of the log, a false "rolled back" for ever.
 
 Crash cases this module defends, each at its step in ``Log.append``:
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -39,6 +43,7 @@ from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size
 from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
 from retained.errors import (
+    LockTimeout,
     LogUnusable,
     NotFound,
     OpIdConflict,
@@ -50,6 +55,9 @@ from retained.errors import (
 
 if TYPE_CHECKING:
     from retained.replies import Placed, WriteProof
+
+_MARK_BYTES = 64  # the durable mark in log.lock (Log._publish): inode, end, crc32, padded
+_pwrite = getattr(os, "pwrite", None)  # POSIX; elsewhere no mark is published and readers fsync for themselves
 
 LOCK_NAME = "log.lock"
 
@@ -113,6 +121,8 @@ class Log:
         # Tail cache: valid while the file has this (inode, size).
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
+        # (inode, end): this handle's last append or fsync made the file durable up to end (see durable_end).
+        self._durable: tuple[int, int] = (-1, 0)
         # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
         self._ops: Any = {}  # a dict, or a caller's complete map (assume_ops)
         self._ops_end = 0
@@ -202,6 +212,98 @@ class Log:
                 stop = os.fstat(f.fileno()).st_size
             for offset, raw in segments_reverse(f, stop):
                 yield make_line(offset, raw)
+
+    def durable_end(self, wanted: int, *, wait_s: float = 0.0) -> int:
+        """How much of the log's first ``wanted`` bytes is known durable (L6): readers index no further.
+
+        A line is in the file from its writer's ``os.write`` on, before its
+        fsync. So a reader indexes:
+
+        - up to the end of this handle's own last append or fsync: an fsync
+          makes every byte of the file before it durable, whoever wrote it
+          (a process reading its own writes pays nothing);
+        - up to the end the last append published once it was durable
+          (`_publish`, in ``log.lock``): the common case, one small read;
+        - otherwise, if no append is under way (the store lock is free: an
+          append holds it from its write through its fsync), up to the size
+          read under the lock, fsynced now, after the lock is let go (a
+          writer killed between its write and its fsync left bytes no one
+          synced). The lock is tried once (``wait_s`` 0) or for ``wait_s``;
+          where there is no lock to take (a read-only store, no right to
+          create ``log.lock``) the fsync alone makes the bytes durable;
+        - while another holds the lock (an append under way) and ``wait_s``
+          is 0, only what this handle knew before: the rest waits for a later
+          read. Held past a ``wait_s`` (a backup, an import), the fsync alone.
+        """
+        try:
+            ino = os.stat(self._path_s).st_ino
+        except FileNotFoundError:
+            return 0
+        known_ino, known_end = self._durable
+        if known_ino == ino and wanted <= known_end:
+            return wanted
+        published = self._published()
+        if published is not None and published[0] == ino:
+            if wanted <= published[1]:
+                return wanted
+            if published[1] > known_end or known_ino != ino:
+                known_ino, known_end = published
+        f = self.open_read()
+        if f is None:
+            return 0
+        with f:
+            fd = f.fileno()
+            try:
+                with StoreLock(self.lock_path, wait_s, create=False):
+                    size = os.fstat(fd).st_size
+            except LockTimeout:
+                if not wait_s:
+                    return min(wanted, known_end) if known_ino == ino else 0
+                size = os.fstat(fd).st_size  # held past the wait (a backup, an import): the fsync below alone
+            except (OSError, RetainedError):
+                size = os.fstat(fd).st_size  # no lock to take here (read-only, a link): the fsync below alone
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass  # not from here (a platform without fsync on a read-only handle): as read under the lock
+            self._durable = (os.fstat(fd).st_ino, size)
+        return min(wanted, size)
+
+    def _publish(self, end: int) -> None:
+        """Publish, for readers in other processes, that the log is durable up to ``end`` (`durable_end`).
+
+        Written under the lock, after the append's fsync and read-back and
+        before any caller is acknowledged, into ``log.lock``, which every
+        writer holds open read-write: ``inode end crc32``, one ``pwrite`` of
+        `_MARK_BYTES` at offset 0, not synced (a mark lost to a power cut is
+        only older; it is never ahead of the log, since it is written after
+        the fsync). A reader that finds it torn or missing looks for itself.
+        """
+        fd = self._lock.file_fd
+        if fd is None or _pwrite is None:
+            return
+        body = b"%d %d" % (self._ino or 0, end)
+        try:
+            _pwrite(fd, (body + b" %08x" % zlib.crc32(body)).ljust(_MARK_BYTES - 1) + b"\n", 0)
+        except OSError:
+            pass  # a hint: without it readers fsync for themselves
+
+    def _published(self) -> tuple[int, int] | None:
+        """``(inode, end)`` of the last `_publish`; None when there is none to trust."""
+        try:
+            fd = open_fd(self.lock_path, os.O_RDONLY)
+        except (OSError, RetainedError):
+            return None
+        try:
+            data = os.read(fd, _MARK_BYTES)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        parts = data.split()
+        if len(parts) != 3 or b"%08x" % zlib.crc32(parts[0] + b" " + parts[1]) != parts[2]:
+            return None
+        return int(parts[0]), int(parts[1])
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
@@ -662,7 +764,8 @@ class Log:
         self._read_back(fd, lines, data, size, tail, what)
 
         self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
-        self._tail_key = (self._ino or 0, offset)
+        self._tail_key = self._durable = (self._ino or 0, offset)
+        self._publish(offset)
         if new_ops and self._ops_ino == self._ino and self._ops_end == size:
             self._ops.update(new_ops)
             self._ops_end = offset

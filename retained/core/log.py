@@ -32,7 +32,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import orjson
 
@@ -56,7 +56,19 @@ from retained.errors import (
 if TYPE_CHECKING:
     from retained.replies import Placed, WriteProof
 
-_MARK_BYTES = 64  # the durable mark in log.lock (Log._publish): inode, end, crc32, padded
+_MARK_BYTES = 256  # the mark in log.lock (Log._publish): inode, end, seq, hash, line offset, digest, crc32, padded
+_MARK_DIGEST_BYTES = 64 * 1024  # a last line this long is recognised by the digest of its bytes, not parsed again
+
+
+class Published(NamedTuple):
+    """What the last append published in ``log.lock`` (`Log._publish`)."""
+
+    ino: int
+    end: int  # the log is durable up to here
+    seq: int  # the last line's: the tail
+    hash: str
+    line_offset: int
+    digest: str | None  # of the last line's bytes, when it is long (_MARK_DIGEST_BYTES)
 _pwrite = getattr(os, "pwrite", None)  # POSIX; elsewhere no mark is published and readers fsync for themselves
 
 LOCK_NAME = "log.lock"
@@ -243,11 +255,11 @@ class Log:
         if known_ino == ino and wanted <= known_end:
             return wanted
         published = self._published()
-        if published is not None and published[0] == ino:
-            if wanted <= published[1]:
+        if published is not None and published.ino == ino:
+            if wanted <= published.end:
                 return wanted
-            if published[1] > known_end or known_ino != ino:
-                known_ino, known_end = published
+            if published.end > known_end or known_ino != ino:
+                known_ino, known_end = published.ino, published.end
         f = self.open_read()
         if f is None:
             return 0
@@ -269,27 +281,43 @@ class Log:
             self._durable = (os.fstat(fd).st_ino, size)
         return min(wanted, size)
 
-    def _publish(self, end: int) -> None:
-        """Publish, for readers in other processes, that the log is durable up to ``end`` (`durable_end`).
+    def _publish(self, last_line: bytes) -> None:
+        """Publish the end and the tail of the append just made, for other processes (`durable_end`, `_recover_tail`).
 
         Written under the lock, after the append's fsync and read-back and
         before any caller is acknowledged, into ``log.lock``, which every
-        writer holds open read-write: ``inode end crc32``, one ``pwrite`` of
-        `_MARK_BYTES` at offset 0, not synced (a mark lost to a power cut is
-        only older; it is never ahead of the log, since it is written after
-        the fsync). A reader that finds it torn or missing looks for itself.
+        writer holds open read-write: ``inode end seq hash line-offset
+        digest crc32`` (digest: of the last line's bytes when it is long,
+        else ``-``), one ``pwrite`` of `_MARK_BYTES` at offset 0, not synced (a
+        mark lost to a power cut is only older; it is never ahead of the log,
+        since it is written after the fsync). Readers index up to its end; the
+        next writer, whatever its process, finds the tail in it instead of
+        parsing the last lines again while the file still ends there. A reader
+        that finds it torn, missing or naming another file looks for itself.
         """
         fd = self._lock.file_fd
         if fd is None or _pwrite is None:
             return
-        body = b"%d %d" % (self._ino or 0, end)
+        seq, h, line_offset, length = self._tail
+        # A long last line gets the digest of its bytes: a new process checks those instead of parsing it again.
+        line_digest = record.digest(last_line).encode() if len(last_line) >= _MARK_DIGEST_BYTES else b"-"
+        body = b"%d %d %d %s %d %s" % (self._ino or 0, line_offset + length, seq, h.encode(), line_offset, line_digest)
         try:
             _pwrite(fd, (body + b" %08x" % zlib.crc32(body)).ljust(_MARK_BYTES - 1) + b"\n", 0)
         except OSError:
-            pass  # a hint: without it readers fsync for themselves
+            pass  # a hint: without it readers fsync for themselves and writers read the tail
 
-    def _published(self) -> tuple[int, int] | None:
-        """``(inode, end)`` of the last `_publish`; None when there is none to trust."""
+    def _unpublish(self) -> None:
+        """Clear the mark (under the lock): the file no longer ends as it says."""
+        fd = self._lock.file_fd
+        if fd is not None and _pwrite is not None:
+            try:
+                _pwrite(fd, b" " * (_MARK_BYTES - 1) + b"\n", 0)
+            except OSError:
+                pass
+
+    def _published(self) -> Published | None:
+        """The last `_publish`'s mark; None when there is none to trust."""
         try:
             fd = open_fd(self.lock_path, os.O_RDONLY)
         except (OSError, RetainedError):
@@ -301,9 +329,13 @@ class Log:
         finally:
             os.close(fd)
         parts = data.split()
-        if len(parts) != 3 or b"%08x" % zlib.crc32(parts[0] + b" " + parts[1]) != parts[2]:
+        if len(parts) != 7 or b"%08x" % zlib.crc32(b" ".join(parts[:6])) != parts[6]:
             return None
-        return int(parts[0]), int(parts[1])
+        try:
+            return Published(int(parts[0]), int(parts[1]), int(parts[2]), parts[3].decode("ascii"), int(parts[4]),
+                             None if parts[5] == b"-" else parts[5].decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            return None
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
@@ -470,6 +502,16 @@ class Log:
         if self._tail_key == (self._ino or 0, size):
             # The file ends where this handle's last append or tail read left
             # it: a whole line, read back, ending in a newline (T0/T1).
+            return size
+        mark = self._published()
+        if mark is not None and mark.digest is not None and (mark.ino, mark.end) == (self._ino or 0, size) \
+                and 0 <= mark.line_offset < size and record.digest(pread(fd, size - mark.line_offset, mark.line_offset)) \
+                == mark.digest:
+            # It ends with the very bytes another process's last append read back and linked (its mark,
+            # `_publish`): the same tail, without parsing a long last line again (a new process's first
+            # write after a 4 MB record). The read-back still checks the link on the bytes (L3).
+            self._tail = (mark.seq, mark.hash, mark.line_offset, size - mark.line_offset)
+            self._tail_key = (self._ino or 0, size)
             return size
         ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
         row = recovery.decide(size == 0, ends_with_newline)
@@ -765,7 +807,7 @@ class Log:
 
         self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
         self._tail_key = self._durable = (self._ino or 0, offset)
-        self._publish(offset)
+        self._publish(lines[-1])
         if new_ops and self._ops_ino == self._ino and self._ops_end == size:
             self._ops.update(new_ops)
             self._ops_end = offset
@@ -949,6 +991,7 @@ class Log:
 
     def _unlinked(self, fd: int, size: int, end: int, what: str, problem: str) -> None:
         """Raise for lines that landed but do not link; set them aside while the file still ends with them."""
+        self._unpublish()  # the tail it named did not hold: the next append reads the file
         note = ""
         try:
             if os.fstat(fd).st_size == end:

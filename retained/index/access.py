@@ -85,12 +85,7 @@ class IndexAccess:
         self._opening = threading.Lock()  # threads share a Store: each part is opened once
 
     def close(self) -> None:
-        if self._hybrid is not None:
-            self._hybrid.close()
-            self._hybrid = None
-        if self._index is not None:
-            self._index.close()
-            self._index = None
+        self._close_index()
         if self._scratch is not None:
             import shutil
 

@@ -66,6 +66,7 @@ from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, Invaria
 from retained.index import corrections
 from retained.index import schema as index_schema
 from retained.index.dense import Matrix, embed_text, turns
+from retained.index.documents import cut_to_fit
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
 from retained.vectors import local
@@ -638,8 +639,11 @@ class Hybrid:
                 continue
             cost = estimate_tokens(entry["record"] or {})
             if max_tokens is not None and used + cost > max_tokens:
-                over_budget += 1
-                continue
+                cut = None if results else cut_to_fit(entry, max_tokens, text)  # as Search.search
+                if cut is None:
+                    over_budget += 1
+                    continue
+                cost = cut
             used += cost
             entry["score"] = score
             entry["tokens"] = cost

@@ -31,8 +31,8 @@ from retained.core import record
 from retained.core.log import make_line
 from retained.errors import InvalidRecord, InvariantBroken
 from retained.index import query
-from retained.index.documents import estimate_tokens, replies, turn
-from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, transaction
+from retained.index.documents import cut_to_fit, estimate_tokens, replies, turn
+from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, read_mark, transaction
 
 if TYPE_CHECKING:
     import sqlite3
@@ -68,6 +68,11 @@ RELATED_RECENT_MAX = 256
 # steps run in any order: a record this close behind a new one, not seen yet,
 # is taken for one whose step has not begun rather than made to be indexed.
 RELATED_IN_FLIGHT = 64
+# Nor is the index the step catches up with (the lines before the new record
+# that no read indexed yet) unbounded: past this many bytes of them the step
+# answers from the index as it is and leaves them to the next read (a new
+# process's write after another's 4 MB record would otherwise index it first).
+RELATED_CATCH_UP_BYTES = 1024 * 1024
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -643,8 +648,12 @@ class Search:
                 continue
             cost = estimate_tokens(entry["record"])
             if max_tokens is not None and used + cost > max_tokens:
-                over_budget += 1
-                continue
+                # The best result alone is over the budget: it comes back as an excerpt around the query's words.
+                cut = None if results else cut_to_fit(entry, max_tokens, text)
+                if cut is None:
+                    over_budget += 1
+                    continue
+                cost = cut
             used += cost
             entry["score"] = -score  # lower-is-better inside; report higher-is-better
             entry["tokens"] = cost
@@ -766,7 +775,8 @@ class Search:
         retraction, one that ``links`` to others as this one does when it
         supersedes some; while other writes of this process are under way,
         ``concurrent``, only one more than `RELATED_IN_FLIGHT` records back)
-        or `RELATED_RECENT_MAX` records wait.
+        or `RELATED_RECENT_MAX` records wait, and only when at most
+        `RELATED_CATCH_UP_BYTES` of the log wait for it.
         """
         recent = self.__dict__.get("_related_recent")
         if recent is None:
@@ -784,7 +794,7 @@ class Search:
             db = self.connection()
             sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
             hits = db.execute(sql, args).fetchone()
-            if not recent.covers(hits[0] or 0, seq, concurrent):
+            if not recent.covers(hits[0] or 0, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
                 self.catch_up_now(stop=before)
                 recent.clear()
                 hits = db.execute(sql, args).fetchone()
@@ -820,6 +830,10 @@ class Search:
             if type(said) is str:
                 out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
         return out
+
+    def _backlog(self, db: Any, stop: int | None) -> int:
+        """Bytes of the log before ``stop`` (its end when None) the index has not read yet."""
+        return (self.log.size() if stop is None else stop) - read_mark(db).offset
 
     def catch_up_now(self, *, stop: int | None = None) -> dict[str, Any]:
         """`catch_up` for a writer's own follow-up work: without waiting for another process that holds the index

@@ -1,12 +1,9 @@
-"""What a write checks before the one append (``Store.append``) and adds after it.
+"""What a write checks before the one append (``Store.append``) and adds after it; the write verbs are a few lines over these.
 
-The write guard's pass over a record's content, the size limit first
-(`guarded`); the arguments that name records (`seq_list`, `require`); the
-scope a correction keeps from what it corrects (`scope_of`); a batch's items
-(`batch`); a checkpoint's and a retraction's content; and, after the
-acknowledgement, the proofs with the guard's notes, the head recorded
-outside the store (`AfterAppend`), and earlier records on the same subject
-(`Related`). The Store's write verbs are a few lines over these.
+Before: the write guard's pass, the size limit first (`guarded`), the seqs
+named (`seq_list`, `require`), a correction's scope (`scope_of`), a batch's
+items, a checkpoint's and a retraction's content. After: the guard's notes
+and the routine anchor (`AfterAppend`), the related records (`Related`).
 """
 
 from __future__ import annotations
@@ -48,12 +45,9 @@ def guarded(guard: Any, content: record.Content, record_bytes_max: int) -> Guard
         record.encode_checked(fields)
         encoded = None  # left to seal()
     if encoded is not None and len(encoded) > record_bytes_max:
-        raise RecordTooLarge(
-            f"record is at least {len(encoded)} bytes encoded, over the limit of {record_bytes_max} bytes; "
-            f"split it, or raise the limit ({RECORD_LIMIT_SETTING}); nothing was written",
-            observed=len(encoded),
-            expected=record_bytes_max,
-        )
+        raise RecordTooLarge(f"record is at least {len(encoded)} bytes encoded, over the limit of {record_bytes_max} "
+                             f"bytes; split it, or raise the limit ({RECORD_LIMIT_SETTING}); nothing was written",
+                             observed=len(encoded), expected=record_bytes_max)
     if encoded is not None and guard.untouched(fields, encoded):
         return Guarded(content, _NO_NOTES)
     result = guard.apply(fields)
@@ -69,11 +63,8 @@ def check_guarded(items: list[Guarded]) -> None:
     """Refuse an item ``Store.append`` is handed that did not come from ``Store.prepare``."""
     for i, item in enumerate(items):
         if not isinstance(item, Guarded):
-            raise InvalidRecord(
-                f"item {i}: {type(item).__name__} is not prepared content; pass it through Store.prepare first; "
-                "nothing was written",
-                path=f"[{i}]",
-            )
+            raise InvalidRecord(f"item {i}: {type(item).__name__} is not prepared content; pass it through "
+                                "Store.prepare first; nothing was written", path=f"[{i}]")
 
 
 def batch(items: list[dict[str, Any]], prepare: Callable[[record.Content], Guarded]) -> list[Guarded]:
@@ -84,10 +75,8 @@ def batch(items: list[dict[str, Any]], prepare: Callable[[record.Content], Guard
             raise InvalidRecord(f"batch item {i}: needs a string text; nothing was written", path=f"[{i}].text")
         unknown = set(item) - _BATCH_ARGS
         if unknown:
-            raise InvalidRecord(
-                f"batch item {i}: unknown argument {sorted(unknown)[0]!r}; put extra data in fields; nothing was written",
-                path=f"[{i}]",
-            )
+            raise InvalidRecord(f"batch item {i}: unknown argument {sorted(unknown)[0]!r}; put extra data in fields; "
+                                "nothing was written", path=f"[{i}]")
         try:
             prepared.append(prepare(record.make_content(**item)))
         except InvalidRecord as exc:
@@ -159,11 +148,8 @@ def require(get: Callable[..., list[Entry]], seqs: list[int], path: str) -> list
     found = {e["seq"] for e in entries}
     missing = [s for s in seqs if s not in found]
     if missing:
-        raise NotFound(
-            f"field {path}: no record with seq {missing[0]}; nothing was written; see `retained list`",
-            seq=missing[0],
-            path=path,
-        )
+        raise NotFound(f"field {path}: no record with seq {missing[0]}; nothing was written; see `retained list`",
+                       seq=missing[0], path=path)
     return entries
 
 

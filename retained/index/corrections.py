@@ -59,9 +59,7 @@ def may_correct(
     """Whether result ``newer`` may correct result ``older`` (same scope, later, same subject).
 
     ``mutual``: each is the other's nearest among the results (by cosine).
-    ``subjects``: a cache of subject words by text, kept by the caller for
-    one list of results (each pair's test would otherwise work out the same
-    texts' words again).
+    ``subjects``: the caller's cache of subject words by text, for one list of results.
     """
     if newer["seq"] <= older["seq"]:
         return False
@@ -91,8 +89,7 @@ def newer_first(
     worked out when a pair is first found). An older result that
     holds every one of them while the newer does not answers the question
     as asked ("note 17" is not corrected by "note 40"): both are marked,
-    neither moves. ``subjects``: subject words already worked out, by text
-    (``Search.search`` gives those of its ranking).
+    neither moves. ``subjects`` as in `may_correct`.
     """
     wanted = None if isinstance(asked, str) else set(asked or ())
     subjects = {} if subjects is None else subjects

@@ -141,7 +141,8 @@ _CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 
 
-_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")  # what the loop below keeps, for text without other characters
+# For text without other characters: each byte the loop below does not keep becomes a space (then one split).
+_ASCII_SEPARATORS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
 
 
 def _words(text: str) -> list[str]:
@@ -154,7 +155,7 @@ def _words(text: str) -> list[str]:
     disagreement with the tokenizer only turns a word into a phrase.
     """
     if text.isascii():
-        return _ASCII_WORD.findall(text)
+        return text.encode().translate(_ASCII_SEPARATORS).decode().split()
     out: list[str] = []
     cur: list[str] = []
     for ch in text:
@@ -280,8 +281,7 @@ def build(
 
 
 SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of one comparison
-# Each word `subject` met, to its stem ("" for a stop word): one lookup a word (searches compare ~50 texts each).
-_SUBJECT_OF: dict[str, str] = {}
+_SUBJECT_OF: dict[str, str] = {}  # each word `subject` met, to its stem ("" for a stop word): one lookup a word
 _SUBJECT_OF_MAX = 1 << 16
 _SUFFIXES = ("ing", "ed", "es", "s")
 
@@ -304,19 +304,29 @@ def subject(text: str) -> frozenset[str]:
     >>> sorted(subject("We raised the API timeout to 60 seconds."))
     ['60', 'api', 'rais', 'second', 'timeout']
     """
-    known = _SUBJECT_OF
-    out: set[str] = set()
-    for w in _words(_normalise(text)):
-        s = known.get(w)
-        if s is None:
-            if len(known) >= _SUBJECT_OF_MAX:
-                known.clear()
-            s = known[w] = "" if w in STOP_WORDS else _stem(w)
-        if s:
-            out.add(s)
-            if len(out) >= SUBJECT_WORDS_MAX:
-                break
+    words = _words(_normalise(text))
+    try:
+        stems = list(map(_SUBJECT_OF.__getitem__, words))  # one lookup a word, in C
+    except KeyError:  # a word not met yet
+        stems = [s if (s := _SUBJECT_OF.get(w)) is not None else _subject_of(w) for w in words]
+    out = set(stems)
+    out.discard("")
+    if len(out) > SUBJECT_WORDS_MAX:  # the first SUBJECT_WORDS_MAX of the text's words only
+        out = set()
+        for s in stems:
+            if s:
+                out.add(s)
+                if len(out) >= SUBJECT_WORDS_MAX:
+                    break
     return frozenset(out)
+
+
+def _subject_of(word: str) -> str:
+    """``word``'s stem for `subject` ("" for a stop word), remembered in `_SUBJECT_OF`."""
+    if len(_SUBJECT_OF) >= _SUBJECT_OF_MAX:
+        _SUBJECT_OF.clear()
+    stem = _SUBJECT_OF[word] = "" if word in STOP_WORDS else _stem(word)
+    return stem
 
 
 def same_subject(a: frozenset[str], b: frozenset[str], *, shared_min: int = 2, overlap_min: float = 0.5) -> bool:

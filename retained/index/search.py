@@ -389,10 +389,8 @@ class Search:
         bm25 over the rows with a rare term, then re-ordered (`Ranking`):
         coverage, then the conversation, then recency. Scores are
         lower-is-better, like bm25. ``matched`` is False for a reply that
-        reached the list only through the turn it answers. ``found`` are
-        the query's terms, ``expr`` their OR (``query.build``). ``subjects``
-        gains the `query.subject` words the ranking worked out for the rows
-        it returns, by text (see `search`).
+        reached the list only through the turn it answers. ``found``: the
+        query's terms, ``expr`` their OR; ``subjects`` as in `search`.
         """
         r = self.ranking
         terms, matching, counts = self._rank_terms(found)
@@ -610,9 +608,8 @@ class Search:
         records of its scope next to it (see `attach_context`), and the reply
         a ``context`` count of what was included and what the budget left out.
 
-        ``subjects``: a dict that gains the subject words the ranking worked
-        out for the results' texts, so the newer-first step after it
-        (``corrections.newer_first``) does not work them out again.
+        ``subjects`` gains the ranking's subject words of the results, by text
+        (for ``corrections.newer_first``).
 
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.

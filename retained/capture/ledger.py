@@ -81,12 +81,7 @@ def append_many(store_dir: Path, items: list[dict[str, Any]]) -> None:
     directory = ensure_dir(capture_dir(store_dir))
     ts = record.utc_now()
     data = b"".join(_line(entry, ts) for entry in items)
-    fd = files.open_fd(directory / LEDGER_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        files.write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    files.write_synced(files.open_fd(directory / LEDGER_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), data)
 
 
 def entries(store_dir: Path) -> list[dict[str, Any]]:

@@ -172,12 +172,7 @@ def render(settings: dict[str, Any]) -> str:
 
 def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
     """A new file (never an existing one, never through a symlink) holding ``data``, fsynced."""
-    fd = files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        files.write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    files.write_synced(files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), data)
 
 
 def _backup(path: Path, data: bytes, mode: int, now: datetime) -> Path:

@@ -117,14 +117,18 @@ def write_all(fd: int, data: bytes) -> None:
 def replace_with(path: Path, data: bytes, tmp: Path) -> None:
     """Put a new file of the store's (0600) holding ``data`` at ``path``: written as ``tmp`` beside it
     (``create_exclusive``), fsynced, renamed over ``path``, the directory fsynced."""
-    fd = create_exclusive(tmp)
+    write_synced(create_exclusive(tmp), data)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_synced(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``, fsync it, and close it (closed whatever happens)."""
     try:
         write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

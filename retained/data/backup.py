@@ -14,7 +14,7 @@ import orjson
 
 from retained import limits
 from retained.core import chain
-from retained.core.files import fsync_dir, is_link, open_fd, open_read
+from retained.core.files import fsync_dir, is_link, open_fd, open_read, write_all
 from retained.core.log import LOG_NAME, Log
 from retained.errors import BackupFailed, BackupRefused
 
@@ -38,9 +38,7 @@ def _copy_file(src: BinaryIO, dest: Path, length: int) -> None:
             chunk = src.read(min(limits.SCAN_CHUNK_BYTES, remaining))
             if not chunk:
                 break
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, chunk)
             remaining -= len(chunk)
         os.fsync(fd)
     finally:

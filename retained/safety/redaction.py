@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from retained import limits
 from retained.core import record
-from retained.core.files import fsync_dir, open_fd, open_read, replace_with, write_all
+from retained.core.files import fsync_dir, open_fd, open_read, replace_with, write_all, write_synced
 from retained.core.log import Exclusive, Log, proof_of
 from retained.errors import InvalidRecord, NoStore, NotFound
 
@@ -326,10 +326,6 @@ def _copy_aside(log: Log, data: bytes, offset: int) -> str:
             break
         except FileExistsError:
             attempt += 1
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_synced(fd, data)
     fsync_dir(log.directory)
     return name

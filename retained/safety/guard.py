@@ -15,7 +15,9 @@ the fields (dict values, list items and dict keys):
    from ordinary text).
 2. Credentials, on what is left, found by credentials.find_secrets (provider
    formats, JWTs, PEM keys, passwords in URLs, values assigned to
-   secret-looking names, long random-looking tokens), plus a value stored
+   secret-looking names, long random-looking tokens; and the same in
+   disguise: format characters, compatibility forms, broken PEM armour,
+   keys split by whitespace), plus a value stored
    under a secret-named dict key (``{"token": "..."}``). Policy ``refuse``
    raises :class:`~retained.errors.SecretDetected`; ``redact`` replaces each
    secret with ``[secret:<kind>]``; ``off`` only removes private spans.

@@ -84,16 +84,14 @@ def make_line(offset: int, raw: bytes) -> Line:
 def pread(fd: int, length: int, offset: int) -> bytes:
     """Read exactly what is there at ``offset``; short only at end of file."""
     if hasattr(os, "pread"):
-        parts = []
-        while length > 0:
-            chunk = os.pread(fd, length, offset)
+        data = os.pread(fd, length, offset) if length > 0 else b""
+        while data and len(data) < length:  # cut short: read on until the end of the file
+            chunk = os.pread(fd, length - len(data), offset + len(data))
             if not chunk:
                 break
-            parts.append(chunk)
-            length -= len(chunk)
-            offset += len(chunk)
-        return b"".join(parts)
-    # Windows has no pread; the caller holds the lock, so seeking is safe.
+            data += chunk
+        return data
+    # Windows has no pread; the caller holds the lock or the descriptor is its own, so seeking is safe.
     os.lseek(fd, offset, os.SEEK_SET)
     parts = []
     while length > 0:
@@ -347,11 +345,8 @@ class Log:
         if f is None:
             return [b""] * len(places)
         with f:
-            out = []
-            for offset, length in places:
-                f.seek(offset)
-                out.append(f.read(length))
-            return out
+            fd = f.fileno()  # one read each, of the line's bytes alone (a buffered read would fill its buffer)
+            return [pread(fd, length, offset) for offset, length in places]
 
     def line_at(self, offset: int, length: int) -> Line:
         return make_line(offset, self.read_at(offset, length))

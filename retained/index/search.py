@@ -331,24 +331,23 @@ class Search:
         False for a reply no query word matched (it ranks through the turn it
         answers; the caller's accounting must count it).
         """
-        expr = query.build(text)
-        if expr is None or limit <= 0:
+        found = query.terms(text)
+        if not found or limit <= 0:
             return []
         with self._mutex:
-            rows = self._top(text, expr, limit, scope, include_superseded, include_retracted)
+            rows = self._top(found, " OR ".join(found), limit, scope, include_superseded, include_retracted)
         if with_matched:
             return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
 
-    def _rank_terms(self, text: str, budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
+    def _rank_terms(self, found: list[str], budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
         """``(kept, matching, counts)``: the rarest terms whose matches add up to ``budget`` rows, all that match,
         and the rows each kept term matches (empty for a query of one term).
 
         Each term's match count is taken with a LIMIT, so a common term costs
         at most ``budget`` rows to recognise. The rarest term is always
-        kept (its count may stop at that cap).
+        kept (its count may stop at that cap). ``found``: the query's terms (``query.terms``).
         """
-        found = query.terms(text)
         if len(found) <= 1:
             return found, found, []
         db = self.connection()
@@ -382,17 +381,21 @@ class Search:
         return kept, [term for _, term in sized], counts
 
     def _top(
-        self, text: str, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
+        self, found: list[str], expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool,
+        subjects: dict[str, frozenset[str]] | None = None,
     ) -> list[tuple[int, float, int, int, str, bool]]:
         """The best `limit` visible rows, best first: ``(seq, score, offset, length, hash, matched)``.
 
         bm25 over the rows with a rare term, then re-ordered (`Ranking`):
         coverage, then the conversation, then recency. Scores are
         lower-is-better, like bm25. ``matched`` is False for a reply that
-        reached the list only through the turn it answers.
+        reached the list only through the turn it answers. ``found`` are
+        the query's terms, ``expr`` their OR (``query.build``). ``subjects``
+        gains the `query.subject` words the ranking worked out for the rows
+        it returns, by text (see `search`).
         """
         r = self.ranking
-        terms, matching, counts = self._rank_terms(text)
+        terms, matching, counts = self._rank_terms(found)
         if len(terms) < len(matching):
             # Common terms were left out of the candidate set: rank the rows
             # that have a rare term, by bm25 over every term (the rare ones
@@ -426,6 +429,8 @@ class Search:
             _session_gain(cand, r.session_credit, r.session_window)
         ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
         top = _newer_first(ranked, r.recency_band, limit) if r.recency_band else ranked[:limit]
+        if subjects is not None:
+            subjects.update((c.text, c._words) for c in top if c._words is not None)
         db = self.connection()
         for c in top:
             if c.matched is None:  # a neighbour none of the rare terms matched: does any term?
@@ -581,6 +586,7 @@ class Search:
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
+        subjects: dict[str, frozenset[str]] | None = None,
     ) -> Found:
         """Ranked records for ``text`` with the I2 accounting.
 
@@ -603,12 +609,17 @@ class Search:
         records of its scope next to it (see `attach_context`), and the reply
         a ``context`` count of what was included and what the budget left out.
 
+        ``subjects``: a dict that gains the subject words the ranking worked
+        out for the results' texts, so the newer-first step after it
+        (``corrections.newer_first``) does not work them out again.
+
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
         """
         check_search_args(text, k, max_tokens, context)
         caught = self.catch_up()
-        expr = query.build(text)
+        found = query.terms(text)
+        expr = " OR ".join(found) if found else None  # query.build's expression, from the terms _top needs too
         total = sup_only = ret_only = both = 0
         top: list[tuple[int, float, int, int, str, bool]] = []
         if expr is not None:
@@ -618,7 +629,7 @@ class Search:
                 hidden_ret = 0 if include_retracted else ret_only + both
                 visible = total - hidden_sup - hidden_ret
                 if visible > 0 and k > 0:
-                    top = self._top(text, expr, k, scope, include_superseded, include_retracted)
+                    top = self._top(found, expr, k, scope, include_superseded, include_retracted, subjects)
         total += sum(1 for row in top if not row[5])  # replies that no query word matched
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both

@@ -225,9 +225,11 @@ class Store:
         """Erase one record's content for good; the chain still verifies end to end.
 
         Appends a ``redaction`` record, rewrites the target line into its
-        redacted form (``retained.safety.redaction``), and scrubs the index; an
-        index that cannot be opened is deleted or set aside instead, and the
-        reply's ``index`` says which (``IndexAccess.scrub_if_present``).
+        redacted form (``retained.safety.redaction``), scrubs quarantined
+        tails, and rebuilds the index with SQLite's secure_delete so no
+        erased term survives in its pages; an index that cannot be opened is
+        deleted or set aside instead, and the reply's ``index`` says which
+        (``IndexAccess.scrub_if_present``).
         """
         from retained.safety import redaction
 

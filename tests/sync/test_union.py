@@ -132,22 +132,65 @@ def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_pat
     assert missing.returncode == 2 and "run `retained sync`" in missing.stderr
 
 
-def test_the_brief_and_the_viewer_name_the_pulled_stores(seaweed, tmp_path):
+def test_the_brief_shows_pulled_records_with_their_origin_within_the_one_budget(seaweed, tmp_path):
     from retained.brief import compose
     from retained.viewer import pages
 
     remote = seaweed.bucket()
     with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
-        a.write("a fact from the desk about otters")
+        old = a.write("a fact from the desk about otters", scope="zoo")
+        a.write("otters hold hands while they sleep", scope="zoo", supersedes=[old["seq"]])
+        a.write("a note from the desk about the build", scope="ci")
         sync(a, seaweed, remote, machine="desk")
-        b.write("b's own")
+        b.write("b's own note")
+        b.checkpoint("b's checkpoint", summary="where b left off")
+        a.checkpoint("a's checkpoint", summary="where the desk left off")
+        sync(a, seaweed, remote, machine="desk")
         sync(b, seaweed, remote, machine="lap")
         sid = a.head()["store_id"]
         brief = compose.build_brief(tmp_path / "b")
-        assert brief["pulled"] == [{"store_id": sid, "machine": "desk", "seq": 1}]
-        assert f"desk {sid[:8]} (#1-#1)" in compose.render_text(brief)
+        shown = [(e["seq"], (e.get("origin") or {}).get("machine")) for e in brief["included"]]
+        # Checkpoints first, then the rest, each newest first over both stores; the superseded record left out.
+        assert shown == [(4, "desk"), (2, None), (1, None), (3, "desk"), (2, "desk")]
+        pulled = [e for e in brief["included"] if "origin" in e]
+        assert all(e["origin"] == {"store_id": sid, "machine": "desk", "local": False} for e in pulled)
+        assert [e["id"] for e in pulled] == [f"{sid}:4", f"{sid}:3", f"{sid}:2"]
+        assert brief["eligible"] == 6 and brief["dropped"]["superseded"] == 1 and brief["exact"]
+        assert brief["pulled"] == [{"store_id": sid, "machine": "desk", "seq": 4, "eligible": 4, "not_read": 0, "shown": 3}]
+        text = compose.render_text(brief)
+        assert "#4 checkpoint" in text and f"from=desk/{sid[:8]}" in text and "otters hold hands" in text
+        assert f"desk/{sid[:8]} (#1-#4, 3 shown)" in text
+        # The same budget and accounting over the union (I2): a small budget leaves records of both stores out.
+        small = compose.build_brief(tmp_path / "b", budget=40)
+        assert small["tokens"] <= 40
+        assert len(small["included"]) + sum(small["dropped"].values()) == small["eligible"] == 6
+        # Scope filters pulled records as this store's.
+        zoo = compose.build_brief(tmp_path / "b", scope="zoo")
+        assert [(e["seq"], e["origin"]["machine"]) for e in zoo["included"]] == [(2, "desk")]
+        assert zoo["eligible"] == 2 and zoo["dropped"]["superseded"] == 1
+        # A mirror that cannot be read is named, and the brief still comes.
+        (tmp_path / "b" / "mirrors" / sid / "log.jsonl").rename(tmp_path / "moved")
+        broken = compose.build_brief(tmp_path / "b")
+        assert broken["status"] == "ok" and [e["seq"] for e in broken["included"]] == [2, 1]
+        assert "error" in broken["pulled"][0] and "not read" in compose.render_text(broken)
+        (tmp_path / "moved").rename(tmp_path / "b" / "mirrors" / sid / "log.jsonl")
         html = pages.record_list(b.search("otters")["results"], scores=True)
-        assert f"from desk/{sid[:8]}" in html and 'href="/record/1"' not in html
+        assert f"from desk/{sid[:8]}" in html and 'href="/record/2"' not in html
+
+
+def test_a_new_machine_with_nothing_of_its_own_is_briefed_from_what_it_pulled(seaweed, tmp_path):
+    from retained.brief import compose
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a:
+        a.write("the deploy key lives in the vault")
+        sync(a, seaweed, remote, machine="desk")
+    with Store(tmp_path / "fresh", anchor_dir=None) as fresh:
+        report = fresh.sync(remote, client=seaweed.client(), machine="new", publish_own=False)
+        assert report["ok"], report["findings"]
+    brief = compose.build_brief(tmp_path / "fresh")
+    assert brief["status"] == "ok" and [e["text"] for e in brief["included"]] == ["the deploy key lives in the vault"]
+    assert brief["included"][0]["origin"]["machine"] == "desk"
 
 
 def test_an_incremental_pull_walks_only_the_new_segments_and_still_refuses_a_tampered_one(seaweed, tmp_path):

@@ -37,7 +37,11 @@ composed within the one budget. A pulled record's entry carries ``origin``
 (``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``),
 and its block shows ``from=MACHINE/STOREID8``. The counts below cover the
 union; ``pulled`` lists each pulled store with what it had (``eligible``,
-``shown``, ``not_read``) or why it could not be read (``error``).
+``shown``, ``not_read``) or why it could not be read (``error``). Records
+are read from at most ``sync.layout.PULLED_READ_MAX`` pulled stores, those
+whose mirror changed last (each costs about what this store's part costs);
+the others are named (``skipped``) and their records counted as
+``not_read``.
 
 It takes no lock, writes nothing but its anchor (the index is opened
 read-only, though SQLite may create its ``-wal`` and ``-shm`` files), never
@@ -546,7 +550,9 @@ def build_brief(
             last = recent.last_session(directory, project, budget // recent.SHARE)
             budget -= last["tokens"] if last else 0
         builder, index, counts = _read(directory, size, budget, scope, scan_bytes_max, None)
-        others = [_read_pulled(directory, p, budget, scope, scan_bytes_max) for p in pulled]
+        read = _newest_pulled(directory, pulled)
+        others = [_read_pulled(directory, p, budget, scope, scan_bytes_max) if p["store_id"] in read
+                  else _not_read(p, "skipped", f"the brief reads the {len(read)} last pulled stores") for p in pulled]
         result = _build(builder, index, counts, others)
         if anchor_dir is not None and builder.tail is not None:
             result["anchor"] = _anchor(anchor_dir, directory, builder.tail)
@@ -615,8 +621,32 @@ def _count(b: _Brief, index: IndexView, size: int) -> dict[str, Any]:
             "counted_by": counted_by, "how": how}
 
 
+def _newest_pulled(directory: Path, pulled: list[dict[str, Any]]) -> set[Any]:
+    """The ids of the pulled stores whose records the brief reads: at most ``PULLED_READ_MAX``, the last changed first."""
+    if len(pulled) <= sync_layout.PULLED_READ_MAX:
+        return {p["store_id"] for p in pulled}
+
+    def changed(p: dict[str, Any]) -> int:
+        try:
+            return (sync_layout.mirror_dir(directory, str(p["store_id"])) / LOG_NAME).stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    return {p["store_id"] for p in sorted(pulled, key=changed, reverse=True)[: sync_layout.PULLED_READ_MAX]}
+
+
+def _not_read(meta: dict[str, Any], key: str, why: str) -> tuple[dict[str, Any], None, dict[str, int]]:
+    """A pulled store whose records were not read (``skipped`` past ``PULLED_READ_MAX``, or an ``error``): named, with
+    ``why`` under ``key``, and its records counted as not read (an upper bound, I2)."""
+    seq = meta["seq"] if type(meta.get("seq")) is int else 0
+    part = dict(meta, eligible=seq, shown=0, not_read=seq)
+    part[key] = why
+    counts = {"visible": 0, "superseded": 0, "retracted": 0, "unreadable": 0, "not_read": seq}
+    return part, None, counts
+
+
 def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str | None,
-                 scan_bytes_max: int) -> tuple[dict[str, Any], _Brief | None, dict[str, Any] | None]:
+                 scan_bytes_max: int) -> tuple[dict[str, Any], _Brief | None, dict[str, Any]]:
     """A pulled store's part: ``(its entry in "pulled", its builder, its counts)``, or no builder when it cannot be read.
 
     Read as this store is (its mirror is a store directory: the verified log
@@ -631,21 +661,20 @@ def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str 
         size = (mdir / LOG_NAME).stat().st_size
         builder, _, counts = _read(mdir, size, budget, scope, scan_bytes_max, origin)
     except (OSError, StoreDamaged) as exc:
-        part["error"] = _short(exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}", 200)
-        return part, None, None
+        return _not_read(meta, "error", _short(exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}", 200))
     part["eligible"] = sum(counts[name] or 0 for name in ("visible", "superseded", "retracted", "not_read"))
     part["not_read"] = counts["not_read"] or 0
     return part, builder, counts
 
 
 def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
-           others: list[tuple[dict[str, Any], _Brief | None, dict[str, Any] | None]]) -> dict[str, Any]:
+           others: list[tuple[dict[str, Any], _Brief | None, dict[str, Any]]]) -> dict[str, Any]:
     """The brief's dict: this store's candidates and the pulled stores', composed within one budget."""
-    parts = [(p, ob, oc) for p, ob, oc in others if ob is not None and oc is not None]
-    if parts:
-        b.merge([ob for _, ob, _ in parts])
+    builders = [ob for _, ob, _ in others if ob is not None]
+    if builders:
+        b.merge(builders)
     entries, tokens, limit = b.compose()
-    every = [counts, *(oc for _, _, oc in parts)]
+    every = [counts, *(oc for _, _, oc in others)]
 
     def total(name: str) -> int:
         return sum(c[name] or 0 for c in every)
@@ -661,8 +690,8 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
     if dropped["over_budget"] < 0:
         raise InvariantBroken(f"brief: over_budget came to {dropped['over_budget']} (I2 accounting)")
     eligible = len(entries) + sum(dropped.values())
-    for p, _, _ in others:
-        if "error" not in p:
+    for p, ob, _ in others:
+        if ob is not None:
             p["shown"] = sum(1 for e in entries if e.get("origin", {}).get("store_id") == p["store_id"])
     return {
         "status": "ok",
@@ -731,8 +760,9 @@ def closing_line(result: dict[str, Any]) -> str:
             "retracted, bookkeeping or other-scope records among them"
         )
     if theirs:
-        parts.append(f"{theirs} older records of pulled stores not read (a pulled store's index is built by the first "
-                     "`retained search` after a pull)")
+        parts.append(f"{theirs} records of pulled stores not read (see the pulled stores below; a pulled store is read "
+                     "whole through its index, which the first `retained search` after a pull builds); that count is "
+                     "an upper bound")
     if total == 0 and result["eligible"] == 0:
         scope = f' with scope "{_short(result["scope"])}"' if result.get("scope") is not None else ""
         line = f"Not shown: 0 records; the store holds no records{scope} to show."
@@ -760,8 +790,8 @@ def closing_line(result: dict[str, Any]) -> str:
 
 def _pulled_part(p: dict[str, Any]) -> str:
     name = f"{_short(str(p['machine']), FIELD_CHARS_MAX)}/{str(p['store_id'])[:8]} (#1-#{p['seq']}"
-    if p.get("error"):
-        return f"{name}, not read: {p['error']})"
+    if p.get("error") or p.get("skipped"):
+        return f"{name}, not read: {p.get('error') or p.get('skipped')})"
     return f"{name}, {p.get('shown', 0)} shown)"
 
 

@@ -12,7 +12,7 @@ from ..conftest import REPO
 from .helpers import kinds, sync
 
 
-def test_three_stores_on_one_bucket_search_each_others_records_with_their_origin(seaweed, tmp_path):
+def test_three_stores_on_one_bucket_search_each_others_records_with_their_origin(seaweed, tmp_path, monkeypatch):
     remote = seaweed.bucket()
     names = ("laptop", "desktop", "ci")
     stores = [Store(tmp_path / n, anchor_dir=tmp_path / "anchors") for n in names]
@@ -52,6 +52,19 @@ def test_three_stores_on_one_bucket_search_each_others_records_with_their_origin
         pulled = {p["machine"]: p["records"] for p in again["pulled"]}
         assert pulled == {"desktop": 1, "ci": 0}
         assert stores[0].search("kiwifruit", k=50)["total_matches"] == 16
+        # The brief reads the last pulled stores' records (here, with the cap at 1, the desktop's: its mirror changed
+        # last), names the others and counts their records as not read.
+        from retained.brief import compose
+        from retained.sync import layout
+
+        monkeypatch.setattr(layout, "PULLED_READ_MAX", 1)
+        brief = compose.build_brief(tmp_path / "laptop", budget=2000)
+        machines = {e.get("origin", {}).get("machine") for e in brief["included"]}
+        assert machines == {None, "desktop"}
+        parts = {p["machine"]: p for p in brief["pulled"]}
+        assert parts["desktop"]["shown"] == 6 and parts["ci"]["skipped"] and parts["ci"]["not_read"] == 5
+        assert brief["dropped"]["not_read"] == 5 and not brief["exact"]
+        assert len(brief["included"]) + sum(brief["dropped"].values()) == brief["eligible"] == 16
     finally:
         for s in stores:
             s.close()
@@ -173,6 +186,7 @@ def test_the_brief_shows_pulled_records_with_their_origin_within_the_one_budget(
         broken = compose.build_brief(tmp_path / "b")
         assert broken["status"] == "ok" and [e["seq"] for e in broken["included"]] == [2, 1]
         assert "error" in broken["pulled"][0] and "not read" in compose.render_text(broken)
+        assert broken["dropped"]["not_read"] == 4 and broken["eligible"] == 6 and not broken["exact"]
         (tmp_path / "moved").rename(tmp_path / "b" / "mirrors" / sid / "log.jsonl")
         html = pages.record_list(b.search("otters")["results"], scores=True)
         assert f"from desk/{sid[:8]}" in html and 'href="/record/2"' not in html

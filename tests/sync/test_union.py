@@ -133,7 +133,7 @@ def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_pat
         sync(a, seaweed, remote, machine="desk")
         b.write("b's own")
         sync(b, seaweed, remote, machine="lap")
-        sid = a.head()["store_id"]
+        sid, b_sid = a.head()["store_id"], b.head()["store_id"]
         got = b.get([2], store_id=sid)
         assert got[0]["record"]["text"] == "second of a" and got[0]["origin"] == {"store_id": sid, "machine": "desk", "local": False}
         assert b.get([1])[0]["record"]["text"] == "b's own"
@@ -142,7 +142,65 @@ def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_pat
     found = run_cli("--dir", str(tmp_path / "b"), "search", "second")
     assert found.returncode == 0 and f"from=desk/{sid[:8]}" in found.stdout
     missing = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", "0" * 32)
-    assert missing.returncode == 2 and "run `retained sync`" in missing.stderr
+    assert missing.returncode == 2 and "run `retained sync`" in missing.stderr and "store_id" in missing.stderr
+    short = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", sid[:8], "--json")
+    assert short.returncode == 0 and json.loads(short.stdout)["records"][0]["record"]["text"] == "first of a"
+    around = run_cli("--dir", str(tmp_path / "b"), "get", "--around", "2", "--from", sid, "--json")
+    assert around.returncode == 0
+    assert [r["record"]["text"] for r in json.loads(around.stdout)["records"]] == ["first of a", "second of a"]
+    bad = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", "xyz")
+    assert bad.returncode == 2 and "field store_id: must be a store id" in bad.stderr
+    # This store's own id (or its start) reads this store.
+    own = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", b_sid[:8], "--json")
+    assert own.returncode == 0 and json.loads(own.stdout)["records"][0]["record"]["text"] == "b's own"
+
+
+def test_memory_get_reads_a_pulled_search_hit_by_its_store_id_over_mcp(seaweed, tmp_path):
+    import anyio
+    from mcp import Client
+
+    from ..integration.conftest import WAIT_S, client_info, stdio_params
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        for text in ("first of a", "the desk's note on pelicans", "third of a"):
+            a.write(text)
+        sync(a, seaweed, remote, machine="desk")
+        b.write("b's own note")
+        sync(b, seaweed, remote, machine="lap")
+        sid = a.head()["store_id"]
+    seen: dict = {}
+
+    async def go() -> None:
+        with anyio.fail_after(WAIT_S * 2):
+            async with Client(stdio_params(tmp_path / "b"), client_info=client_info("pytest-agent", "1.0")) as client:
+                hit = (await client.call_tool("memory_search", {"query": "pelicans"})).structured_content["results"][0]
+                seen["hit"] = hit
+                got = await client.call_tool("memory_get", {"ids": [hit["seq"]], "store_id": hit["origin"]["store_id"]})
+                seen["got"] = got
+                seen["short"] = await client.call_tool("memory_get", {"ids": [1], "store_id": sid[:8]})
+                seen["around"] = await client.call_tool("memory_get", {"around": 2, "window": 1, "store_id": sid})
+                seen["own"] = await client.call_tool("memory_get", {"ids": [1]})
+                seen["unknown"] = await client.call_tool("memory_get", {"ids": [1], "store_id": "0" * 32})
+                seen["alone"] = await client.call_tool("memory_get", {"store_id": sid})
+
+    anyio.run(go)
+    assert seen["hit"]["origin"] == {"store_id": sid, "machine": "desk", "local": False} and seen["hit"]["seq"] == 2
+    got = seen["got"]
+    assert not got.is_error, got.content[0].text
+    (entry,) = got.structured_content["records"]
+    assert entry["record"]["text"] == "the desk's note on pelicans" and entry["origin"]["machine"] == "desk"
+    assert entry["id"] == f"{sid}:2" and f"from=desk/{sid[:8]}" in got.content[0].text
+    assert seen["short"].structured_content["records"][0]["record"]["text"] == "first of a"
+    around = seen["around"].structured_content
+    assert [r["record"]["text"] for r in around["records"]] == ["first of a", "the desk's note on pelicans", "third of a"]
+    assert all(r["origin"]["store_id"] == sid for r in around["records"])
+    assert seen["own"].structured_content["records"][0]["record"]["text"] == "b's own note"
+    unknown = seen["unknown"]
+    assert unknown.is_error and "not_found: field store_id: no store" in unknown.content[0].text
+    assert "run `retained sync`" in unknown.content[0].text
+    alone = seen["alone"]
+    assert alone.is_error and "store_id goes with ids" in alone.content[0].text
 
 
 def test_the_brief_shows_pulled_records_with_their_origin_within_the_one_budget(seaweed, tmp_path):

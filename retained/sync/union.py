@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from retained.core import anchors
 from retained.errors import InvalidRecord, NotFound
 from retained.sync import layout, mirror
 
@@ -25,7 +26,7 @@ _COUNTED = ("superseded", "retracted", "unreadable", "beyond_k", "over_budget")
 _STORE_ID_GIVEN = re.compile(r"[0-9a-f]{8,32}\Z")
 
 
-def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: str, options: dict[str, Any],
+def merge(directory: Path, reply: dict[str, Any], query: str, options: dict[str, Any],
           opener: Callable[[Path], Any]) -> dict[str, Any]:
     """``reply`` (this store's search) with every mirror's results merged in by score; unchanged when there are none.
 
@@ -35,6 +36,7 @@ def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: 
     found = mirror.mirrors(directory)
     if not found:
         return reply
+    local_sid = anchors.store_id(directory, create=False)
     k = options.get("k", 10)
     max_tokens = options.get("max_tokens")
     results = [dict(r, origin={"store_id": local_sid, "machine": None, "local": True}) for r in reply.get("results", ())]
@@ -69,8 +71,8 @@ def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: 
     return out
 
 
-def resolve(directory: Path, given: object, local_sid: str | None) -> tuple[str, dict[str, Any]] | None:
-    """The pulled store ``given`` names, ``(store id, mirror.json)``; None when it names this store (``local_sid``).
+def resolve(directory: Path, given: object) -> tuple[str, dict[str, Any]] | None:
+    """The pulled store ``given`` names, ``(store id, mirror.json)``; None when it names this store.
 
     ``given``: a store id, or its first 8 or more hex digits (the text forms
     show ``from=MACHINE/STOREID8``) when they begin one store's id only.
@@ -84,6 +86,7 @@ def resolve(directory: Path, given: object, local_sid: str | None) -> tuple[str,
         raise InvalidRecord(f"field store_id: must be a store id (32 hex digits, a result's origin.store_id) or its first "
                             f"8 or more (from=MACHINE/STOREID8), got {shown}; nothing was read", path="store_id")
     found = [(sid, meta) for sid, _, meta in mirror.mirrors(directory) if sid.startswith(given)]
+    local_sid = anchors.store_id(directory, create=False)
     local = local_sid is not None and local_sid.startswith(given)
     if len(found) + local > 1:
         names = ", ".join([*([f"{local_sid} (this store)"] if local else []), *(sid for sid, _ in found)])

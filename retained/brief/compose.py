@@ -36,12 +36,14 @@ store's, each group merged newest first by the records' ``ts``, and are
 composed within the one budget. A pulled record's entry carries ``origin``
 (``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``),
 and its block shows ``from=MACHINE/STOREID8``. The counts below cover the
-union; ``pulled`` lists each pulled store with what it had (``eligible``,
-``shown``, ``not_read``) or why it could not be read (``error``). Records
-are read from at most ``sync.layout.PULLED_READ_MAX`` pulled stores, those
-whose mirror changed last (each costs about what this store's part costs);
-the others are named (``skipped``) and their records counted as
-``not_read``.
+union; ``pulled`` lists each pulled store read with what it had
+(``eligible``, ``shown``, ``not_read``) or why it could not be read
+(``error``, its records then counted as ``not_read``). Records are read
+from at most ``sync.layout.PULLED_READ_MAX`` pulled stores, those whose
+mirror changed last (each costs about what this store's part costs); the
+others are counted in ``pulled_skipped`` (``stores``, and their
+``records``, counted as ``not_read``), so the output stays within its cap
+however many stores were pulled.
 
 It takes no lock, writes nothing but its anchor (the index is opened
 read-only, though SQLite may create its ``-wal`` and ``-shm`` files), never
@@ -120,6 +122,9 @@ CUT_BYTES_MIN = 64
 PATH_CHARS_MAX = 160
 # Rows fetched per query when walking the index newest first.
 PAGE_ROWS = 32
+# A pulled store's machine name and read error in the closing line (which names at most PULLED_READ_MAX stores).
+PULLED_NAME_CHARS = 24
+PULLED_ERROR_CHARS = 80
 
 DROP_REASONS = ("over_budget", "superseded", "retracted", "unreadable", "not_read")
 # The kinds the "note" group leaves out: checkpoints are a group of their own.
@@ -473,6 +478,7 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
         "skipped": {"foreign": 0, "damaged": 0, "torn_bytes": 0},
         "anchor": None,
         "pulled": [],
+        "pulled_skipped": {"stores": 0, "records": 0},
     }
 
 
@@ -505,10 +511,12 @@ def build_brief(
     ``head`` (newest record's seq and ts), ``index`` (its state and how the
     counts were made) and ``skipped`` (lines of the part read that are not
     records). A missing or unreadable store is a status, not an error.
-    ``pulled``: the stores ``retained sync`` pulled beside this one, each
-    ``{"store_id", "machine", "seq", "eligible", "shown", "not_read"}`` (or
-    ``"error"`` when its mirror could not be read); their records compete
-    for the same budget, marked with ``origin`` (see the module's docstring).
+    ``pulled``: the stores ``retained sync`` pulled beside this one whose
+    records were read, each ``{"store_id", "machine", "seq", "eligible",
+    "shown", "not_read"}`` (or ``"error"`` when its mirror could not be
+    read); their records compete for the same budget, marked with
+    ``origin``; ``pulled_skipped``: ``{"stores", "records"}`` of those past
+    ``sync.layout.PULLED_READ_MAX`` (see the module's docstring).
     ``scan_bytes_max`` bounds how far the log is read without a usable index.
     With ``anchor_dir`` the head the brief read is recorded there
     (``anchors.record_head``: one small write, none when it is already the
@@ -552,7 +560,7 @@ def build_brief(
         builder, index, counts = _read(directory, size, budget, scope, scan_bytes_max, None)
         read = _newest_pulled(directory, pulled)
         others = [_read_pulled(directory, p, budget, scope, scan_bytes_max) if p["store_id"] in read
-                  else _not_read(p, "skipped", f"the brief reads the {len(read)} last pulled stores") for p in pulled]
+                  else _not_read(p, "skipped", True) for p in pulled]
         result = _build(builder, index, counts, others)
         if anchor_dir is not None and builder.tail is not None:
             result["anchor"] = _anchor(anchor_dir, directory, builder.tail)
@@ -635,11 +643,11 @@ def _newest_pulled(directory: Path, pulled: list[dict[str, Any]]) -> set[Any]:
     return {p["store_id"] for p in sorted(pulled, key=changed, reverse=True)[: sync_layout.PULLED_READ_MAX]}
 
 
-def _not_read(meta: dict[str, Any], key: str, why: str) -> tuple[dict[str, Any], None, dict[str, int]]:
+def _not_read(meta: dict[str, Any], key: str, why: object) -> tuple[dict[str, Any], None, dict[str, int]]:
     """A pulled store whose records were not read (``skipped`` past ``PULLED_READ_MAX``, or an ``error``): named, with
     ``why`` under ``key``, and its records counted as not read (an upper bound, I2)."""
     seq = meta["seq"] if type(meta.get("seq")) is int else 0
-    part = dict(meta, eligible=seq, shown=0, not_read=seq)
+    part = dict(meta, machine=_short(str(meta.get("machine")), FIELD_CHARS_MAX), eligible=seq, shown=0, not_read=seq)
     part[key] = why
     counts = {"visible": 0, "superseded": 0, "retracted": 0, "unreadable": 0, "not_read": seq}
     return part, None, counts
@@ -656,7 +664,7 @@ def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str 
     """
     mdir = sync_layout.mirror_dir(directory, str(meta["store_id"]))
     origin = {"store_id": meta["store_id"], "machine": meta.get("machine"), "local": False}
-    part = dict(meta)
+    part = dict(meta, machine=_short(str(meta.get("machine")), FIELD_CHARS_MAX))
     try:
         size = (mdir / LOG_NAME).stat().st_size
         builder, _, counts = _read(mdir, size, budget, scope, scan_bytes_max, origin)
@@ -711,7 +719,9 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
         "log_bytes_read": b.scanned_bytes,
         "skipped": b.skipped,
         "anchor": None,
-        "pulled": [p for p, _, _ in others],
+        "pulled": [p for p, _, _ in others if not p.get("skipped")],
+        "pulled_skipped": {"stores": sum(1 for p, _, _ in others if p.get("skipped")),
+                           "records": sum(p["not_read"] for p, _, _ in others if p.get("skipped"))},
     }
 
 
@@ -750,7 +760,8 @@ def closing_line(result: dict[str, Any]) -> str:
     if d["unreadable"]:
         parts.append(f"{d['unreadable']} unreadable (the index points at lines that no longer hold them)")
     pulled = result.get("pulled") or []
-    theirs = sum(int(p.get("not_read") or 0) for p in pulled)
+    past = result.get("pulled_skipped") or {"stores": 0, "records": 0}
+    theirs = sum(int(p.get("not_read") or 0) for p in pulled) + int(past["records"])
     mine = d["not_read"] - theirs
     if mine:
         idx = result.get("index") or {}
@@ -783,15 +794,19 @@ def closing_line(result: dict[str, Any]) -> str:
     elif bad:
         line += f" {bad} lines of the part of the log read are not valid records and were skipped."
     if pulled:
+        # The stores read are named; those skipped only counted (the line stays short: the hook's output is capped).
+        named = [_pulled_part(p) for p in pulled]
+        if past["stores"]:
+            named.append(f"{past['stores']} more not read (the brief reads the {len(pulled)} pulled last)")
         line += (" Records of other stores, pulled by `retained sync`, are marked from=MACHINE/STOREID8 (their seqs are "
-                 "their store's: `retained get SEQ --from STOREID`): " + ", ".join(_pulled_part(p) for p in pulled) + ".")
+                 "their store's: `retained get SEQ --from STOREID8`): " + ", ".join(named) + ".")
     return line
 
 
 def _pulled_part(p: dict[str, Any]) -> str:
-    name = f"{_short(str(p['machine']), FIELD_CHARS_MAX)}/{str(p['store_id'])[:8]} (#1-#{p['seq']}"
-    if p.get("error") or p.get("skipped"):
-        return f"{name}, not read: {p.get('error') or p.get('skipped')})"
+    name = f"{_short(str(p['machine']), PULLED_NAME_CHARS)}/{str(p['store_id'])[:8]} (#1-#{p['seq']}"
+    if p.get("error"):
+        return f"{name}, not read: {_short(p['error'], PULLED_ERROR_CHARS)})"
     return f"{name}, {p.get('shown', 0)} shown)"
 
 

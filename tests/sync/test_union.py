@@ -61,9 +61,10 @@ def test_three_stores_on_one_bucket_search_each_others_records_with_their_origin
         brief = compose.build_brief(tmp_path / "laptop", budget=2000)
         machines = {e.get("origin", {}).get("machine") for e in brief["included"]}
         assert machines == {None, "desktop"}
-        parts = {p["machine"]: p for p in brief["pulled"]}
-        assert parts["desktop"]["shown"] == 6 and parts["ci"]["skipped"] and parts["ci"]["not_read"] == 5
+        assert [(p["machine"], p["shown"]) for p in brief["pulled"]] == [("desktop", 6)]
+        assert brief["pulled_skipped"] == {"stores": 1, "records": 5}
         assert brief["dropped"]["not_read"] == 5 and not brief["exact"]
+        assert "1 more not read (the brief reads the 1 pulled last" in compose.render_text(brief)
         assert len(brief["included"]) + sum(brief["dropped"].values()) == brief["eligible"] == 16
     finally:
         for s in stores:
@@ -248,6 +249,36 @@ def test_the_brief_shows_pulled_records_with_their_origin_within_the_one_budget(
         (tmp_path / "moved").rename(tmp_path / "b" / "mirrors" / sid / "log.jsonl")
         html = pages.record_list(b.search("otters")["results"], scores=True)
         assert f"from desk/{sid[:8]}" in html and 'href="/record/2"' not in html
+
+
+def test_every_form_of_a_brief_with_many_pulled_stores_stays_under_the_hook_cap(seaweed, tmp_path):
+    import orjson
+
+    from retained.brief import compose
+
+    from ..unit.test_brief import _adversarial_store
+
+    remote = seaweed.bucket()
+    dirs = [tmp_path / f"s{i}" for i in range(7)]
+    for i, d in enumerate(dirs):
+        _adversarial_store(d)
+        with Store(d) as s:
+            assert sync(s, seaweed, remote, machine=f"machine-{i}-" + "\u00e9\"" * 100)["ok"]
+    with Store(dirs[0]) as s:
+        assert sync(s, seaweed, remote, machine="home")["ok"]
+    # One mirror read cannot be: its log is a directory.
+    sid = sorted(p.name for p in (dirs[0] / "mirrors").iterdir())[0]
+    log = dirs[0] / "mirrors" / sid / "log.jsonl"
+    log.rename(tmp_path / "aside")
+    log.mkdir()
+    for budget in (0, 24, 500, 1500, 5000, 10**9):
+        result = compose.build_brief(dirs[0], budget)
+        assert len(result["included"]) + sum(result["dropped"].values()) == result["eligible"]
+        assert len(result["pulled"]) == 4 and result["pulled_skipped"]["stores"] == 2
+        assert [p["store_id"] for p in result["pulled"] if "error" in p] == [sid]
+        text = compose.render_text(result)
+        for form in (text, orjson.dumps(compose.hook_output(text)).decode(), orjson.dumps(result).decode()):
+            assert len(form.encode("utf-16-le")) // 2 < 10_000, (budget, len(form))
 
 
 def test_a_new_machine_with_nothing_of_its_own_is_briefed_from_what_it_pulled(seaweed, tmp_path):

@@ -24,6 +24,7 @@ from retained.sync import layout, mirror
 _COUNTED = ("superseded", "retracted", "unreadable", "beyond_k", "over_budget")
 # A store id as a reader may give it: whole (32 hex digits), or its first 8 or more (``from=MACHINE/STOREID8``).
 _STORE_ID_GIVEN = re.compile(r"[0-9a-f]{8,32}\Z")
+_FIELD = "field store_id (`--from` on the command line)"
 
 
 def merge(directory: Path, reply: dict[str, Any], query: str, options: dict[str, Any],
@@ -83,19 +84,19 @@ def resolve(directory: Path, given: object) -> tuple[str, dict[str, Any]] | None
     """
     if not isinstance(given, str) or _STORE_ID_GIVEN.match(given) is None:
         shown = repr(given)[:40] if isinstance(given, str) else type(given).__name__
-        raise InvalidRecord(f"field store_id: must be a store id (32 hex digits, a result's origin.store_id) or its first "
+        raise InvalidRecord(f"{_FIELD}: must be a store id (32 hex digits, a result's origin.store_id) or its first "
                             f"8 or more (from=MACHINE/STOREID8), got {shown}; nothing was read", path="store_id")
     found = [(sid, meta) for sid, _, meta in mirror.mirrors(directory) if sid.startswith(given)]
     local_sid = anchors.store_id(directory, create=False)
     local = local_sid is not None and local_sid.startswith(given)
     if len(found) + local > 1:
         names = ", ".join([*([f"{local_sid} (this store)"] if local else []), *(sid for sid, _ in found)])
-        raise InvalidRecord(f"field store_id: {given} begins more than one store's id ({names}); give more of it, "
+        raise InvalidRecord(f"{_FIELD}: {given} begins more than one store's id ({names}); give more of it, "
                             "or the whole id", path="store_id")
     if local:
         return None
     if not found:
-        raise NotFound(f"field store_id: no store {given} was pulled into {directory}; run `retained sync` (its report "
+        raise NotFound(f"{_FIELD}: no store {given} was pulled into {directory}; run `retained sync` (its report "
                        "names the store ids it pulled), or leave store_id out to read this store", path="store_id")
     return found[0]
 

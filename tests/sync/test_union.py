@@ -150,7 +150,7 @@ def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_pat
     assert around.returncode == 0
     assert [r["record"]["text"] for r in json.loads(around.stdout)["records"]] == ["first of a", "second of a"]
     bad = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", "xyz")
-    assert bad.returncode == 2 and "field store_id: must be a store id" in bad.stderr
+    assert bad.returncode == 2 and "field store_id (`--from` on the command line): must be a store id" in bad.stderr
     # This store's own id (or its start) reads this store.
     own = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", b_sid[:8], "--json")
     assert own.returncode == 0 and json.loads(own.stdout)["records"][0]["record"]["text"] == "b's own"
@@ -198,7 +198,7 @@ def test_memory_get_reads_a_pulled_search_hit_by_its_store_id_over_mcp(seaweed, 
     assert all(r["origin"]["store_id"] == sid for r in around["records"])
     assert seen["own"].structured_content["records"][0]["record"]["text"] == "b's own note"
     unknown = seen["unknown"]
-    assert unknown.is_error and "not_found: field store_id: no store" in unknown.content[0].text
+    assert unknown.is_error and "not_found: field store_id (`--from` on the command line): no store" in unknown.content[0].text
     assert "run `retained sync`" in unknown.content[0].text
     alone = seen["alone"]
     assert alone.is_error and "store_id goes with ids" in alone.content[0].text

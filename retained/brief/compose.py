@@ -40,7 +40,8 @@ union; ``pulled`` lists each pulled store read with what it had
 (``eligible``, ``shown``, ``not_read``) or why it could not be read
 (``error``, its records then counted as ``not_read``). Records are read
 from at most ``sync.layout.PULLED_READ_MAX`` pulled stores, those whose
-mirror changed last (each costs about what this store's part costs); the
+mirror changed last (each costs about what this store's part costs;
+without a usable index, its newest ``PULLED_SCAN_BYTES_MAX`` bytes); the
 others are counted in ``pulled_skipped`` (``stores``, and their
 ``records``, counted as ``not_read``), so the output stays within its cap
 however many stores were pulled.
@@ -113,6 +114,9 @@ OUTPUT_BYTES_MAX = 8000
 # 500 bytes, each parsed and its hash checked, a few milliseconds. Counts are
 # exact for a log this small, an upper bound past it.
 SCAN_BYTES_MAX = 256 * 1024
+# The same for a store pulled by `retained sync` whose index cannot be used (its first `retained search` builds it):
+# up to 4 are read at every session start, and their newest 64 KiB hold far more than the budget shows.
+PULLED_SCAN_BYTES_MAX = 64 * 1024
 # A record that does not fit whole is cut only if this many tokens are left
 # (below that, its header and the cut marker leave no room for its text) and
 # at least CUT_BYTES_MIN bytes of its text fit: a few words are noise.
@@ -559,7 +563,8 @@ def build_brief(
             budget -= last["tokens"] if last else 0
         builder, index, counts = _read(directory, size, budget, scope, scan_bytes_max, None)
         read = _newest_pulled(directory, pulled)
-        others = [_read_pulled(directory, p, budget, scope, scan_bytes_max) if p["store_id"] in read
+        pulled_scan = min(scan_bytes_max, PULLED_SCAN_BYTES_MAX)
+        others = [_read_pulled(directory, p, budget, scope, pulled_scan) if p["store_id"] in read
                   else _not_read(p, "skipped", True) for p in pulled]
         result = _build(builder, index, counts, others)
         if anchor_dir is not None and builder.tail is not None:

@@ -281,6 +281,38 @@ def test_every_form_of_a_brief_with_many_pulled_stores_stays_under_the_hook_cap(
             assert len(form.encode("utf-16-le")) // 2 < 10_000, (budget, len(form))
 
 
+def test_a_searched_mirrors_index_follows_each_pull_so_the_brief_reads_it_exactly(seaweed, tmp_path):
+    from retained.brief import compose
+    from retained.brief.reader import IndexView, LogReader
+    from retained.sync import layout
+
+    remote = seaweed.bucket()
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        a.write_batch([{"text": f"first batch note {i} " + "padding " * 30} for i in range(300)])
+        sync(a, seaweed, remote, machine="desk")
+        sync(b, seaweed, remote, machine="lap")
+        sid = a.head()["store_id"]
+        mdir = layout.mirror_dir(tmp_path / "b", sid)
+        # Never searched: no index; the brief reads the newest 64 KiB of the mirror and counts the rest as not read.
+        assert not (mdir / "index.sqlite3").exists() and (mdir / "log.jsonl").stat().st_size > compose.PULLED_SCAN_BYTES_MAX
+        cold = compose.build_brief(tmp_path / "b")
+        assert cold["pulled"][0]["not_read"] > 0 and not cold["exact"] and cold["included"][0]["seq"] == 300
+        assert len(cold["included"]) + sum(cold["dropped"].values()) == cold["eligible"]
+        assert b.search("batch")["total_matches"] > 0  # builds the mirror's index
+        a.write_batch([{"text": f"second batch note {i} " + "padding " * 30} for i in range(300)])
+        sync(a, seaweed, remote, machine="desk")
+        assert sync(b, seaweed, remote, machine="lap")["pulled"][0]["records"] == 300
+        size = (mdir / "log.jsonl").stat().st_size
+        view = IndexView(mdir, LogReader(mdir), size)
+        try:
+            assert view.state == "current"
+        finally:
+            view.close()
+        warm = compose.build_brief(tmp_path / "b")
+        assert warm["exact"] and warm["pulled"][0]["eligible"] == 600 and warm["pulled"][0]["not_read"] == 0
+        assert warm["eligible"] == 600 and warm["included"][0]["seq"] == 600
+
+
 def test_a_new_machine_with_nothing_of_its_own_is_briefed_from_what_it_pulled(seaweed, tmp_path):
     from retained.brief import compose
 

@@ -641,7 +641,8 @@ def brief(result: Mapping[str, Any], text: str, params: Mapping[str, Any], where
     dropped = result.get("dropped") or {}
     rows = [(esc(k.replace("_", " ")), f"{v:,}") for k, v in dropped.items()]
     included = "".join(
-        f"<li>{seq_link(e.get('seq'), pulled_from(e))} {origin_badge(e)} {esc(e.get('kind'))} · {e.get('tokens', 0):,} tokens"
+        f"<li>{seq_link(e.get('seq'), pulled_from(e))} {origin_badge(e) + ' ' if pulled_from(e) else ''}"
+        f"{esc(e.get('kind'))} · {e.get('tokens', 0):,} tokens"
         + (" · cut to fit" if e.get("cut") else "") + "</li>"
         for e in result.get("included") or ()
     )

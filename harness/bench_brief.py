@@ -15,7 +15,12 @@ the same run so machine noise hits all alike, it times the whole process:
   runs the same hook),
   each on the indexed store (the normal case),
 - ``python -m retained --brief`` on the store without an index (the
-  fallback: the log tail only).
+  fallback: the log tail only),
+- ``python -m retained --brief`` on a store with ``--pulled`` other stores
+  pulled beside it by ``retained sync`` (``mirrors/<store id>/``, each the
+  same log and index by hard links: the brief reads each as a store of its
+  own and composes their records with its own; the default, 0, leaves the
+  case out).
 
 Wall time per run (perf_counter around the child) and the child's CPU time
 (user + system, from getrusage). Target (DESIGN): every entry point's median
@@ -148,6 +153,28 @@ def _imports(python: str, env: dict[str, str]) -> dict[str, Any]:
     return {"mcp": "mcp" in tops, "portalocker": "portalocker" in tops, "modules": len(names)}
 
 
+def _with_pulled(indexed: Path, into: Path, n: int) -> None:
+    """A store at ``into`` (``indexed``'s log and index) with ``n`` stores pulled beside it, each ``indexed`` again.
+
+    Hard links, as the no-index store's log: a pulled store is laid out as
+    ``retained sync`` leaves it (``sync.layout``: the log, its index, and
+    ``mirror.json`` with the head's seq and the machine).
+    """
+    sys.path.insert(0, str(REPO))
+    from retained.sync import layout
+
+    seq = _tail_seq(indexed)
+    for d in (into, *(layout.mirror_dir(into, f"{i + 1:032x}") for i in range(n))):
+        d.mkdir(mode=0o700, parents=True)
+        for name in ("log.jsonl", "index.sqlite3"):
+            try:
+                os.link(indexed / name, d / name)
+            except OSError:
+                shutil.copyfile(indexed / name, d / name)
+        if d != into:
+            (d / layout.MIRROR_STATE_NAME).write_text(json.dumps({"seq": seq, "machine": f"bench-{d.name[-2:]}"}))
+
+
 def _install(into: Path) -> Path:
     """A fresh venv with a non-editable install of this checkout; returns its interpreter."""
     subprocess.run([sys.executable, "-m", "venv", str(into)], check=True, timeout=300)
@@ -166,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=0,
                         help="add this to the scheduling niceness of the timed runs (negative needs privileges; "
                              "on a busy machine it keeps other work from dominating the figures)")
+    parser.add_argument("--pulled", type=int, default=0, metavar="N",
+                        help="also time the brief of a store with N stores of --records records pulled beside it")
     parser.add_argument("--install", action="store_true",
                         help="measure a fresh non-editable install of this checkout (made in a temporary venv)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout (the default prints a summary)")
@@ -196,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             shutil.copyfile(indexed / "log.jsonl", bare / "log.jsonl")
 
+        pulled = base / "pulled"
+        if pulled.exists():
+            shutil.rmtree(pulled)
+        if args.pulled:
+            _with_pulled(indexed, pulled, args.pulled)
+
         venv_tmp = tempfile.mkdtemp(prefix="bench-brief-venv-") if args.install else None
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_") and k != "PYTHONDONTWRITEBYTECODE"}
         if venv_tmp is not None:
@@ -225,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             "plugin_hook_indexed": (["sh", str(REPO / "plugin" / "scripts" / "retained-launch"), "--hook", "SessionStart"], env_indexed, event),
             "module_no_index": ([python, "-m", "retained", "--brief"], env_bare, None),
         }
+        if args.pulled:
+            cases["module_pulled"] = ([python, "-m", "retained", "--brief"], {**env, "RETAINED_DIR": str(pulled)}, None)
         # One unrecorded run of each warms the page cache and the bytecode cache.
         if args.nice:
             os.nice(args.nice)  # inherited by every timed child, pass and brief alike
@@ -240,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                 cpu[name].append(c)
         brief_json = json.loads(_run([python, "-m", "retained", "--brief", "--json"], env_indexed)[2])
         bare_json = json.loads(_run([python, "-m", "retained", "--brief", "--json"], env_bare)[2])
+        pulled_json = (json.loads(_run([python, "-m", "retained", "--brief", "--json"], {**env, "RETAINED_DIR": str(pulled)})[2])
+                       if args.pulled else None)
         floor = statistics.median(wall["python_c_pass"])
         timed = [name for name in cases if name != "python_c_pass"]
         result = {
@@ -261,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
                 "no_index": {"shown": len(bare_json["included"]), "eligible": bare_json["eligible"],
                              "exact": bare_json["exact"], "log_bytes_read": bare_json["log_bytes_read"],
                              "not_read": bare_json["dropped"]["not_read"]},
+                **({"pulled": {"stores": len(pulled_json["pulled"]), "shown": len(pulled_json["included"]),
+                               "shown_pulled": sum(1 for e in pulled_json["included"] if "origin" in e),
+                               "eligible": pulled_json["eligible"], "exact": pulled_json["exact"]}}
+                   if pulled_json is not None else {}),
             },
             "imports": _imports(python, env_indexed),
             "target_over_python_c_pass_ms": TARGET_OVER_PASS_MS,

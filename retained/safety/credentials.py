@@ -30,7 +30,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple, cast
 
 from retained.errors import InvariantBroken
 
@@ -45,9 +45,35 @@ GENERIC_CHARS_MIN = 32
 GENERIC_CHARS_MAX = 160
 
 
+class _Lazy:
+    """A pattern compiled on first use: a text that needs no rule never pays for compiling them all."""
 
-@dataclass(frozen=True)
-class Finding:
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, pattern: str, flags: int) -> None:
+        self._args = (pattern, flags)
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._compiled is None:
+            self._compiled = re.compile(*self._args)
+        return getattr(self._compiled, name)
+
+
+def _lazy(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return cast("re.Pattern[str]", _Lazy(pattern, flags))
+
+
+def _compile_lazy() -> None:
+    """Put the compiled patterns in place of the lazy ones (once a text needs them: no lookup per call after that)."""
+    here = globals()
+    for name, value in list(here.items()):
+        if isinstance(value, _Lazy):
+            here[name] = re.compile(*value._args)
+
+
+
+class Finding(NamedTuple):
     """One secret in one string: where it is (``start``/``end``) and what it is."""
 
     start: int
@@ -63,8 +89,8 @@ def _entropy(token: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-_CAMEL_PIECES = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
-_HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
+_CAMEL_PIECES = _lazy(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+_HEX_ONLY = _lazy(r"[0-9a-fA-F\-]+")
 
 # Letter pairs common in English (and so in names made of English words):
 # about a third of all pairs, yet nine in ten of the pairs in ordinary words.
@@ -103,7 +129,7 @@ def _word_chars(token: str, piece_min: int = 4, common_min: float = 0.75) -> int
     return total
 
 
-_SEPARATORS = re.compile(r"[/\-_]+")
+_SEPARATORS = _lazy(r"[/\-_]+")
 
 
 def _structured(token: str) -> bool:
@@ -180,17 +206,40 @@ def _random_body(token: str, before: str = "") -> bool:
 _Check = Callable[[str, str], bool]
 
 
-@dataclass(frozen=True)
 class _Rule:
-    kind: str
-    pattern: re.Pattern[str]
-    pattern_ci: re.Pattern[str] | None  # for ``fold`` rules: the same pattern, ignoring case
-    check: _Check | None  # applied to the secret span; False drops the match
-    hints: tuple[str, ...]  # the rule runs only if one of these occurs in the text
-    gate: bool  # check the hints on long texts too (False: the pattern's literal prefix is as fast)
-    fold: bool  # hints are lower case and checked on the lower-cased text
-    span_back: int  # the secret starts this many characters before the match
-    anchored: bool  # matched only where a hint occurs (found with str.find), not searched
+    """One provider format: its pattern (compiled on first use), when to run it, and what to check."""
+
+    __slots__ = ("_pattern", "_pattern_ci", "anchored", "check", "flags", "fold", "gate", "hints", "kind", "source",
+                 "span_back")
+
+    def __init__(self, kind: str, source: str, flags: int, check: _Check | None, hints: tuple[str, ...], gate: bool,
+                 fold: bool, span_back: int, anchored: bool) -> None:
+        self.kind = kind
+        self.source = source  # the pattern; compiled by ``pattern`` when a text first needs it
+        self.flags = flags
+        self.check = check  # applied to the secret span; False drops the match
+        self.hints = hints  # the rule runs only if one of these occurs in the text
+        self.gate = gate  # check the hints on long texts too (False: the pattern's literal prefix is as fast)
+        self.fold = fold  # hints are lower case and checked on the lower-cased text
+        self.span_back = span_back  # the secret starts this many characters before the match
+        self.anchored = anchored  # matched only where a hint occurs (found with str.find), not searched
+        self._pattern: re.Pattern[str] | None = None
+        self._pattern_ci: re.Pattern[str] | None = None
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        # Compiled when first needed: most texts are quiet (no rule runs), and a
+        # hook process that writes one turn should not compile every format.
+        if self._pattern is None:
+            self._pattern = re.compile(self.source, self.flags)
+        return self._pattern
+
+    @property
+    def pattern_ci(self) -> re.Pattern[str] | None:
+        """For ``fold`` rules: the same pattern, ignoring case (None for the others)."""
+        if self._pattern_ci is None and self.fold:
+            self._pattern_ci = re.compile(self.source, self.flags | re.IGNORECASE)
+        return self._pattern_ci
 
 
 def _rule(
@@ -210,11 +259,18 @@ def _rule(
     # A ``fold`` rule is written in lower case and runs on the lower-cased
     # text (the engine then compares plain characters, not case classes); pattern_ci is for text
     # whose length changes when lower-cased (a few non-ASCII letters).
-    ci = re.compile(pattern, flags | re.IGNORECASE) if fold else None
-    return _Rule(kind, re.compile(pattern, flags), ci, check, hints, gate, fold, span_back, anchored)
+    return _Rule(kind, pattern, flags, check, hints, gate, fold, span_back, anchored)
 
 
-_PLACEHOLDER = re.compile(
+def compile_rules() -> None:
+    """Compile every rule's pattern now (a long-running server warms up with this; a hook compiles what it uses)."""
+    _compile_lazy()
+    for rule in _RULES:
+        rule.pattern  # noqa: B018 -- the property compiles
+        rule.pattern_ci  # noqa: B018
+
+
+_PLACEHOLDER = _lazy(
     r"(?i)(?:x+|\*+|\.+|_+|-+|#+|0+|1234(?:5678?)?9?|changeme|dummy|redacted|hidden"
     r"|password|passwd|pass|pwd|secret|token|none|null|nil|true|false|undefined"
     r"|(?:your|insert|enter|replace|put|add|my|some|fake|dummy|test)[_\-.][\w.\-]*"
@@ -232,7 +288,7 @@ def _not_placeholder(value: str, before: str = "") -> bool:
     return len(set(stripped)) > 2
 
 
-_PATH_LIKE = re.compile(r"(?:\.{0,2}/|~/|[A-Za-z]:\\)[\w.\-/\\]*")
+_PATH_LIKE = _lazy(r"(?:\.{0,2}/|~/|[A-Za-z]:\\)[\w.\-/\\]*")
 
 
 def _looks_like_path(value: str) -> bool:
@@ -264,17 +320,17 @@ def _basic_credentials(token: str, before: str = "") -> bool:
     return decoded is not None and ":" in decoded and len(decoded) > 2
 
 
-_URL_PLACEHOLDER = re.compile(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test|guest|demo|admin|user(?:name)?)")
+_URL_PLACEHOLDER = _lazy(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test|guest|demo|admin|user(?:name)?)")
 
 
 def _url_password(value: str, before: str = "") -> bool:
     return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value)
 
 
-_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
+_IDENTIFIER_PATH = _lazy(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
 
 
-_PASSWORD_LIKE = re.compile(r"[A-Za-z0-9!@#$%^&*_\-+.~?]{8,}")
+_PASSWORD_LIKE = _lazy(r"[A-Za-z0-9!@#$%^&*_\-+.~?]{8,}")
 
 
 def _mixed(value: str) -> bool:
@@ -285,7 +341,7 @@ def _mixed(value: str) -> bool:
     return upper and lower and other and _word_chars(value, 3, 0.6) < sum(ch.isalpha() for ch in value) * 0.6
 
 
-_ENV_NAME = re.compile(r"[A-Z0-9_]+=[\"']?\Z")
+_ENV_NAME = _lazy(r"[A-Z0-9_]+=[\"']?\Z")
 
 
 def _assigned_value(value: str, before: str = "", *, literal: bool = False) -> bool:
@@ -320,7 +376,7 @@ _SECRET_NAME = (
     r"|(?:auth|access|refresh|bearer|session|api|bot|oauth)[_.-]?token|token|client[_.-]?secret"
     r"|private[_.-]?key|credentials?|signing[_.-]?key|encryption[_.-]?key)"
 )
-_SECRET_KEY_NAME = re.compile(r"(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z", re.IGNORECASE)
+_SECRET_KEY_NAME = _lazy(r"(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z", re.IGNORECASE)
 
 _B64 = r"A-Za-z0-9+/"
 _URLSAFE = r"A-Za-z0-9_\-"
@@ -471,26 +527,26 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 # Candidate tokens for the generic rule: runs of base64 / base64url letters.
-_TOKEN = re.compile(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
+_TOKEN = _lazy(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
 # Tokens that look random but are public by design, or are hashes: Stripe
 # publishable keys, SRI hashes, file headers in base64 (PNG, JPEG, GIF, WebP,
 # PDF, SVG), SSH public keys, IPFS content ids, bech32 addresses.
-_PUBLIC_TOKEN = re.compile(
+_PUBLIC_TOKEN = _lazy(
     r"(?:pk_(?:live|test)_|sha(?:1|256|384|512)[-:=]|iVBORw0KGgo|/9j/|R0lGOD|UklGR|JVBERi0|PHN2Zy"
     r"|AAAA(?:B3NzaC1|C3NzaC1|E2VjZHNh)|Qm[1-9A-HJ-NP-Za-km-z]{44}\Z|bafy[a-z2-7]{50,}\Z|bc1[qp][a-z0-9]{38,58}\Z)"
 )
 # What may precede a public token: a data URI, a hash algorithm (SRI, go.sum
 # "h1:"), an integrity attribute, an AWS request id header.
-_PUBLIC_BEFORE = re.compile(
+_PUBLIC_BEFORE = _lazy(
     r"(?:base64,|sha(?:1|256|384|512)[-:=]|\bh1:|integrity=[\"']?|x-amz-id-2:\s?)\Z", re.IGNORECASE
 )
-_URL_REST = re.compile(r"://[^\s\"'<>]+")
+_URL_REST = _lazy(r"://[^\s\"'<>]+")
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 # Public keys and certificates are not secrets: their bodies are skipped.
-_PUBLIC_PEM = re.compile(
+_PUBLIC_PEM = _lazy(
     r"-----BEGIN (?![A-Z0-9 ]*PRIVATE)[A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
 )
-_URL_QUERY_SECRET = re.compile(
+_URL_QUERY_SECRET = _lazy(
     r"(?i)[?&#](?:[\w.\-]*(?:token|secret|key|sig|signature|password|auth|credential)[\w.\-]*)=([^&#\s\"'<>]+)"
 )
 
@@ -598,14 +654,14 @@ def _in_blob(text: str, start: int, end: int) -> bool:
 
 
 # A bare "key" counts as a secret's name only after one of these words.
-_KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
+_KEY_PREFIX = _lazy(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
 
 
 _LONG_TEXT_CHARS = 4096
 # Every rule needs a ":" or "=" (a name and its value, a URL), a secret's
 # name ("password is ...") or a run of 16 or more token characters; a short
 # text with none of them is done at once.
-_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
+_LONG_RUN = _lazy(r"[A-Za-z0-9_\-+/.~%]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
 
 
@@ -718,6 +774,8 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     folded = text.lower()
     if quiet(text, folded):
         return []  # no "name: value", URL, "password is ..." or run long enough for a token
+    if isinstance(_TOKEN, _Lazy):
+        _compile_lazy()
     found = _Spans()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a
@@ -760,7 +818,7 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     return _relabel(text, found.findings)
 
 
-_SERVICE_ACCOUNT = re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")
+_SERVICE_ACCOUNT = _lazy(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")
 
 
 def _relabel(text: str, found: list[Finding]) -> list[Finding]:

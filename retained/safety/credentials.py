@@ -23,8 +23,6 @@ file or a JSON field, reads as a variable name; and long base64 runs
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import itertools
 import math
@@ -305,6 +303,9 @@ def _decoded(token: str) -> str | None:
     if len(body) % 4 == 1:
         return None
     padded = body + "=" * (-len(body) % 4)
+    import base64  # here: a text with no token never needs it
+    import binascii
+
     try:
         raw = base64.b64decode(padded, altchars=b"-_" if ("-" in body or "_" in body) else None, validate=True)
         text = raw.decode("utf-8")

@@ -405,3 +405,13 @@ def test_a_newer_record_does_not_move_above_an_older_one_that_answers_the_query_
     results = [entry(18, "restorable note 17"), entry(41, "restorable note 40")]
     assert corrections.newer_first(results, None, query.terms("restorable note")) == 1
     assert [r["seq"] for r in results] == [41, 18]
+
+
+def test_a_budget_smaller_than_the_best_result_returns_it_cut_in_hybrid_search_too(parts: Any) -> None:
+    store, _, hybrid, _ = parts
+    big = store.write("lorem ipsum " * 500 + "the staging deploy was rolled back " + "dolor sit " * 500)
+    reply = hybrid.search("staging deploy rolled back", k=3, max_tokens=12)
+    assert reply["mode"] == "hybrid" and accounted(reply) and reply["returned"] == 1
+    (result,) = reply["results"]
+    assert result["seq"] == big["seq"] and result["tokens"] <= 12 and "staging deploy" in result["record"]["text"]
+    assert result["cut"]["total_chars"] > 10000

@@ -160,6 +160,8 @@ def _open_db(path: Path) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
         except BaseException:
             db.close()
             raise
+    except sqlite3.OperationalError:
+        raise  # busy or locked: another capture is at it, nothing is damaged
     except sqlite3.DatabaseError:
         for stale in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
             stale.unlink(missing_ok=True)

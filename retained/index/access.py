@@ -39,7 +39,7 @@ def entry(line: Line) -> Entry:
 
 
 _ONE_DAY = datetime.timedelta(days=1)
-# An index a redaction could neither scrub nor delete is renamed to index.sqlite3.set-aside-<n>; verify reports it.
+# An index a redaction could neither scrub nor delete is renamed to the index file name + SET_ASIDE + <n>; verify reports it.
 SET_ASIDE = ".set-aside-"
 
 

@@ -42,9 +42,7 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,9 +50,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from harness.whole_process import REPO, RUN_WAIT_S, against_pass, install, say
+from harness.whole_process import run as _run
+
 TARGET_OVER_PASS_MS = 60.0
-RUN_WAIT_S = 60.0
 WORDS = [
     "the", "deploy", "target", "staging", "build", "cache", "index", "query", "log", "chain", "record", "hash",
     "budget", "token", "brief", "session", "scope", "project", "alpha", "beta", "gamma", "delta", "release", "fix",
@@ -115,31 +114,6 @@ def _tail_seq(directory: Path) -> int:
     return Log(directory).tail()[0]
 
 
-def _run(argv: list[str], env: dict[str, str], stdin: bytes | None = None) -> tuple[float, float, bytes]:
-    """(wall ms, child CPU ms, stdout) of one whole process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, input=stdin if stdin is not None else b"", capture_output=True,
-                          timeout=RUN_WAIT_S, check=False)
-    wall = (time.perf_counter() - t0) * 1000
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1000
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-500:]}")
-    return wall, cpu, proc.stdout
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
-    return {
-        "median": round(statistics.median(ordered), 1),
-        "p90": round(p90, 1),
-        "min": round(ordered[0], 1),
-        "max": round(ordered[-1], 1),
-    }
-
-
 def _imports(python: str, env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run(
         [python, "-X", "importtime", "-m", "retained", "--brief"],
@@ -173,16 +147,6 @@ def _with_pulled(indexed: Path, into: Path, n: int) -> None:
                 shutil.copyfile(indexed / name, d / name)
         if d != into:
             (d / layout.MIRROR_STATE_NAME).write_text(json.dumps({"seq": seq, "machine": f"bench-{d.name[-2:]}"}))
-
-
-def _install(into: Path) -> Path:
-    """A fresh venv with a non-editable install of this checkout; returns its interpreter."""
-    subprocess.run([sys.executable, "-m", "venv", str(into)], check=True, timeout=300)
-    bindir = into / ("Scripts" if os.name == "nt" else "bin")
-    python = bindir / ("python.exe" if os.name == "nt" else "python")
-    print(f"bench_brief: pip install {REPO} into {into} (non-editable) ...", file=sys.stderr, flush=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", str(REPO)], check=True, timeout=900)
-    return python
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         venv_tmp = tempfile.mkdtemp(prefix="bench-brief-venv-") if args.install else None
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_") and k != "PYTHONDONTWRITEBYTECODE"}
         if venv_tmp is not None:
-            python = str(_install(Path(venv_tmp) / "venv"))
+            python = str(install(Path(venv_tmp) / "venv", "bench_brief"))
         else:
             python = sys.executable
             # An installed package has its bytecode compiled; a checkout run with
@@ -279,8 +243,6 @@ def main(argv: list[str] | None = None) -> int:
         bare_json = json.loads(_run([python, "-m", "retained", "--brief", "--json"], env_bare)[2])
         pulled_json = (json.loads(_run([python, "-m", "retained", "--brief", "--json"], {**env, "RETAINED_DIR": str(pulled)})[2])
                        if args.pulled else None)
-        floor = statistics.median(wall["python_c_pass"])
-        timed = [name for name in cases if name != "python_c_pass"]
         result = {
             "bench": "brief",
             "install": "fresh venv, non-editable pip install" if venv_tmp is not None else f"the running interpreter ({python})",
@@ -289,9 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             "log_bytes": (indexed / "log.jsonl").stat().st_size,
             "build": built,
             "rounds": rounds,
-            "wall_ms": {name: _summary(v) for name, v in wall.items()},
-            "cpu_ms": {name: _summary(v) for name, v in cpu.items()},
-            "over_python_c_pass_ms": {name: round(statistics.median(wall[name]) - floor, 1) for name in timed},
+            **against_pass(wall, cpu, TARGET_OVER_PASS_MS),
             "output_chars": sizes,
             "brief": {
                 "indexed": {"shown": len(brief_json["included"]), "eligible": brief_json["eligible"],
@@ -306,19 +266,12 @@ def main(argv: list[str] | None = None) -> int:
                    if pulled_json is not None else {}),
             },
             "imports": _imports(python, env_indexed),
-            "target_over_python_c_pass_ms": TARGET_OVER_PASS_MS,
-            "meets_target": {name: statistics.median(wall[name]) - floor <= TARGET_OVER_PASS_MS for name in timed},
             "nice": args.nice,
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "cpus": os.cpu_count(),
         }
         if args.json:
             print(json.dumps(result))
         else:
-            print(f"brief at {result['records']} records, {rounds} rounds, {result['install']}: "
-                  f"python -c pass {floor:.1f} ms (median); over it: "
-                  + ", ".join(f"{name} +{ms} ms" for name, ms in result["over_python_c_pass_ms"].items())
-                  + f" (target +{TARGET_OVER_PASS_MS:g} ms)")
+            print(say(f"brief at {result['records']} records", result))
         return 0
     finally:
         if tmp is not None:

@@ -101,6 +101,9 @@ class Store:
         calls (many clients connecting at once) do not queue behind it.
         """
         self.guard  # noqa: B018 -- the property builds the guard
+        from retained.safety.credentials import compile_rules
+
+        compile_rules()
         lock.load()
         from retained.index import writer as index  # noqa: F401 -- with index_search, query and documents
 

@@ -590,7 +590,7 @@ class Log:
         """Take ``known`` as the complete client_op_id map of the log up to byte ``end``.
 
         For a caller that keeps its own map of the log's ids (capture keeps
-        one in ``capture/ops.bin``): a short-lived process then need not scan the whole
+        one in ``capture/ops.sqlite3``): a short-lived process then need not scan the whole
         log for retries before its first append. ``known`` answers ``get``,
         ``in``, item assignment and ``update`` as a dict does; whatever the
         log gains after ``end`` is still scanned under the lock as usual,

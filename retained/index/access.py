@@ -39,7 +39,7 @@ def entry(line: Line) -> Entry:
 
 
 _ONE_DAY = datetime.timedelta(days=1)
-# An index a redaction could neither scrub nor delete is renamed to index.sqlite3.set-aside-<n>; verify reports it.
+# An index a redaction could neither scrub nor delete is renamed to the index file name + SET_ASIDE + <n>; verify reports it.
 SET_ASIDE = ".set-aside-"
 
 
@@ -418,11 +418,13 @@ class IndexAccess:
         return out
 
     def catch_up_evidence(self) -> None:
-        """Bring the index up to the log now, so a head it had read and the log lost is anchored first.
+        """Bring an existing index up to the log now, so a head it had read and the log lost is anchored first.
 
         Before an acceptance: otherwise the next read would find the index
         built from the old log and record its head after the acceptance,
-        as new evidence.
+        as new evidence. Also after ``retained sync`` pulled records into a
+        mirror whose index exists (``sync.runner``), for readers that never
+        catch up (the brief).
         """
         if not self.present():
             return

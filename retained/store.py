@@ -36,16 +36,9 @@ class Store:
     """One store directory: the log and everything derived from it."""
 
     def __init__(
-        self,
-        directory: str | os.PathLike[str],
-        *,
-        client: dict[str, Any] | None = None,
-        record_bytes_max: int = limits.RECORD_BYTES_MAX,
-        lock_wait_s: float = limits.LOCK_WAIT_S,
-        guard: Any = None,
-        embed_settings: Mapping[str, str] | None = None,
-        follow_writes: bool = False,
-        group_commit: bool = True,
+        self, directory: str | os.PathLike[str], *, client: dict[str, Any] | None = None,
+        record_bytes_max: int = limits.RECORD_BYTES_MAX, lock_wait_s: float = limits.LOCK_WAIT_S, guard: Any = None,
+        embed_settings: Mapping[str, str] | None = None, follow_writes: bool = False, group_commit: bool = True,
         anchor_dir: str | os.PathLike[str] | None = None,
         anchor_every: tuple[int, float] = (anchors.EVERY_RECORDS, anchors.EVERY_S),
     ) -> None:
@@ -55,11 +48,8 @@ class Store:
         self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
         self._after = writes.AfterAppend(self.directory, self.anchor_dir, anchor_every)
         if self.directory.exists() and not self.directory.is_dir():
-            raise NoStore(
-                f"{self.directory} is a file, not a store directory; point --dir or RETAINED_DIR at a directory "
-                "(a new one is created by the first write)",
-                path=str(self.directory),
-            )
+            raise NoStore(f"{self.directory} is a file, not a store directory; point --dir or RETAINED_DIR at a "
+                          "directory (a new one is created by the first write)", path=str(self.directory))
         self.client = dict(client or DEFAULT_CLIENT)
         # The write guard (retained.safety.guard.Guard; a library user gets the safe default, refuse), built
         # on first write: compiling its patterns costs more than a read-only caller (the brief, search) should pay.
@@ -257,13 +247,14 @@ class Store:
 
     # -- reading -----------------------------------------------------------
 
-    def _pulled(self, store_id: str | None) -> tuple[str, dict[str, Any]] | None:
-        """The pulled store ``store_id`` names (``sync.union.resolve``), or None for this store."""
+    def _pulled(self, store_id: str | None, read: Any) -> Any:
+        """``read(store)`` over the pulled store ``store_id`` names (``sync.union.resolve``), or None for this store."""
         if store_id is None:
             return None
         from retained.sync import union
 
-        return union.resolve(self.directory, store_id)
+        other = union.resolve(self.directory, store_id)
+        return None if other is None else union.read(self.directory, *other, Store, read)
 
     def get(self, seqs: list[int], *, missing_ok: bool = False, store_id: str | None = None) -> list[Entry]:
         """The records with these seqs, in the order asked; ``store_id``: another store's, pulled by ``sync``
@@ -273,12 +264,9 @@ class Store:
             NotFound: a seq has no valid record (unless ``missing_ok``), or no store ``store_id`` was pulled.
             InvalidRecord: ``store_id`` is not a store id or names more than one.
         """
-        other = self._pulled(store_id)
-        if other is not None:
-            from retained.sync import union
-
-            return cast("list[Entry]", union.read(self.directory, *other, Store,
-                                                  lambda s: s.get(seqs, missing_ok=missing_ok)))
+        pulled = self._pulled(store_id, lambda s: s.get(seqs, missing_ok=missing_ok))
+        if pulled is not None:
+            return cast("list[Entry]", pulled)
         return self.index_access.get(writes.seq_list(seqs, "ids"), missing_ok=missing_ok)
 
     def timeline(self, around: int, *, window: int = limits.TIMELINE_WINDOW_DEFAULT,
@@ -294,11 +282,9 @@ class Store:
             InvalidRecord: ``around`` is not a seq, or ``window`` is not a whole number from 0 to
                 ``limits.TIMELINE_WINDOW_MAX``, or ``store_id`` is not a store id or names more than one.
         """
-        other = self._pulled(store_id)
-        if other is not None:
-            from retained.sync import union
-
-            return cast("Timeline", union.read(self.directory, *other, Store, lambda s: s.timeline(around, window=window)))
+        pulled = self._pulled(store_id, lambda s: s.timeline(around, window=window))
+        if pulled is not None:
+            return cast("Timeline", pulled)
         (around,) = writes.seq_list([around], "around")
         return self.index_access.timeline(around, window)
 

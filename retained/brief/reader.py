@@ -138,6 +138,15 @@ class LogReader:
             for offset, raw in segments_reverse(f, stop):
                 yield line(offset, raw)
 
+    def raw_reverse(self, stop: int) -> Iterator[tuple[int, bytes]]:
+        """``(offset, raw bytes)`` of every line before ``stop``, newest first, unclassified: for a caller
+        that can tell from the bytes which lines it needs and classifies only those (`line`)."""
+        f = self.open()
+        if f is None:
+            return
+        with f:
+            yield from segments_reverse(f, stop)
+
     @staticmethod
     def record_at(f: BinaryIO, seq: int, offset: int, length: int, h: str) -> dict[str, Any] | None:
         """The record at an indexed place of the open log ``f``, or None when the line there no longer holds it."""

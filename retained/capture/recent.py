@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retained.brief.reader import LogReader
+from retained.brief.reader import LogReader, line
 from retained.core.lines import RECORD
 from retained.index.schema import LINK_FIELDS, estimate_tokens, link_targets
 
@@ -30,6 +30,9 @@ TURN_CHARS_MAX = 400  # each turn's text is cut to this many characters
 # and its two lines, under Claude Code's 10,000 characters.
 SECTION_BYTES_MAX = 1_500
 SHARE = 3  # the last session takes at most 1/SHARE of the brief's budget
+# Canonical JSON (sorted keys, no spaces) spells a key and a string value so, and inside a string a quote
+# is always escaped: a line without one of these bytes is neither a turn nor a link, and is not parsed.
+_NEEDED = (b'"kind":"turn"', *(f'"{name}":'.encode() for name in LINK_FIELDS))
 
 
 def last_session(store_dir: Path, scope: str, budget: int) -> dict[str, Any] | None:
@@ -50,24 +53,27 @@ def last_session(store_dir: Path, scope: str, budget: int) -> dict[str, Any] | N
     found: list[dict[str, Any]] = []
     read = 0
     complete = True
-    for line in log.lines_reverse(size):
-        read += line.length
+    for offset, raw in log.raw_reverse(size):
+        read += len(raw)
         if read > SCAN_BYTES_MAX:
             complete = False
             break
-        if line.status != RECORD:
+        if not any(b in raw for b in _NEEDED):
+            continue  # most of a store's lines: parsing them was most of the brief's cost at 100k records
+        one = line(offset, raw)
+        if one.status != RECORD:
             continue
-        rec = line.record
+        rec = one.record
         for name in LINK_FIELDS:
             hidden.update(link_targets(rec.get(name)))
-        if rec.get("kind") != "turn" or rec.get("scope") != scope or line.seq in hidden:
+        if rec.get("kind") != "turn" or rec.get("scope") != scope or one.seq in hidden:
             continue
         if session is None:
             session = rec.get("session")
             host = rec.get("host") if isinstance(rec.get("host"), dict) else None
         if rec.get("session") != session or not isinstance(rec.get("text"), str):
             continue
-        found.append({"seq": line.seq, "ts": rec.get("ts"), "speaker": rec.get("speaker") or "?", "text": rec["text"]})
+        found.append({"seq": one.seq, "ts": rec.get("ts"), "speaker": rec.get("speaker") or "?", "text": rec["text"]})
     if session is None:
         return None
     shown: list[dict[str, Any]] = []

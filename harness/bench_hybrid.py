@@ -114,7 +114,6 @@ def local_figures(asked: list[str], hybrid_ms: list[float], texts: list[str], wo
             with Store(Path(tmp) / f"s{part}", embed_settings={}) as store:
                 for t in chunk:
                     store.write(t)
-                store.hybrid.catchup_records = 0  # no search-time embedding: backfill does it all
                 store.search("warm")  # builds the index
                 for label in (("bare", "backfill") if part == 0 else ("backfill", "bare")):
                     t0 = time.perf_counter()

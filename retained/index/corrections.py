@@ -86,9 +86,13 @@ def newer_first(
     ``cosine(seq_a, seq_b)`` gives the cosine of two records' vectors, or
     None when either has none (lexical search passes no function).
     ``asked``: the query's terms (``query.terms``). An older result that
-    holds every one of them while the newer does not answers the question
+    holds every one of them while the newer lacks one that names a value
+    (a term with a digit: a number, a version, a date) answers the question
     as asked ("note 17" is not corrected by "note 40"): both are marked,
-    neither moves.
+    neither moves. A plain word the newer lacks does not hold the older in
+    place: a correction is often worded differently from what it corrects
+    ("where do I work" asked; "I work at the bakery", then "I joined the
+    bike shop").
     """
     wanted = set(asked or ())
     subjects: dict[int, Any] = {}
@@ -105,7 +109,7 @@ def newer_first(
             mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
             if may_correct(older, newer, c, mutual, subjects):
                 _link(older, newer)
-                if wanted and _answers_as_asked(wanted, older) and not _answers_as_asked(wanted, newer):
+                if wanted and _answers_as_asked(wanted, older) and _lacks_a_value(wanted, newer):
                     continue
                 results.insert(i, results.pop(j))
                 moves += 1
@@ -123,6 +127,11 @@ def newer_first(
 def _answers_as_asked(wanted: set[str], entry: Entry) -> bool:
     """Whether ``entry``'s text holds every term of the query."""
     return wanted <= set(query.terms(_text(entry) or ""))
+
+
+def _lacks_a_value(wanted: set[str], entry: Entry) -> bool:
+    """Whether ``entry``'s text lacks a term of the query that holds a digit (a number, a version, a date)."""
+    return any(any(ch.isdigit() for ch in term) for term in wanted - set(query.terms(_text(entry) or "")))
 
 
 def _nearest(results: list[Entry], cosine: Callable[[int, int], float | None] | None) -> dict[int, int]:

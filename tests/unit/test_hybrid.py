@@ -437,3 +437,16 @@ def test_a_newer_record_does_not_move_above_an_older_one_that_answers_the_query_
     results = [entry(18, "restorable note 17"), entry(41, "restorable note 40")]
     assert corrections.newer_first(results, None, query.terms("restorable note")) == 1
     assert [r["seq"] for r in results] == [41, 18]
+
+
+def test_a_plain_word_the_correction_lacks_does_not_hold_the_older_record_in_place():
+    """"where does proj-a deploy" asked: the older holds every term, the newer lacks only "deploy"; it still moves."""
+    from retained.index import corrections, query
+
+    def entry(seq: int, text: str) -> dict:
+        return {"seq": seq, "offset": 0, "length": 0, "record": {"seq": seq, "text": text, "kind": "note"}}
+
+    results = [entry(3, "proj-a: we deploy to the eu-west cluster"), entry(9, "proj-a moved to the us-east cluster")]
+    assert corrections._answers_as_asked(set(query.terms("where does proj-a deploy")), results[0])
+    assert corrections.newer_first(results, None, query.terms("where does proj-a deploy")) == 1
+    assert [r["seq"] for r in results] == [9, 3] and results[0]["may_correct"] == [3]

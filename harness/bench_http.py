@@ -19,7 +19,11 @@ related records as ``memory_write`` does (the store's share), in the same run.
     python -m harness bench http [--clients 20] [--writes 50] [--runs 3] [--vary group|related] [--json]
 
 ``--vary related`` runs the related-records step on and off instead
-(``RETAINED_RELATED``, group commit on both ways). The texts are
+(``RETAINED_RELATED``, group commit on both ways). ``--vary bare`` runs
+retained (as it ships: group commit and the related step on) against a bare
+one-tool server on the same SDK and the same HTTP server (uvicorn), whose
+``memory_write`` takes the file lock, appends one canonical JSON line,
+fsyncs it and reads it back: the floor any durable MCP write pays. The texts are
 conversation turns (LoCoMo's, see harness/turns.py) unless ``--texts words``.
 
 A benchmark, not a test: the numbers depend on the machine, its disk and its load.
@@ -50,20 +54,69 @@ from harness.turns import locomo_turns
 START_WAIT_S = 60.0
 URL = re.compile(rb"serving MCP on (http://\S+)")
 
+# The floor for --vary bare: the same SDK, transport and HTTP server, and a tool that does only the
+# durable part of a write (lock, append, fsync, read back), so the ratio shows what retained adds.
+BARE_HTTP_SERVER = '''
+import os, socket, sys, threading
+import anyio, orjson, portalocker, uvicorn
+from mcp.server.mcpserver import MCPServer
+
+directory = sys.argv[1]
+path = os.path.join(directory, "log.jsonl")
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+lock = open(os.path.join(directory, "log.lock"), "a+b")
+local = threading.Lock()
+app = MCPServer("bare")
+
+
+@app.tool()
+def memory_write(text: str, scope: str | None = None) -> dict:
+    """Append the text durably and return where it landed."""
+    with local:
+        portalocker.lock(lock, portalocker.LOCK_EX)
+        try:
+            at = os.lseek(fd, 0, os.SEEK_END)
+            line = orjson.dumps({"scope": scope, "text": text}, option=orjson.OPT_SORT_KEYS) + b"\\n"
+            os.write(fd, line)
+            os.fsync(fd)
+            if os.pread(fd, len(line), at) != line:
+                raise RuntimeError("read-back differs")
+        finally:
+            portalocker.unlock(lock)
+    return {"ok": True, "offset": at, "bytes": len(line)}
+
+
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+print(f"serving MCP on http://127.0.0.1:{sock.getsockname()[1]}/mcp", file=sys.stderr, flush=True)
+config = uvicorn.Config(app.streamable_http_app(), log_config=None, access_log=False, log_level="warning")
+anyio.run(uvicorn.Server(config).serve, [sock])
+'''
+
 
 
 
 class _Server:
     """``retained serve --http --port 0`` on a fresh store, its URL read from stderr."""
 
-    def __init__(self, directory: Path, group_commit: bool, related: bool = True) -> None:
+    def __init__(self, directory: Path, group_commit: bool, related: bool = True, bare: bool = False,
+                 semantic: bool = False) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
         env.update(RETAINED_DIR=str(directory), RETAINED_GROUP_COMMIT="on" if group_commit else "off",
                    RETAINED_RELATED="on" if related else "off")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "retained", "serve", "--http", "--host", "127.0.0.1", "--port", "0"],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
+        # With retained[semantic] installed the server embeds each record after its ack, on the same CPUs:
+        # a cost of the extra, measured only when asked (--semantic), so the figures compare like with like.
+        if not semantic:
+            env["RETAINED_EMBED_LOCAL"] = "0"
+        if bare:
+            directory.mkdir(parents=True, exist_ok=True)
+            script = directory / "bare_http_server.py"
+            script.write_text(BARE_HTTP_SERVER, encoding="utf-8")
+            argv = [sys.executable, str(script), str(directory)]
+        else:
+            argv = [sys.executable, "-m", "retained", "serve", "--http", "--host", "127.0.0.1", "--port", "0"]
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_WAIT_S
         seen = b""
         stderr = self.proc.stderr
@@ -125,10 +178,10 @@ async def _clients(url: str, clients: int, writes: int, texts: list[str]) -> tup
 
 
 def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: int, texts: list[str],
-                 related: bool = True) -> dict[str, Any]:
+                 related: bool = True, bare: bool = False, semantic: bool = False) -> dict[str, Any]:
     import anyio
 
-    server = _Server(directory, group_commit, related)
+    server = _Server(directory, group_commit, related, bare, semantic)
     try:
         wall, calls = anyio.run(_clients, server.url, clients, writes, texts)
     finally:
@@ -145,6 +198,18 @@ def one_http_run(directory: Path, *, group_commit: bool, clients: int, writes: i
     }
 
 
+# What each --vary compares, and the prefix of its figures in the JSON ("<prefix>_on", "<prefix>_off").
+PREFIX = {"group": "group_commit", "related": "related", "bare": "retained_vs_bare"}
+WHAT = {"group": "group commit", "related": "the related-records step (RETAINED_RELATED)",
+        "bare": "retained (on) against the bare one-tool server (off)"}
+
+
+def _label(vary: str, name: str) -> str:
+    if vary == "bare":
+        return "retained" if name == "on" else "bare one-tool server"
+    return f"{WHAT[vary]} {name}"
+
+
 def _pooled(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """p50 and p99 over the latencies under ``key`` of every run together."""
     every = [x for r in runs for x in r[key]]
@@ -152,9 +217,9 @@ def _pooled(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, vary: str = "group",
-          kind: str = "locomo") -> dict[str, Any]:
-    """Runs alternating ``on`` and ``off`` of what ``vary`` names: group commit, or the related-records step
-    (group commit on both ways)."""
+          kind: str = "locomo", semantic: bool = False) -> dict[str, Any]:
+    """Runs alternating ``on`` and ``off`` of what ``vary`` names: group commit, the related-records step
+    (group commit on both ways), or retained (``on``) against the bare one-tool server (``off``)."""
     texts, source = (locomo_turns(clients * writes) if kind == "locomo"
                      else ([f"client record {i}" for i in range(clients * writes)], "words"))
     modes: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
@@ -162,9 +227,10 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for r in range(runs):
             for name, flag in (("on", True), ("off", False)):
-                group, related = (flag, True) if vary == "group" else (True, flag)
+                group, related = (flag, True) if vary == "group" else (True, flag) if vary == "related" else (True, True)
                 modes[name].append(one_http_run(Path(tmp) / f"http-{name}-{r}", group_commit=group,
-                                                clients=clients, writes=writes, texts=texts, related=related))
+                                                clients=clients, writes=writes, texts=texts, related=related,
+                                                bare=vary == "bare" and not flag, semantic=semantic))
                 # The same work as a memory_write call: the same texts, and the related records asked for.
                 store_only[name].append(one_run(Path(tmp) / f"store-{name}-{r}", group_commit=group,
                                                 threads=clients, per_thread=writes, related=related, texts=texts))
@@ -176,8 +242,9 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, 
         "runs": runs,
         "vary": vary,
         "texts": source,
+        "semantic": semantic,
     }
-    prefix = "group_commit" if vary == "group" else "related"
+    prefix = PREFIX[vary]
     pooled: dict[str, dict[str, Any]] = {}
     for name in ("on", "off"):
         http = {k: spread([r[k] for r in modes[name]]) for k in keys}
@@ -203,8 +270,7 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, 
     out["ratio_after_first_on_off"] = {
         k: round(pooled["on_after_first"][k] / pooled["off_after_first"][k], 3) for k in ("p50_ms", "p99_ms")}
     out["method"] = ("retained serve --http on 127.0.0.1, real MCP clients in one process, "
-                     f"{'group commit' if vary == 'group' else 'the related-records step (RETAINED_RELATED)'} "
-                     "on and off alternately; store share: the same writes from as many threads through one "
+                     f"{WHAT[vary]} on and off alternately; store share: the same writes from as many threads through one "
                      "in-process Store")
     out["cpus"] = os.cpu_count()
     out["loadavg"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
@@ -220,16 +286,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
     p.add_argument("--writes", type=int, default=50, help="memory_write calls per client (default 50)")
     p.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating (default 3)")
-    p.add_argument("--vary", choices=("group", "related"), default="group",
-                   help="what runs on and off: group commit (default) or the related-records step")
+    p.add_argument("--vary", choices=tuple(PREFIX), default="group",
+                   help="what runs on and off: group commit (default), the related-records step, or "
+                   "retained against a bare one-tool server (bare)")
     p.add_argument("--texts", choices=("locomo", "words"), default="locomo",
                    help="conversation turns (default; LoCoMo's, or generated of the same shape) or 'client record N'")
+    p.add_argument("--semantic", action="store_true",
+                   help="let the server embed each record after its ack when retained[semantic] is installed "
+                   "(default off: RETAINED_EMBED_LOCAL=0)")
     p.add_argument("--dir", type=Path, help="make the temporary stores under DIR (the filesystem matters)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = p.parse_known_args(argv)
-    result = bench(args.clients, args.writes, args.runs, args.dir, vary=args.vary, kind=args.texts)
-    what = "group commit" if args.vary == "group" else "related step"
-    prefix = "group_commit" if args.vary == "group" else "related"
+    result = bench(args.clients, args.writes, args.runs, args.dir, vary=args.vary, kind=args.texts,
+                   semantic=args.semantic)
+    prefix = PREFIX[args.vary]
     if args.json:
         print(json.dumps(result))
     else:
@@ -237,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             r = result[f"{prefix}_{name}"]
             h, s = r["http"], r["store_in_process"]
             print(
-                f"{what} {name}: {h['writes_per_s']['median']:.0f} writes/s over HTTP, "
+                f"{_label(args.vary, name)}: {h['writes_per_s']['median']:.0f} writes/s over HTTP, "
                 f"p50 {h['p50_ms']['median']:.1f} ms p99 {h['p99_ms']['median']:.1f} ms; "
                 f"in-process store p50 {s['p50_ms']['median']:.2f} ms (share of the HTTP p50: {r['store_share_of_p50']})"
             )
@@ -248,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("on", "off"):
             r = result[f"{prefix}_{name}"]
             a, f = r["http_after_first"], r["first_call_ms"]
-            print(f"{what} {name}, every call but each client's first: p50 {a['p50_ms']:.1f} ms "
+            print(f"{_label(args.vary, name)}, every call but each client's first: p50 {a['p50_ms']:.1f} ms "
                   f"p99 {a['p99_ms']:.1f} ms; first calls: p50 {f['p50_ms']:.1f} ms, max {f['max_ms']:.1f} ms")
     return 0
 

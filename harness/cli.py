@@ -171,6 +171,10 @@ def run_bench(argv: list[str]) -> int:
     return status
 
 
+def _load() -> list[float] | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
 def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
     """Every benchmark with --json, one after another; one JSON document with each one's result."""
     import contextlib
@@ -180,6 +184,7 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
 
     results: dict[str, Any] = {}
     status = 0
+    load_before = _load()
     for name, module in found.items():
         print(f"harness bench: {name} ...", file=sys.stderr, flush=True)
         out = io.StringIO()
@@ -201,7 +206,10 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
         status = max(status, code)
     document = {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                    # 1-, 5- and 15-minute load averages before the first benchmark and after the last: a
+                    # figure is published only from a run whose load stayed under one per CPU.
+                    "loadavg_before": load_before, "loadavg_after": _load()},
         "arguments": argv,
         "benchmarks": results,
     }
@@ -293,8 +301,11 @@ def bench_table(argv: list[str]) -> int:
         return USAGE_ERROR
     document = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     benches = document.get("benchmarks", {})
-    print(f"Measured {document.get('date')} on {document.get('machine', {}).get('cpus')} CPUs "
-          f"({document.get('machine', {}).get('platform')}); command: `python -m harness bench --json`\n")
+    machine = document.get("machine", {})
+    load = "".join(f", load {machine[k][0]} {when}" for k, when in (("loadavg_before", "before"), ("loadavg_after", "after"))
+                   if machine.get(k))
+    print(f"Measured {document.get('date')} on {machine.get('cpus')} CPUs "
+          f"({machine.get('platform')}{load}); command: `python -m harness bench --json`\n")
     print("| figure | value | baseline, same run | vs baseline | target |")
     print("|---|---:|---:|---:|---|")
     for name, what, path, base_path, how, target in TABLE_ROWS:

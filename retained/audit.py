@@ -109,7 +109,20 @@ def verify_index(store: Parts, report: dict[str, Any], lines: Any, snapshot: tup
 
 
 def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any = None, workers: int = 0) -> Report:
-    """``Store.verify``: every finding over one snapshot of the log (see there)."""
+    """``Store.verify``: every finding over one snapshot of the log.
+
+    Verify judges one snapshot: the log's size and head when it begins
+    (``snapshot`` in the report). The chain walk and the index check both
+    stop there, so records appended meanwhile are neither judged nor taken
+    for damage.
+
+    Anchors: every head recorded outside the store (``anchor_dir``) and not
+    yet accepted must still be on the chain, as must each ``anchor`` given
+    (``SEQ:HASH``, e.g. saved in git); a log cut back below one is
+    ``rolled_back``, one re-chained after it ``anchor_mismatch``. Then the head
+    judged is recorded. A store directory, log or anchor directory others may
+    write is ``unsafe_permissions``.
+    """
     given = [anchors.parse(a) for a in ([anchor] if isinstance(anchor, str) else anchor or [])]
     # Anchors are read before the snapshot is fixed: one recorded by
     # another process after it could name a head verify does not judge.
@@ -187,10 +200,13 @@ def _record_judged_head(
 def anchor(
     store: Parts, append: Callable[[record.Content], WriteProof], *, accept: bool = False, reason: str | None = None,
 ) -> dict[str, Any]:
-    """``Store.anchor``: the anchors with their state; with ``accept`` the history accepted (see there).
+    """``Store.anchor``: the anchors with their state; with ``accept`` the history accepted.
 
-    ``append`` writes one record of the store's own kind through the write
-    guard and returns its proof.
+    Listing walks the chain once. ``accept``: when anchors are not on the
+    chain (``rolled_back``, ``anchor_mismatch``), append an ``anchor_accept``
+    record naming them (``append`` writes one record of the store's own kind
+    through the write guard and returns its proof), mark them settled in
+    their files, and record the new head: verify reports them no more.
     """
     anchor_dir = store.anchor_dir
     if anchor_dir is None:

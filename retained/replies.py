@@ -72,13 +72,16 @@ class Listing(TypedDict):
 
     records: list[Entry]
     returned: int
-    total_matches: int
+    total_matches: int  # every record the filters admit
     left_out: dict[str, int]
-    more: NotRequired[int]
+    more: NotRequired[int]  # total_matches - returned
 
 
 class Timeline(TypedDict):
-    """``Store.timeline``: a record and its neighbours, oldest first, and how many lie outside."""
+    """``Store.timeline``: a record and its neighbours, oldest first, and how many lie outside.
+
+    Seqs are contiguous from 1 (L2), so what lies outside the window is a count, not a scan.
+    """
 
     records: list[Entry]
     returned: int

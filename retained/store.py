@@ -1,48 +1,35 @@
 """The facade callers use: ``Store(path)`` and every verb the CLI and the MCP server offer.
 
-Writing: ``write``, ``write_batch``, ``checkpoint``, ``forget``, ``redact``.
-Reading: ``get`` (by seq), ``timeline`` (around a seq), ``list`` (newest
-first), ``search``, ``brief``, ``head``, ``stats``. Checking and copying:
-``verify``, ``rebuild``, ``export``, ``backup``, ``embed``. Each method is a
-few lines over the log (and, where present, the index): the reads and their
-fallbacks to the log are ``retained.index.access``'s, verify and anchor
-acceptance ``retained.audit``'s. The replies' types are in
-``retained.replies``. The CLI and the MCP server hold no storage logic and
-reach nothing below this class: they call these, so a verb gives the same
-facts on every edge.
+Each method is a few lines over the parts: a write's checks are
+``retained.writes``'s, the reads and their fallbacks to the log
+``retained.index.access``'s, verify and anchor acceptance ``retained.audit``'s;
+the replies' types are in ``retained.replies``. The edges hold no storage
+logic and reach nothing below this class, so a verb gives the same facts on
+every edge.
 """
 
 from __future__ import annotations
 
 import builtins  # signatures after Store.list name the built-in list through it
 import os
-import sqlite3
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from retained import limits
+from retained import limits, writes
 from retained.core import anchors, lock, record
 from retained.core.log import Log
-from retained.errors import RECORD_LIMIT_SETTING, InvalidRecord, NoStore, NotFound, RecordDamaged, RecordTooLarge, RetainedError
+from retained.errors import InvalidRecord, NoStore
 from retained.version import __version__
 
 if TYPE_CHECKING:
     from retained.index.access import IndexAccess
     from retained.index.hybrid import Hybrid
     from retained.index.writer import Index
-    from retained.replies import Entry, Found, Listing, Notes, Report, Timeline, WriteProof
+    from retained.replies import Entry, Found, Listing, Report, Timeline, WriteProof
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
-_NO_NOTES: Notes = {}
-
-
-class Guarded(NamedTuple):
-    """A record's content as the write guard left it, and what the write's reply should say of it."""
-
-    content: record.Content
-    notes: Notes
 
 
 class Store:
@@ -66,9 +53,7 @@ class Store:
         # Where the store's head is recorded outside it (retained/anchors.py);
         # None: no anchors. The edges pass the setting (settings.store_options).
         self.anchor_dir = None if anchor_dir is None else anchors.outside(Path(anchor_dir).expanduser(), self.directory)
-        # Writes record the head routinely (records, seconds): see anchors.Routine.
-        self._routine = None if self.anchor_dir is None else anchors.Routine(self.anchor_dir, self.directory, *anchor_every)
-        self._permissions_checked = False
+        self._after = writes.AfterAppend(self.directory, self.anchor_dir, anchor_every)
         if self.directory.exists() and not self.directory.is_dir():
             raise NoStore(
                 f"{self.directory} is a file, not a store directory; point --dir or RETAINED_DIR at a directory "
@@ -76,14 +61,11 @@ class Store:
                 path=str(self.directory),
             )
         self.client = dict(client or DEFAULT_CLIENT)
-        # The write guard (retained.safety.guard.Guard) runs on every caller string
-        # before anything is encoded; a library user gets the safe default,
-        # refuse. Built on first write: compiling its patterns costs more than
-        # a read-only caller (the brief, search) should pay.
+        # The write guard (retained.safety.guard.Guard; a library user gets the safe default, refuse), built
+        # on first write: compiling its patterns costs more than a read-only caller (the brief, search) should pay.
         self._guard = guard
-        # Embeddings are optional (retained/hybrid.py): the RETAINED_EMBED_*
-        # settings the edge passed; a long-lived process (the MCP server) sets
-        # follow_writes so new records get vectors on a background thread.
+        # Embeddings are optional (retained/index/hybrid.py): the RETAINED_EMBED_* settings the edge passed; a
+        # long-lived process (the MCP server) sets follow_writes so new records get vectors on a background thread.
         self.embed_settings = dict(embed_settings or {})
         self._follow = follow_writes
         self._wants: bool | None = None
@@ -93,9 +75,7 @@ class Store:
         # Threads may share a Store (the MCP server's handlers do): the parts
         # opened on first use are opened once, under this lock.
         self._opening = threading.Lock()
-        # Writes asking for related records under way (Store.write): their steps may run in any order.
-        self._related_writes = 0
-        self._counting = threading.Lock()
+        self._related = writes.Related()  # the related step of writes (Store.write)
 
     def close(self) -> None:
         self.log.close()
@@ -136,7 +116,7 @@ class Store:
                     self._guard = Guard("refuse")
         return self._guard
 
-    def prepare(self, content: record.Content) -> Guarded:
+    def prepare(self, content: record.Content) -> writes.Guarded:
         """Run the write guard on one record's content: what to store, and what the reply should say.
 
         A record already over the size limit is refused first: scanning 16 MiB
@@ -146,33 +126,10 @@ class Store:
         Raises:
             RecordTooLarge / SecretDetected / InvalidRecord: nothing written.
         """
-        fields = content.fields
-        try:
-            encoded: bytes | None = record.orjson.dumps(fields)
-        except TypeError:
-            # Not encodable (a lone surrogate): refused here, naming the field,
-            # so an import refuses the file before any batch is written.
-            record.encode_checked(fields)
-            encoded = None  # left to seal()
-        if encoded is not None and len(encoded) > self.log.record_bytes_max:
-            raise RecordTooLarge(
-                f"record is at least {len(encoded)} bytes encoded, over the limit of {self.log.record_bytes_max} bytes; "
-                f"split it, or raise the limit ({RECORD_LIMIT_SETTING}); nothing was written",
-                observed=len(encoded),
-                expected=self.log.record_bytes_max,
-            )
-        if encoded is not None and self.guard.untouched(fields, encoded):
-            return Guarded(content, _NO_NOTES)
-        result = self.guard.apply(fields)
-        notes: Notes = {}
-        if result.private_spans_removed:
-            notes["private_spans_removed"] = result.private_spans_removed
-        if result.redactions:
-            notes["redactions"] = result.redactions
-        return Guarded(record.Content(result.fields), notes)
+        return writes.guarded(self.guard, content, self.log.record_bytes_max)
 
     def append(
-        self, items: list[Guarded], *, client: dict[str, Any] | None = None, op_reuse: str = "conflict"
+        self, items: list[writes.Guarded], *, client: dict[str, Any] | None = None, op_reuse: str = "conflict"
     ) -> list[WriteProof]:
         """Append records the guard has seen (``prepare``); one proof each, in order, once durable.
 
@@ -180,13 +137,7 @@ class Store:
         the one pipeline into the file: write, checkpoint, forget,
         write_batch and import alike. ``op_reuse`` as in ``Log.append``.
         """
-        for i, item in enumerate(items):
-            if not isinstance(item, Guarded):
-                raise InvalidRecord(
-                    f"item {i}: {type(item).__name__} is not prepared content; pass it through Store.prepare first; "
-                    "nothing was written",
-                    path=f"[{i}]",
-                )
+        writes.check_guarded(items)
         if self.log.unusable:
             # A failed write poisoned the handle; start again from the file.
             self.log.reopen()
@@ -195,34 +146,12 @@ class Store:
         proofs = self.log.append([item.content for item in items], client=client or self.client, op_reuse=op_reuse)
         if self._follow and self.wants_vectors():
             self.hybrid.kick()  # returns at once: the vector follows the acknowledgement
-        out: list[WriteProof] = [{**proof, **item.notes} if item.notes else proof
-                                 for proof, item in zip(proofs, items, strict=True)]
-        written = [p for p in proofs if not p["duplicate"]]
-        if self._routine is not None and written:
-            self._routine.after(written[-1]["seq"], written[-1]["hash"], written[-1]["offset"] + written[-1]["length"])
-        if not self._permissions_checked:
-            self._permissions_checked = True
-            from retained.audit import permission_notices
-
-            notices = permission_notices(self)
-            if notices:
-                for proof in out:
-                    proof["notices"] = [*proof.get("notices", ()), *notices]
-        return out
+        return self._after.proofs(self, proofs, items)
 
     def write(
-        self,
-        text: str,
-        *,
-        kind: str = "note",
-        scope: str | None = None,
-        source: str | None = None,
-        body: Any = None,
-        fields: dict[str, Any] | None = None,
-        supersedes: list[int] | None = None,
-        client_op_id: str | None = None,
-        client: dict[str, Any] | None = None,
-        related: bool = False,
+        self, text: str, *, kind: str = "note", scope: str | None = None, source: str | None = None, body: Any = None,
+        fields: dict[str, Any] | None = None, supersedes: list[int] | None = None, client_op_id: str | None = None,
+        client: dict[str, Any] | None = None, related: bool = False,
     ) -> WriteProof:
         """Append a note (or any caller kind) and return its proof once durable.
 
@@ -235,59 +164,19 @@ class Store:
             raise InvalidRecord(f"field text: must be a string, got {type(text).__name__}; nothing was written", path="text")
         kept = None
         if supersedes:
-            targets = self._require(_seq_list(supersedes, "supersedes"), "supersedes")
+            targets = writes.require(self.get, writes.seq_list(supersedes, "supersedes"), "supersedes")
             if scope is None:
                 # A correction belongs where what it corrects did: without a scope it would leave that scope's reads.
-                scope, kept = _scope_of(targets)
-        content = record.make_content(
-            text=text,
-            kind=kind,
-            body=body,
-            scope=scope,
-            source=source,
-            supersedes=supersedes,
-            client_op_id=client_op_id,
-            fields=fields,
-        )
-        if related:  # counted so that a write knows another ran beside it (see _related)
-            with self._counting:
-                self._related_writes += 1
-        try:
-            proof = self.append([self.prepare(content)], client=client)[0]
-            if kept:
-                proof["notices"] = [*proof.get("notices", ()), kept]
-            if related and not proof.get("duplicate"):
-                found = self._related(proof, text, scope, bool(supersedes), self._related_writes > 1)
-                if kept and found.get("notices"):
-                    found["notices"] = [*proof["notices"], *found["notices"]]
-                proof.update(cast("WriteProof", found))  # related, notices
-        finally:
-            if related:
-                with self._counting:
-                    self._related_writes -= 1
+                scope, kept = writes.scope_of(targets)
+        content = record.make_content(text=text, kind=kind, body=body, scope=scope, source=source, supersedes=supersedes,
+                                      client_op_id=client_op_id, fields=fields)
+        if related:
+            return self._related.write(lambda: self.append([self.prepare(content)], client=client)[0],
+                                       lambda: self.index, text, scope, bool(supersedes), kept)
+        proof = self.append([self.prepare(content)], client=client)[0]
+        if kept:
+            proof["notices"] = [*proof.get("notices", ()), kept]
         return proof
-
-    def _related(
-        self, proof: Mapping[str, Any], text: str, scope: str | None, links: bool, concurrent: bool
-    ) -> dict[str, Any]:
-        """``related`` (earlier records on the same subject, see ``Index.related``) and a notice naming them.
-
-        Runs after the acknowledgement; an index that cannot answer costs the
-        reply only this hint, never the write. The new record (``proof``;
-        ``links``: it supersedes others) is left to a later catch-up;
-        ``concurrent``: other writes asking for this step are under way here.
-        """
-        try:
-            found = self.index.related(proof["seq"], text, scope=scope, before=proof["offset"], ts=proof["ts"],
-                                       links=links, concurrent=concurrent)
-        except (sqlite3.Error, OSError, RetainedError):
-            return {}
-        if not found:
-            return {}
-        seqs = ", ".join(str(r["seq"]) for r in found)
-        return {"related": found, "notices": [
-            f"earlier record(s) {seqs} look like the same subject; if this corrects them, "
-            f"write it with supersedes=[{seqs}] (they then leave search)"]}
 
     def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[WriteProof]:
         """Append many records with one lock and one fsync; proofs in order.
@@ -296,33 +185,11 @@ class Store:
         kind, scope, source, body, fields, supersedes, client_op_id). Every item
         is validated before anything is written: one bad item refuses the batch.
         """
-        prepared = []
-        for i, item in enumerate(items):
-            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-                raise InvalidRecord(f"batch item {i}: needs a string text; nothing was written", path=f"[{i}].text")
-            unknown = set(item) - {"text", "kind", "scope", "source", "body", "fields", "supersedes", "client_op_id"}
-            if unknown:
-                raise InvalidRecord(
-                    f"batch item {i}: unknown argument {sorted(unknown)[0]!r}; put extra data in fields; nothing was written",
-                    path=f"[{i}]",
-                )
-            try:
-                prepared.append(self.prepare(record.make_content(**item)))
-            except InvalidRecord as exc:
-                raise type(exc)(f"batch item {i}: {exc.message}", **exc.fields) from exc
-        return self.append(prepared, client=client)
+        return self.append(writes.batch(items, self.prepare), client=client)
 
     def import_file(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        format: str = "auto",
-        scope: str | None = None,
-        on_reserved: str = "refuse",
-        batch: int | None = None,
-        dry_run: bool = False,
-        allow_duplicates: bool = False,
-        progress: Any = None,
+        self, path: str | os.PathLike[str], *, format: str = "auto", scope: str | None = None, on_reserved: str = "refuse",
+        batch: int | None = None, dry_run: bool = False, allow_duplicates: bool = False, progress: Any = None,
         validate_progress: Any = None,
     ) -> dict[str, Any]:
         """Append the records of a file (a retained export, JSONL with a text field, server-memory's memory.jsonl).
@@ -334,10 +201,8 @@ class Store:
         written. With ``dry_run`` nothing is written and the reply says what
         would be.
 
-        Idempotent: each record carries an identity derived from its source
-        (see ``retained.data.imports``), so a record imported before is not
-        appended again and ``duplicates`` counts it; ``allow_duplicates``
-        imports without that identity.
+        Idempotent unless ``allow_duplicates``: a record imported before is
+        counted in ``duplicates``, not appended (see ``retained.data.imports``).
         """
         from retained.data import imports as transfer
 
@@ -347,52 +212,20 @@ class Store:
         return transfer.run_import(self, plan, batch=size, progress=progress, dry_run=dry_run)
 
     def checkpoint(
-        self,
-        label: str,
-        *,
-        summary: str | None = None,
-        scope: str | None = None,
-        client: dict[str, Any] | None = None,
+        self, label: str, *, summary: str | None = None, scope: str | None = None, client: dict[str, Any] | None = None,
     ) -> WriteProof:
         """Append a checkpoint: a labelled point in the work (label as text, summary as body)."""
-        if not isinstance(label, str) or not label.strip():
-            raise InvalidRecord("field label: must be a non-empty string; nothing was written", path="label")
-        if summary is not None and not isinstance(summary, str):
-            raise InvalidRecord("field summary: must be a string; nothing was written", path="summary")
-        content = record.make_content(text=label, kind="checkpoint", body=summary, scope=scope, store_kind=True)
-        return self.append([self.prepare(content)], client=client)[0]
+        return self.append([self.prepare(writes.checkpoint(label, summary, scope))], client=client)[0]
 
     def forget(self, seqs: list[int], reason: str, *, client: dict[str, Any] | None = None) -> WriteProof:
         """Append a retraction naming ``seqs``: they leave search and the brief, stay readable."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise InvalidRecord("field reason: must be a non-empty string saying why; nothing was written", path="reason")
-        targets = _seq_list(seqs, "ids")
-        self._require(targets, "ids")
-        content = record.make_content(
-            text=None, kind="retract", fields={"retracts": targets, "reason": reason}, store_kind=True
-        )
-        return self.append([self.prepare(content)], client=client)[0]
-
-    def _require(self, seqs: list[int], path: str) -> list[Entry]:
-        """The records ``seqs`` name; NotFound (nothing written) when one does not exist."""
-        entries = self.get(seqs, missing_ok=True)
-        found = {e["seq"] for e in entries}
-        missing = [s for s in seqs if s not in found]
-        if missing:
-            raise NotFound(
-                f"field {path}: no record with seq {missing[0]}; nothing was written; see `retained list`",
-                seq=missing[0],
-                path=path,
-            )
-        return entries
+        return self.append([self.prepare(writes.retraction(seqs, reason, self.get))], client=client)[0]
 
     def redact(self, seq: int, reason: str, *, client: dict[str, Any] | None = None) -> dict[str, Any]:
         """Erase one record's content for good; the chain still verifies end to end.
 
         Appends a ``redaction`` record, rewrites the target line into its
-        redacted form (temporary file, fsync, atomic rename, directory fsync),
-        scrubs quarantined tails, and rebuilds the index with SQLite's
-        secure_delete so no erased term survives in its pages.
+        redacted form (``retained.safety.redaction``), and scrubs the index.
         """
         from retained.safety import redaction
 
@@ -406,9 +239,7 @@ class Store:
         """Move the damaged line at byte ``offset`` (one that claims no seq) to a file beside the log, and record it.
 
         Nothing is deleted: the line's bytes go to ``log.jsonl.quarantine-<offset>``
-        (fsynced) before the log is rewritten without it, and a ``quarantine``
-        record names the file, offset, length and digest. Later lines move up
-        by its length, so the index is rebuilt. See ``retained.safety.redaction``.
+        first, and the index is rebuilt. See ``retained.safety.redaction.quarantine``.
 
         Raises:
             InvalidRecord: no damaged line starts there, or it claims a seq (nothing changed).
@@ -434,50 +265,25 @@ class Store:
             from retained.sync import union
 
             return cast("list[Entry]", union.get(self.directory, store_id, seqs, Store, missing_ok=missing_ok))
-        wanted = _seq_list(seqs, "ids")
-        damaged: dict[int, Any] = {}  # seq -> the damaged line claiming it (reported if no valid one turns up)
-        found = self.index_access.find(wanted, damaged=damaged)
-        remaining = set(wanted) - found.keys()
-        if remaining and not missing_ok:
-            s = min(remaining)
-            bad = damaged.get(s)
-            if bad is not None:
-                raise RecordDamaged(
-                    f"seq {s} is damaged: the line at byte {bad.offset} of {self.log.path} claims it but {bad.problem}; "
-                    "it is kept in place and skipped by the chain; run `retained verify` for the findings",
-                    seq=s, offset=bad.offset, problem=bad.problem,
-                )
-            raise NotFound(f"no record with seq {s}; see `retained list` for what exists", seq=s)
-        return [found[s] for s in wanted if s in found]
+        return self.index_access.get(writes.seq_list(seqs, "ids"), missing_ok=missing_ok)
 
     def timeline(self, around: int, *, window: int = limits.TIMELINE_WINDOW_DEFAULT) -> Timeline:
         """The record ``around`` and up to ``window`` records on each side, oldest first, with their links.
 
-        Returns ``{"records", "returned", "more", "more_before", "more_after"}``:
-        each record as ``get`` gives it (with ``superseded_by`` /
-        ``retracted_by``), and how many records lie before and after the
-        window (I2). Seqs are contiguous from 1 (L2), so what lies outside the
-        window is a count, not a scan.
+        Returns a ``replies.Timeline``: each record as ``get`` gives it, and how
+        many records lie before and after the window (I2), a count, not a scan.
 
         Raises:
             NotFound: no record has seq ``around``.
             InvalidRecord: ``around`` is not a seq, or ``window`` is not a whole number from 0 to
                 ``limits.TIMELINE_WINDOW_MAX``.
         """
-        (around,) = _seq_list([around], "around")
+        (around,) = writes.seq_list([around], "around")
         return self.index_access.timeline(around, window)
 
     def list(
-        self,
-        *,
-        limit: int = 20,
-        kind: str | None = None,
-        scope: str | None = None,
-        client: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        before: int | None = None,
-        after: int | None = None,
+        self, *, limit: int = 20, kind: str | None = None, scope: str | None = None, client: str | None = None,
+        since: str | None = None, until: str | None = None, before: int | None = None, after: int | None = None,
     ) -> Listing:
         """Newest records first, each with its links, and how many more match (I2).
 
@@ -487,23 +293,17 @@ class Store:
         ``limit`` records nearest above it are returned (the page after it),
         still newest first.
 
-        Returns ``{"records", "returned", "total_matches", "more", "left_out"}``;
-        each record is ``{"seq", "offset", "length", "record"}`` plus
-        ``superseded_by`` / ``retracted_by`` when later records name it (read
-        from the index; without a usable index the log alone answers, without
-        links). ``total_matches`` counts every record the filters admit;
-        ``more`` is ``total_matches - returned``.
+        Returns a ``replies.Listing``: each record as ``get`` gives it (without a
+        usable index the log alone answers, without links); ``total_matches``
+        counts every record the filters admit.
 
         Raises:
             InvalidRecord: a limit, seq or day is malformed (the field is named).
         """
         from retained.index.access import listing_filter
 
-        listed = listing_filter(limit, kind=kind, scope=scope, client=client, since=since, until=until, before=before,
-                                after=after)
-        result = self.index_access.recent(limit, listed)
-        result["more"] = result["total_matches"] - result["returned"]
-        return result
+        return self.index_access.recent(limit, listing_filter(limit, kind=kind, scope=scope, client=client, since=since,
+                                                              until=until, before=before, after=after))
 
     # -- the index (retained/index/) ------------------------------------------
 
@@ -550,15 +350,13 @@ class Store:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
         if self._follow and self.log.exists() and self.wants_vectors():
             self.hybrid.kick()  # a long-lived process embeds what is missing (an existing store) in the background
-        reply = self.index_access.search(query, k=k, max_tokens=max_tokens, scope=scope, context=context,
-                                         include_superseded=include_superseded, include_retracted=include_retracted)
+        options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
+                   "include_superseded": include_superseded, "include_retracted": include_retracted}
+        reply = self.index_access.search(query, **options)
         if (self.directory / "mirrors").is_dir():  # other stores pulled by `retained sync` (retained/sync/union.py)
             from retained.sync import union
 
-            options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
-                       "include_superseded": include_superseded, "include_retracted": include_retracted}
-            reply = cast("Found", union.merge(self.directory, anchors.store_id(self.directory, create=False),
-                                              cast("dict[str, Any]", reply), query, options, Store))
+            return cast("Found", union.merge(self.directory, cast("dict[str, Any]", reply), query, options, Store))
         return reply
 
     def rebuild(self, progress: Any = None, *, workers: int = 0) -> dict[str, Any]:
@@ -575,11 +373,8 @@ class Store:
     def embed(self, *, backfill: bool = False, progress: Any = None) -> dict[str, Any]:
         """The optional embeddings: their status, or with ``backfill`` vectors for every record without one.
 
-        Status is ``{"counts", "embedder"}`` (records, vectors of the
-        configured model, missing; the embedder's URL, model and breaker).
-        A backfill calls ``progress(done, total)`` after each batch and returns
-        ``{"embedded", "pending", "error", "model"}``; it stops at the first
-        embedder failure, which it reports in ``error``.
+        Status is ``{"counts", "embedder"}``; a backfill calls ``progress(done, total)``
+        and stops at the first embedder failure (see ``retained.index.access.IndexAccess.embed``).
 
         Raises:
             EmbedConfigError: embeddings are off (the reason names the setting to set).
@@ -661,17 +456,9 @@ class Store:
         starts none. Pass more only from a program whose main module is
         guarded (``if __name__ == "__main__":``), as the command line does.
 
-        Verify judges one snapshot: the log's size and head when it begins
-        (``snapshot`` in the report). The chain walk and the index check both
-        stop there, so records appended meanwhile are neither judged nor
-        taken for damage.
-
-        Anchors: every head recorded outside the store (``anchor_dir``) and
-        not yet accepted must still be on the chain, as must each ``anchor``
-        given (``SEQ:HASH``, e.g. saved in git); a log cut back below one is
-        ``rolled_back``, one re-chained after it ``anchor_mismatch``. Then the
-        head judged is recorded. A store directory, log or anchor directory
-        others may write is ``unsafe_permissions``.
+        Verify judges one snapshot of the log, checks the anchors (each
+        ``anchor`` given as ``SEQ:HASH``, and those under ``anchor_dir``) and
+        the permissions, then records the head judged: see ``retained.audit.verify``.
 
         Raises:
             InvalidRecord: an ``anchor`` is not ``SEQ:HASH``; nothing was checked.
@@ -693,12 +480,7 @@ class Store:
     def anchor(self, *, accept: bool = False, reason: str | None = None) -> dict[str, Any]:
         """The anchors recorded for this store, each with its state on today's chain; ``accept`` settles those off it.
 
-        Listing walks the chain once. ``accept``: when anchors are not on the
-        chain (``rolled_back``, ``anchor_mismatch``), append an
-        ``anchor_accept`` record naming them (through the write guard, as
-        any write), mark them settled in their files, and record the new head:
-        verify reports them no more. With every anchor on the chain nothing
-        is written.
+        See ``retained.audit.anchor``; with every anchor on the chain nothing is written.
 
         Raises:
             InvalidRecord: anchoring is off (no ``anchor_dir``) or ``reason`` is not a string.
@@ -707,27 +489,3 @@ class Store:
 
         return audit.anchor(self, lambda content: self.append([self.prepare(content)])[0], accept=accept, reason=reason)
 
-
-def _seq_list(seqs: Any, path: str) -> list[int]:
-    if isinstance(seqs, int) and not isinstance(seqs, bool):
-        seqs = [seqs]
-    if not isinstance(seqs, (list, tuple)) or not seqs:
-        raise InvalidRecord(f"field {path}: must be a non-empty list of seq numbers", path=path)
-    out = []
-    for s in seqs:
-        if type(s) is not int or not 1 <= s <= limits.SEQ_MAX:
-            raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1 to {limits.SEQ_MAX})", path=path)
-        out.append(s)
-    return out
-
-
-def _scope_of(targets: builtins.list[Entry]) -> tuple[str | None, str]:
-    """The scope a correction without one keeps from the records it supersedes, and the notice saying what was done."""
-    scopes = sorted({s for s in (e["record"].get("scope") for e in targets) if isinstance(s, str)})
-    seqs = ", ".join(str(e["seq"]) for e in targets)
-    if len(scopes) == 1 and all(isinstance(e["record"].get("scope"), str) for e in targets):
-        return scopes[0], f"scope {scopes[0]!r} kept from the record(s) it supersedes ({seqs})"
-    if not scopes:
-        return None, ""
-    return None, (f"no scope: the records it supersedes ({seqs}) have different scopes ({', '.join(map(repr, scopes))} "
-                  "or none); pass scope= to place it")

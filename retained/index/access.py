@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from retained import limits
 from retained.core import anchors, record
 from retained.core.log import Line, Log
-from retained.errors import EmbedConfigError, InvalidRecord, NotFound, RetainedError
+from retained.errors import EmbedConfigError, InvalidRecord, NotFound, RecordDamaged, RetainedError
 from retained.index.schema import INDEX_NAME, Filter
 from retained.index.search import Search
 from retained.index.writer import Index, IndexError_, IndexFull
@@ -166,6 +166,23 @@ class IndexAccess:
                 damaged.setdefault(line.seq, line)
         return found
 
+    def get(self, seqs: list[int], *, missing_ok: bool) -> list[Entry]:
+        """``Store.get`` for checked ``seqs``: their records in the order asked (see there)."""
+        damaged: dict[int, Any] = {}  # seq -> the damaged line claiming it (reported if no valid one turns up)
+        found = self.find(seqs, damaged=damaged)
+        remaining = set(seqs) - found.keys()
+        if remaining and not missing_ok:
+            s = min(remaining)
+            bad = damaged.get(s)
+            if bad is not None:
+                raise RecordDamaged(
+                    f"seq {s} is damaged: the line at byte {bad.offset} of {self.log.path} claims it but {bad.problem}; "
+                    "it is kept in place and skipped by the chain; run `retained verify` for the findings",
+                    seq=s, offset=bad.offset, problem=bad.problem,
+                )
+            raise NotFound(f"no record with seq {s}; see `retained list` for what exists", seq=s)
+        return [found[s] for s in seqs if s in found]
+
     def timeline(self, around: int, window: Any) -> Timeline:
         """``Store.timeline`` for a checked seq ``around`` (see there)."""
         if type(window) is not int or not 0 <= window <= limits.TIMELINE_WINDOW_MAX:
@@ -191,11 +208,13 @@ class IndexAccess:
         }
 
     def recent(self, limit: int, listed: Filter) -> Listing:
-        """Newest records first with their links, and the count of what matched (``Index.recent``), or from the log."""
+        """``Store.list``: newest records first with their links, and the count of what matched, or from the log."""
         if self.log.exists():
             try:
                 # The index counts and orders without reading the whole log.
-                return self.index.recent(limit, listed=listed)
+                result = self.index.recent(limit, listed=listed)
+                result["more"] = result["total_matches"] - result["returned"]
+                return result
             except (RetainedError, sqlite3.Error, OSError):
                 pass  # an unusable index: the log alone answers, more slowly, without links
         # With ``above`` the page nearest above it is wanted: the last ``limit`` matches read backwards.
@@ -210,7 +229,7 @@ class IndexAccess:
         records = list(out)
         self._add_links(records)
         return {"records": records, "returned": len(records), "total_matches": matched,
-                "left_out": {"beyond_limit": matched - len(records)}}
+                "left_out": {"beyond_limit": matched - len(records)}, "more": matched - len(records)}
 
     def _add_links(self, entries: list[Entry]) -> None:
         """Add ``superseded_by`` / ``retracted_by`` from the index to entries read without them."""
@@ -271,7 +290,14 @@ class IndexAccess:
         )
 
     def embed(self, *, backfill: bool, progress: Any) -> dict[str, Any]:
-        """``Store.embed``: the vectors' status, or a backfill (see there)."""
+        """``Store.embed``: the vectors' status, or a backfill.
+
+        Status is ``{"counts", "embedder"}`` (records, vectors of the
+        configured model, missing; the embedder's URL, model and breaker).
+        A backfill calls ``progress(done, total)`` after each batch and returns
+        ``{"embedded", "pending", "error", "model"}``; it stops at the first
+        embedder failure, which it reports in ``error``.
+        """
         hybrid = self.hybrid
         if hybrid.embedder is None:
             raise EmbedConfigError(

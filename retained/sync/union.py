@@ -15,13 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from retained.core import anchors
 from retained.errors import NotFound
 from retained.sync import layout, mirror
 
 _COUNTED = ("superseded", "retracted", "unreadable", "beyond_k", "over_budget")
 
 
-def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: str, options: dict[str, Any],
+def merge(directory: Path, reply: dict[str, Any], query: str, options: dict[str, Any],
           opener: Callable[[Path], Any]) -> dict[str, Any]:
     """``reply`` (this store's search) with every mirror's results merged in by score; unchanged when there are none.
 
@@ -31,6 +32,7 @@ def merge(directory: Path, local_sid: str | None, reply: dict[str, Any], query: 
     found = mirror.mirrors(directory)
     if not found:
         return reply
+    local_sid = anchors.store_id(directory, create=False)
     k = options.get("k", 10)
     max_tokens = options.get("max_tokens")
     results = [dict(r, origin={"store_id": local_sid, "machine": None, "local": True}) for r in reply.get("results", ())]

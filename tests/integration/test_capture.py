@@ -114,10 +114,10 @@ def test_a_repeated_event_is_recorded_once_and_the_ledger_says_deduplicated(tmp_
 def test_a_secret_in_a_prompt_is_replaced_and_private_text_never_reaches_the_log(tmp_path: Path, repo: Path):
     store = tmp_path / "store"
     secret = "AKIA" + "QWERTYUIOPASDFGH"
-    proc = capture(store, prompt("s", "p", f"use key {secret} <private>pin 4321</private> for the bucket", repo))
+    proc = capture(store, prompt("s", "p", f"use key {secret} <private>pin quokka</private> for the bucket", repo))
     assert proc.returncode == 0 and proc.stdout == b""
     raw = (store / "log.jsonl").read_bytes()
-    assert secret.encode() not in raw and b"4321" not in raw and b"[secret:aws_access_key]" in raw
+    assert secret.encode() not in raw and b"quokka" not in raw and b"[secret:aws_access_key]" in raw
     got = status(store)["totals"]
     assert (got["captured"], got["redactions"], got["private_spans"]) == (1, 1, 1)
     only_private = capture(store, prompt("s", "p2", "<private>all of it</private>", repo))

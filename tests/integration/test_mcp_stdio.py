@@ -213,7 +213,7 @@ def test_private_spans_and_redacted_secrets_are_reported_in_the_proof(tmp_path):
     store_dir = tmp_path / "store"
 
     async def check(client) -> None:
-        text = "deploy key AKIA" + "QYLPMN5HHHFPZAM2 for <private>my pin 4321</private>staging"
+        text = "deploy key AKIA" + "QYLPMN5HHHFPZAM2 for <private>my pin quokka</private>staging"
         result = await client.call_tool("memory_write", {"text": text})
         assert not result.is_error, result.content[0].text
         proof = result.structured_content
@@ -223,4 +223,4 @@ def test_private_spans_and_redacted_secrets_are_reported_in_the_proof(tmp_path):
 
     _run(check, store_dir, RETAINED_SECRETS="redact")
     raw = (store_dir / "log.jsonl").read_bytes()
-    assert b"QYLPMN5HHHFPZAM2" not in raw and b"4321" not in raw and b"[secret:aws_access_key]" in raw
+    assert b"QYLPMN5HHHFPZAM2" not in raw and b"quokka" not in raw and b"[secret:aws_access_key]" in raw

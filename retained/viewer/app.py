@@ -165,11 +165,10 @@ class Viewer:
         # are embedded on a background thread, stopped by close (Ctrl-C).
         self.store = Store(directory, **{**options, "anchor_dir": None, "follow_writes": True})
         self.lock = threading.Lock()  # one request at a time on the shared Store
-        if self.store.exists() and self.store.wants_vectors():
-            try:
-                self.store.hybrid.kick()
-            except (RetainedError, sqlite3.Error, OSError):
-                pass  # the index cannot be opened: the pages say so, and the vectors wait for a usable one
+        try:
+            self.store.follow()
+        except (RetainedError, sqlite3.Error, OSError):
+            pass  # the index cannot be opened: the pages say so, and the vectors wait for a usable one
         self.run: VerifyRun | None = None
         self.run_lock = threading.Lock()
 

@@ -450,3 +450,17 @@ def test_a_plain_word_the_correction_lacks_does_not_hold_the_older_record_in_pla
     assert corrections._answers_as_asked(set(query.terms("where does proj-a deploy")), results[0])
     assert corrections.newer_first(results, None, query.terms("where does proj-a deploy")) == 1
     assert [r["seq"] for r in results] == [9, 3] and results[0]["may_correct"] == [3]
+
+
+def test_vectors_link_two_turns_only_when_one_speaker_said_both():
+    """Turns about one topic are close by cosine; across speakers that is a conversation, not a correction."""
+    from retained.index import corrections
+
+    def turn(seq: int, speaker: str, text: str) -> dict:
+        return {"seq": seq, "offset": 0, "length": 0,
+                "record": {"seq": seq, "text": text, "kind": "note", "speaker": speaker}}
+
+    older, same, other = (turn(1, "Sam", "we met at the lake"), turn(5, "Sam", "lovely evening by the water"),
+                          turn(6, "Alex", "lovely evening by the water"))
+    assert corrections.may_correct(older, same, 0.95)
+    assert not corrections.may_correct(older, other, 0.95)

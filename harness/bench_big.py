@@ -73,7 +73,8 @@ def bench(mb: float, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     cli: list[float] = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         root = Path(tmp)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_")}
+        # PYTHONDONTWRITEBYTECODE would compile every module on every run (an installed package has its .pyc).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_") and k != "PYTHONDONTWRITEBYTECODE"}
         env.update(RETAINED_DIR=str(root / "cli"), RETAINED_RELATED="on")
         with Store(root / "lib") as store:
             store.write("warm the log")

@@ -3,7 +3,10 @@
 Times ``Guard("refuse").apply(fields)`` on a typical record (~500 bytes of
 caller fields) and on a 64 KiB record, and scores the guard on
 tests/data/guard_corpus.jsonl (recall on the fake credentials, false-positive
-rate on the hard benign strings). With ``--compare-detect-secrets`` (needs
+rate on the hard benign strings), on tests/data/guard_evasions.jsonl (secrets
+in disguise, and benign text in many scripts) and on conversation turns
+(LoCoMo's, ../shared/data/locomo, where present). With
+``--compare-detect-secrets`` (needs
 ``pip install detect-secrets``) it scores and times that library the same way,
 in the same run, through its line scanner with its default plugins and filters.
 
@@ -35,6 +38,7 @@ from retained.errors import SecretDetected
 from retained.safety.guard import Guard
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "guard_corpus.jsonl"
+EVASIONS = Path(__file__).resolve().parent.parent / "tests" / "data" / "guard_evasions.jsonl"
 
 WORDS = (
     "the deploy target moved to staging after the review and the index was rebuilt from the log "
@@ -58,6 +62,20 @@ def _join(value: Any) -> Any:
 def load_corpus() -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
     return [{**row, "value": _join(row["value"])} for row in rows]
+
+
+def load_evasions() -> list[dict[str, Any]]:
+    """Secrets in disguise and benign text (tests/data/make_guard_evasions.py); ``note`` is the disguise."""
+    rows = [json.loads(line) for line in EVASIONS.read_text(encoding="utf-8").splitlines()]
+    return [{**row, "value": _join(row["value"]), "note": row["disguise"]} for row in rows]
+
+
+def conversation_turns(n: int) -> tuple[list[dict[str, Any]], str]:
+    """``n`` conversation turns as benign rows (LoCoMo's where present: harness/turns.py), and their source."""
+    from harness.turns import locomo_turns
+
+    turns, source = locomo_turns(n)
+    return [{"value": t, "secret": False, "note": "turn"} for t in turns], source
 
 
 def as_fields(value: Any) -> dict[str, Any]:
@@ -158,8 +176,8 @@ def score(flagged: Callable[[Any], bool], rows: list[dict[str, Any]]) -> dict[st
     return {
         "secrets": n_secret,
         "benign": n_benign,
-        "recall": round(tp / n_secret, 4),
-        "false_positive_rate": round(fp / n_benign, 4),
+        "recall": round(tp / n_secret, 4) if n_secret else None,
+        "false_positive_rate": round(fp / n_benign, 4) if n_benign else None,
         "missed": missed,
         "false_positives": false,
     }
@@ -211,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness bench guard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2000, help="timed applications per record size (default 2000)")
+    parser.add_argument("--turns", type=int, default=5000,
+                        help="conversation turns scored as benign text (default 5000; LoCoMo's where present)")
     parser.add_argument("--compare-detect-secrets", action="store_true", help="score and time detect-secrets too")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = parser.parse_known_args(argv)
@@ -219,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     small = typical_record(rng)
     large = large_record(rng)
     rows = load_corpus()
+    turns, turns_source = conversation_turns(args.turns)
     g = Guard("refuse")
     out: dict[str, Any] = {
         "machine": {
@@ -232,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "guard": {
             "corpus": score(guard_flags, rows),
+            "evasions": score(guard_flags, load_evasions()),
+            "conversation_turns": {**score(guard_flags, turns), "source": turns_source},
             "us_per_write": {
                 "typical": time_us(lambda: g.apply(small), args.runs),
                 "large": time_us(lambda: g.apply(large), max(20, args.runs // 20)),
@@ -266,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         corpus, us = block["corpus"], block["us_per_write"]
         print(f"{name}: corpus {json.dumps(corpus)}; us per write: typical {us['typical']}, large {us['large']}")
+        if "evasions" in block:
+            ev, tu = block["evasions"], block["conversation_turns"]
+            print(f"{name}: evasions refused {ev['recall']:.1%} of {ev['secrets']}, benign refused "
+                  f"{ev['false_positive_rate']:.1%} of {ev['benign']}; conversation turns refused "
+                  f"{tu['false_positive_rate']:.2%} of {tu['benign']} ({tu['source']})")
     return 0
 
 

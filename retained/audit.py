@@ -55,11 +55,19 @@ def head(store: Parts) -> dict[str, Any]:
     """``Store.head``: the chain head, the store id and the anchor file (see there)."""
     seq, h, end = store.log.tail()
     directory, anchor_dir = store.directory, store.anchor_dir
-    sid = anchors.store_id(directory) if anchor_dir is not None else anchors.store_id(directory, create=False)
-    return {
+    note = None
+    try:
+        sid = anchors.store_id(directory, create=anchor_dir is not None)
+    except anchors.AnchorError as exc:
+        # A read: a store it cannot give an id (read-only, another user's) still has a head to show.
+        sid, note = None, f"no store id: {exc.message}; verify and the brief cannot record anchors for it"
+    out = {
         "seq": seq, "hash": h, "bytes": end, "log": str(store.log.path), "store_id": sid,
         "anchor_file": str(anchors.anchor_file(anchor_dir, sid)) if anchor_dir is not None and sid else None,
     }
+    if note is not None:
+        out["note"] = note
+    return out
 
 
 def unsafe_permissions(store: Parts, *, anchor_dir: bool = True) -> list[dict[str, Any]]:
@@ -128,7 +136,8 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     # another process after it could name a head verify does not judge.
     loaded = anchors.load(store.anchor_dir, store.directory) if store.anchor_dir is not None else None
     log = store.log
-    size = log.size()
+    # A durable snapshot (L6): the head verify records as an anchor, and the index checks against, survives a power cut.
+    size = log.durable_end(log.size(), wait_s=log.lock_wait_s)
     head_seq, head_hash, head_end = log.tail(stop=size)
     to_check = [*(loaded.anchors if loaded is not None else ()), *given]
     # The index check reads the lines the chain walk passes it (one read
@@ -147,6 +156,8 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     report["log"] = str(log.path)
     report["exists"] = log.exists()
     report["findings"].extend(index["findings"])
+    if walked.redacted:
+        _may_hold_erased(store, report, walked.redacted)
     anchored = anchors.check(to_check, walked.watched, walked.head_seq)
     report["findings"].extend(anchored)
     report["findings"].extend(unsafe_permissions(store))
@@ -167,6 +178,16 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
         except (RetainedError, sqlite3.Error) as exc:
             report["vectors"] = {"error": str(exc)}
     return report
+
+
+def _may_hold_erased(store: Parts, report: Report, redacted: list[int]) -> None:
+    """Say where erased text may remain: an index that cannot be opened, and one a redaction set aside."""
+    seqs = ", ".join(map(str, redacted[:10])) + (", ..." if len(redacted) > 10 else "")
+    for finding in report["findings"]:
+        if finding.get("kind") == "index_unusable":
+            finding["message"] += (f"; it may still hold the erased text of the redacted records (seq {seqs}): "
+                                   "deleting it erases that too")
+    report["findings"].extend(store.index_access.set_aside_findings(seqs))
 
 
 def _record_judged_head(

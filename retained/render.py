@@ -169,6 +169,9 @@ def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_s
             text += f"\n[{text_shown[1]}]"
     elif preview_chars is not None:
         text, body = short(" ".join(text.split()), preview_chars), ""
+    cut = entry.get("cut")
+    if isinstance(cut, dict) and isinstance(cut.get("message"), str):  # a search result cut to its budget
+        text += f"\n[{cut['message']}]"
     shown_entry["text"], shown_entry["body"] = text, body
     return block(shown_entry)
 
@@ -322,8 +325,29 @@ def quarantine(result: dict[str, Any]) -> str:
         f"moved the damaged line at byte {result['offset']} ({result['length']} bytes: {result['problem']}) "
         f"into {result['file']}; nothing was deleted\n"
         f"recorded as seq {proof['seq']}" + (" (by an earlier run)" if proof.get("duplicate") else "") +
-        f"; index {result['index']}"
+        "\nindex: " + index_after_rewrite(result)
     )
+
+
+def index_after_rewrite(result: Mapping[str, Any]) -> str:
+    """The index's state after a command rewrote the log (``IndexAccess.scrub_if_present`` / ``rebuild_if_present``)."""
+    state, problem = result["index"], result.get("index_problem")
+    if state == "absent":
+        return "none yet (the first read builds it from the log)"
+    if state == "rebuilt":
+        return "rebuilt from the log" + (" with secure_delete: no erased term is left in it" if "redaction_record" in result else "")
+    if state == "unusable":
+        return (f"not rebuilt: {problem}; reads answer from the log until it can be opened, then rebuild it; "
+                "verify reports it")
+    if state == "removed":
+        return (f"deleted: {problem}; the erased text went with it (the index is derived: the next read builds "
+                "it again from the log)")
+    if state == "set_aside":
+        return (f"NOT ERASED from it: {problem}; it could not be deleted either, so it was set aside as "
+                f"{result['index_set_aside']}, which may still hold the erased text: delete it (with sudo if another "
+                "user owns it); verify reports it until then")
+    return (f"NOT ERASED from it: {problem}; it could be neither deleted nor set aside and may still hold the erased "
+            "text: delete it and its -wal and -shm files (with sudo if another user owns them); verify reports it")
 
 
 def vectors_held(s: Mapping[str, Any]) -> str:
@@ -378,7 +402,8 @@ def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
 
 def head(h: dict[str, Any]) -> str:
     """The chain head as ``SEQ HASH`` (what to anchor elsewhere), then the store id and where its anchors are kept."""
-    return f"{h['seq']} {h['hash']}\nstore id {h.get('store_id') or '-'}\nanchors {h.get('anchor_file') or 'off'}"
+    out = f"{h['seq']} {h['hash']}\nstore id {h.get('store_id') or '-'}\nanchors {h.get('anchor_file') or 'off'}"
+    return out + (f"\nnote: {h['note']}" if h.get("note") else "")
 
 
 def rebuild(result: dict[str, Any]) -> str:
@@ -389,13 +414,13 @@ def rebuild(result: dict[str, Any]) -> str:
 def redaction(result: dict[str, Any]) -> str:
     """What ``Store.redact`` did: the line rewritten, the redaction record, the index and quarantine scrubbed."""
     if result["already_redacted"]:
-        return f"seq {result['seq']} was already redacted; nothing changed"
+        return f"seq {result['seq']} was already redacted; the log is unchanged\nindex: " + index_after_rewrite(result)
     rec = result["redaction_record"]
     lines = [
         f"seq {result['seq']} redacted: {result['line_bytes_before']} bytes of content replaced by its "
         f"{result['line_bytes_after']}-byte redacted form; the chain still verifies",
         f"redaction record: seq {rec['seq']} {rec['hash']}",
-        f"index: {result['index']}",
+        "index: " + index_after_rewrite(result),
     ]
     if result["quarantine_scrubbed"]:
         lines.append("scrubbed from quarantined tails: " + ", ".join(result["quarantine_scrubbed"]))

@@ -65,6 +65,7 @@ class Entry(TypedDict):
     context: NotRequired[list[Entry]]  # search with context: the records next to it in its scope
     may_correct: NotRequired[list[int]]  # search: older results this one may correct (index.corrections)
     may_be_corrected_by: NotRequired[list[int]]  # search: newer results that may correct this one
+    cut: NotRequired[dict[str, Any]]  # search: the best result, alone over max_tokens, cut to an excerpt (documents.cut_to_fit)
 
 
 class Listing(TypedDict):

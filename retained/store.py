@@ -225,14 +225,18 @@ class Store:
         """Erase one record's content for good; the chain still verifies end to end.
 
         Appends a ``redaction`` record, rewrites the target line into its
-        redacted form (``retained.safety.redaction``), and scrubs the index.
+        redacted form (``retained.safety.redaction``), scrubs quarantined
+        tails, and rebuilds the index with SQLite's secure_delete so no
+        erased term survives in its pages; an index that cannot be opened is
+        deleted or set aside instead, and the reply's ``index`` says which
+        (``IndexAccess.scrub_if_present``).
         """
         from retained.safety import redaction
 
         # The reason is caller text like any other: the guard sees it first.
         content = self.prepare(redaction.record_content(seq, reason)).content
         result = redaction.redact(self.log, seq, content, client=client or self.client).to_dict()
-        result["index"] = self.index_access.scrub_if_present()
+        result.update(self.index_access.scrub_if_present())  # the index's state, beside the log's
         return result
 
     def quarantine(self, offset: int, *, reason: str | None = None, client: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -250,7 +254,7 @@ class Store:
         if reason is not None and not isinstance(reason, str):
             raise InvalidRecord("field reason: must be a string; nothing was changed", path="reason")
         result = redaction.quarantine(self.log, offset, reason=reason, client=client or self.client, prepare=self.prepare)
-        result["index"] = self.index_access.rebuild_if_present()
+        result.update(self.index_access.rebuild_if_present())  # the index's state, beside the log's
         return result
 
     # -- reading -----------------------------------------------------------

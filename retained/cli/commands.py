@@ -308,7 +308,7 @@ def cmd_redact(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         result = store.redact(args.seq, args.reason)
     emit(args, result, lambda: render.redaction(result))
-    return 0
+    return 1 if result["index"] in ("set_aside", "unchanged") else 0  # the erased text may still be in the index
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:

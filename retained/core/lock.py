@@ -108,10 +108,13 @@ class StoreLock:
     mutex) must hold its own instance's turn. ``close()`` releases the descriptors.
     """
 
-    def __init__(self, path: Path, wait_s: float = limits.LOCK_WAIT_S, *, keep_open: bool = False) -> None:
+    def __init__(self, path: Path, wait_s: float = limits.LOCK_WAIT_S, *, keep_open: bool = False,
+                 create: bool = True) -> None:
         self.path = path
         self.wait_s = wait_s
         self.keep_open = keep_open
+        # A reader's glance (Log.durable_end) creates nothing: an absent log.lock is not locked (the directory is).
+        self.create = create
         self._fd: int | None = None
         self._dir_fd: int | None = None
         # Whether the directory is locked: not where the filesystem refuses a directory lock (then log.lock alone, checked).
@@ -146,7 +149,12 @@ class StoreLock:
         try:
             while True:
                 if self._fd is None:
-                    self._fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
+                    try:
+                        self._fd = open_fd(self.path, os.O_RDWR | os.O_CREAT if self.create else os.O_RDONLY)
+                    except FileNotFoundError:
+                        if self.create or not self._dir_lock:
+                            raise
+                        return self  # no log.lock for writers of earlier versions to hold: the directory's lock is the lock
                 self._take(self._fd, deadline)
                 if self._dir_lock or self._names_this_file(self._fd):
                     return self
@@ -161,6 +169,11 @@ class StoreLock:
             if not self.keep_open:
                 self.close()
             raise
+
+    @property
+    def file_fd(self) -> int | None:
+        """The descriptor of ``log.lock`` (open read-write by a writer; None when not open)."""
+        return self._fd
 
     def _take(self, fd: int, deadline: float, take: Callable[[int], bool] | None = None) -> None:
         """Lock ``fd`` with ``take`` (default: the file lock, ``_take_file``), waiting until ``deadline`` at most (LockTimeout)."""

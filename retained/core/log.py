@@ -8,6 +8,9 @@ Invariants (cited by id in tests and comments):
 - L4: a write is acknowledged only after write, fsync, and a byte-exact
   read-back of the line at the offset it was written at.
 - L5: the index is derived from the log alone, never the reverse.
+- L6: the index holds only durable bytes (``Log.durable_end``): a line
+  indexed between its writer's write and fsync, then lost to a power cut,
+  would leave the index ahead of the log, a false "rolled back" for ever.
 
 Crash cases this module defends, each at its step in ``Log.append``:
 
@@ -26,9 +29,10 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import orjson
 
@@ -39,6 +43,7 @@ from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size
 from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
 from retained.errors import (
+    LockTimeout,
     LogUnusable,
     NotFound,
     OpIdConflict,
@@ -50,6 +55,21 @@ from retained.errors import (
 
 if TYPE_CHECKING:
     from retained.replies import Placed, WriteProof
+
+_MARK_BYTES = 256  # the mark in log.lock (Log._publish): inode, end, seq, hash, line offset, digest, crc32, padded
+_MARK_DIGEST_BYTES = 64 * 1024  # a last line this long is recognised by the digest of its bytes, not parsed again
+
+
+class Published(NamedTuple):
+    """What the last append published in ``log.lock`` (`Log._publish`)."""
+
+    ino: int
+    end: int  # the log is durable up to here
+    seq: int  # the last line's: the tail
+    hash: str
+    line_offset: int
+    digest: str | None  # of the last line's bytes, when it is long (_MARK_DIGEST_BYTES)
+_pwrite = getattr(os, "pwrite", None)  # POSIX; elsewhere no mark is published and readers fsync for themselves
 
 LOCK_NAME = "log.lock"
 
@@ -64,16 +84,14 @@ def make_line(offset: int, raw: bytes) -> Line:
 def pread(fd: int, length: int, offset: int) -> bytes:
     """Read exactly what is there at ``offset``; short only at end of file."""
     if hasattr(os, "pread"):
-        parts = []
-        while length > 0:
-            chunk = os.pread(fd, length, offset)
+        data = os.pread(fd, length, offset) if length > 0 else b""
+        while data and len(data) < length:  # cut short: read on until the end of the file
+            chunk = os.pread(fd, length - len(data), offset + len(data))
             if not chunk:
                 break
-            parts.append(chunk)
-            length -= len(chunk)
-            offset += len(chunk)
-        return b"".join(parts)
-    # Windows has no pread; the caller holds the lock, so seeking is safe.
+            data += chunk
+        return data
+    # Windows has no pread; the caller holds the lock or the descriptor is its own, so seeking is safe.
     os.lseek(fd, offset, os.SEEK_SET)
     parts = []
     while length > 0:
@@ -113,6 +131,8 @@ class Log:
         # Tail cache: valid while the file has this (inode, size).
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
+        # (inode, end): this handle's last append or fsync made the file durable up to end (see durable_end).
+        self._durable: tuple[int, int] = (-1, 0)
         # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
         self._ops: Any = {}  # a dict, or a caller's complete map (assume_ops)
         self._ops_end = 0
@@ -203,6 +223,118 @@ class Log:
             for offset, raw in segments_reverse(f, stop):
                 yield make_line(offset, raw)
 
+    def durable_end(self, wanted: int, *, wait_s: float = 0.0) -> int:
+        """How much of the log's first ``wanted`` bytes is known durable (L6): readers index no further.
+
+        A line is in the file from its writer's ``os.write`` on, before its
+        fsync. So a reader indexes:
+
+        - up to the end of this handle's own last append or fsync: an fsync
+          makes every byte of the file before it durable, whoever wrote it
+          (a process reading its own writes pays nothing);
+        - up to the end the last append published once it was durable
+          (`_publish`, in ``log.lock``): the common case, one small read;
+        - otherwise, if no append is under way (the store lock is free: an
+          append holds it from its write through its fsync), up to the size
+          read under the lock, fsynced now, after the lock is let go (a
+          writer killed between its write and its fsync left bytes no one
+          synced). The lock is tried once (``wait_s`` 0) or for ``wait_s``;
+          where there is no lock to take (a read-only store, no right to
+          create ``log.lock``) the fsync alone makes the bytes durable;
+        - while another holds the lock (an append under way) and ``wait_s``
+          is 0, only what this handle knew before: the rest waits for a later
+          read. Held past a ``wait_s`` (a backup, an import), the fsync alone.
+        """
+        try:
+            ino = os.stat(self._path_s).st_ino
+        except FileNotFoundError:
+            return 0
+        known_ino, known_end = self._durable
+        if known_ino == ino and wanted <= known_end:
+            return wanted
+        published = self._published()
+        if published is not None and published.ino == ino:
+            if wanted <= published.end:
+                return wanted
+            if published.end > known_end or known_ino != ino:
+                known_ino, known_end = published.ino, published.end
+        f = self.open_read()
+        if f is None:
+            return 0
+        with f:
+            fd = f.fileno()
+            try:
+                with StoreLock(self.lock_path, wait_s, create=False):
+                    size = os.fstat(fd).st_size
+            except LockTimeout:
+                if not wait_s:
+                    return min(wanted, known_end) if known_ino == ino else 0
+                size = os.fstat(fd).st_size  # held past the wait (a backup, an import): the fsync below alone
+            except (OSError, RetainedError):
+                size = os.fstat(fd).st_size  # no lock to take here (read-only, a link): the fsync below alone
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass  # not from here (a platform without fsync on a read-only handle): as read under the lock
+            self._durable = (os.fstat(fd).st_ino, size)
+        return min(wanted, size)
+
+    def _publish(self, last_line: bytes) -> None:
+        """Publish the end and the tail of the append just made, for other processes (`durable_end`, `_recover_tail`).
+
+        Written under the lock, after the append's fsync and read-back and
+        before any caller is acknowledged, into ``log.lock``, which every
+        writer holds open read-write: ``inode end seq hash line-offset
+        digest crc32`` (digest: of the last line's bytes when it is long,
+        else ``-``), one ``pwrite`` of `_MARK_BYTES` at offset 0, not synced (a
+        mark lost to a power cut is only older; it is never ahead of the log,
+        since it is written after the fsync). Readers index up to its end; the
+        next writer, whatever its process, finds the tail in it instead of
+        parsing the last lines again while the file still ends there. A reader
+        that finds it torn, missing or naming another file looks for itself.
+        """
+        fd = self._lock.file_fd
+        if fd is None or _pwrite is None:
+            return
+        seq, h, line_offset, length = self._tail
+        # A long last line gets the digest of its bytes: a new process checks those instead of parsing it again.
+        line_digest = record.digest(last_line).encode() if len(last_line) >= _MARK_DIGEST_BYTES else b"-"
+        body = b"%d %d %d %s %d %s" % (self._ino or 0, line_offset + length, seq, h.encode(), line_offset, line_digest)
+        try:
+            _pwrite(fd, (body + b" %08x" % zlib.crc32(body)).ljust(_MARK_BYTES - 1) + b"\n", 0)
+        except OSError:
+            pass  # a hint: without it readers fsync for themselves and writers read the tail
+
+    def _unpublish(self) -> None:
+        """Clear the mark (under the lock): the file no longer ends as it says."""
+        fd = self._lock.file_fd
+        if fd is not None and _pwrite is not None:
+            try:
+                _pwrite(fd, b" " * (_MARK_BYTES - 1) + b"\n", 0)
+            except OSError:
+                pass
+
+    def _published(self) -> Published | None:
+        """The last `_publish`'s mark; None when there is none to trust."""
+        try:
+            fd = open_fd(self.lock_path, os.O_RDONLY)
+        except (OSError, RetainedError):
+            return None
+        try:
+            data = os.read(fd, _MARK_BYTES)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        parts = data.split()
+        if len(parts) != 7 or b"%08x" % zlib.crc32(b" ".join(parts[:6])) != parts[6]:
+            return None
+        try:
+            return Published(int(parts[0]), int(parts[1]), int(parts[2]), parts[3].decode("ascii"), int(parts[4]),
+                             None if parts[5] == b"-" else parts[5].decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            return None
+
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
         return read_bytes_at(self.path, offset, length)
@@ -213,11 +345,8 @@ class Log:
         if f is None:
             return [b""] * len(places)
         with f:
-            out = []
-            for offset, length in places:
-                f.seek(offset)
-                out.append(f.read(length))
-            return out
+            fd = f.fileno()  # one read each, of the line's bytes alone (a buffered read would fill its buffer)
+            return [pread(fd, length, offset) for offset, length in places]
 
     def line_at(self, offset: int, length: int) -> Line:
         return make_line(offset, self.read_at(offset, length))
@@ -368,6 +497,16 @@ class Log:
         if self._tail_key == (self._ino or 0, size):
             # The file ends where this handle's last append or tail read left
             # it: a whole line, read back, ending in a newline (T0/T1).
+            return size
+        mark = self._published()
+        if mark is not None and mark.digest is not None and (mark.ino, mark.end) == (self._ino or 0, size) \
+                and 0 <= mark.line_offset < size and record.digest(pread(fd, size - mark.line_offset, mark.line_offset)) \
+                == mark.digest:
+            # It ends with the very bytes another process's last append read back and linked (its mark,
+            # `_publish`): the same tail, without parsing a long last line again (a new process's first
+            # write after a 4 MB record). The read-back still checks the link on the bytes (L3).
+            self._tail = (mark.seq, mark.hash, mark.line_offset, size - mark.line_offset)
+            self._tail_key = (self._ino or 0, size)
             return size
         ends_with_newline = size > 0 and pread(fd, 1, size - 1) == b"\n"
         row = recovery.decide(size == 0, ends_with_newline)
@@ -662,7 +801,8 @@ class Log:
         self._read_back(fd, lines, data, size, tail, what)
 
         self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
-        self._tail_key = (self._ino or 0, offset)
+        self._tail_key = self._durable = (self._ino or 0, offset)
+        self._publish(lines[-1])
         if new_ops and self._ops_ino == self._ino and self._ops_end == size:
             self._ops.update(new_ops)
             self._ops_end = offset
@@ -846,6 +986,7 @@ class Log:
 
     def _unlinked(self, fd: int, size: int, end: int, what: str, problem: str) -> None:
         """Raise for lines that landed but do not link; set them aside while the file still ends with them."""
+        self._unpublish()  # the tail it named did not hold: the next append reads the file
         note = ""
         try:
             if os.fstat(fd).st_size == end:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retained import limits
-from retained.core import anchors, record
+from retained.core import anchors, files, record
 from retained.core.log import Line, Log
 from retained.errors import EmbedConfigError, InvalidRecord, NotFound, RecordDamaged, RetainedError
-from retained.index.schema import INDEX_NAME, Filter
+from retained.index.schema import INDEX_FILES, INDEX_NAME, INDEX_SUFFIXES, Filter
 from retained.index.search import Search
 from retained.index.writer import Index, IndexError_, IndexFull
 
@@ -39,6 +39,8 @@ def entry(line: Line) -> Entry:
 
 
 _ONE_DAY = datetime.timedelta(days=1)
+# An index a redaction could neither scrub nor delete is renamed to the index file name + SET_ASIDE + <n>; verify reports it.
+SET_ASIDE = ".set-aside-"
 
 
 def listing_filter(limit: Any, *, kind: Any = None, scope: Any = None, client: Any = None, since: Any = None,
@@ -83,12 +85,7 @@ class IndexAccess:
         self._opening = threading.Lock()  # threads share a Store: each part is opened once
 
     def close(self) -> None:
-        if self._hybrid is not None:
-            self._hybrid.close()
-            self._hybrid = None
-        if self._index is not None:
-            self._index.close()
-            self._index = None
+        self._close_index()
         if self._scratch is not None:
             import shutil
 
@@ -153,8 +150,8 @@ class IndexAccess:
             with self.one_read():
                 try:
                     found = self.index.read_many(seqs)
-                except (sqlite3.Error, OSError):
-                    found = {}  # the index is unusable: the log is scanned
+                except (RetainedError, sqlite3.Error, OSError):
+                    found = {}  # the index cannot be opened or read (another user's, a read-only store): the log is scanned
         remaining = set(seqs) - found.keys()
         for line in self.log.scan() if remaining else ():
             if line.chained and line.seq in remaining:
@@ -275,6 +272,17 @@ class IndexAccess:
     def problem(self, exc: BaseException) -> str:
         """Why the index cannot be used, which file it is, and how to fix it."""
         path = self.directory / INDEX_NAME
+        return (
+            f"{self.why(exc)}; it is derived from the log and safe to delete: "
+            f"remove {path} and its -wal and -shm files (with sudo if another user owns them) or give them back "
+            "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
+        )
+
+    def why(self, exc: BaseException) -> str:
+        """Which index file cannot be used, whose it is when not this user's, and the error: no advice."""
+        path = self.directory / INDEX_NAME
+        while isinstance(exc, RetainedError) and exc.__cause__ is not None:
+            exc = exc.__cause__  # the error underneath: a retained one's advice may not fit (a redaction changed the log)
         detail = exc.message if isinstance(exc, RetainedError) else str(exc)
         owner = ""
         try:
@@ -283,11 +291,7 @@ class IndexAccess:
                 owner = f" (it belongs to user id {uid}, e.g. after a `sudo retained ...`)"
         except OSError:
             pass
-        return (
-            f"the index {path} cannot be used{owner}: {detail}; it is derived from the log and safe to delete: "
-            f"remove {path} and its -wal and -shm files (with sudo if another user owns them) or give them back "
-            "to your user (`sudo chown`), then run `retained rebuild`; the log is untouched"
-        )
+        return f"the index {path} cannot be used{owner}: {detail}"
 
     def embed(self, *, backfill: bool, progress: Any) -> dict[str, Any]:
         """``Store.embed``: the vectors' status, or a backfill.
@@ -319,23 +323,99 @@ class IndexAccess:
         except (sqlite3.Error, OSError, IndexError_) as exc:
             raise IndexError_(self.problem(exc), path=str(self.index.path)) from exc
 
-    def rebuild_if_present(self) -> str:
-        """Rebuild an existing index (the log's lines moved); ``absent`` or ``rebuilt``."""
-        if not self.present():
-            return "absent"
-        self.rebuild()
-        return "rebuilt"
+    def rebuild_if_present(self) -> dict[str, Any]:
+        """Rebuild an existing index (the log's lines moved); the reply's ``index`` fields.
 
-    def scrub_if_present(self) -> str:
-        """After a redaction: rebuild an existing index leaving no erased term in its pages (``Index.scrub``)."""
+        ``index`` is ``absent``, ``rebuilt``, or ``unusable`` with
+        ``index_problem`` (it cannot be opened or rebuilt: it is left as it
+        is, reads answer from the log, verify reports it, and the first read
+        that can open it rebuilds it, its mark no longer matching the log).
+        """
         if not self.present():
-            return "absent"
+            return {"index": "absent"}
+        try:
+            self.rebuild()
+        except IndexError_ as exc:
+            return {"index": "unusable", "index_problem": self.why(exc)}
+        return {"index": "rebuilt"}
+
+    def scrub_if_present(self) -> dict[str, Any]:
+        """After a redaction: leave no erased term in the index, and say how (the reply's ``index`` fields).
+
+        ``index`` is ``absent`` (none to scrub), ``rebuilt`` (rebuilt with
+        secure_delete, ``Index.scrub``), or, when the index cannot be opened
+        or rebuilt (another user's file, a full disk), ``removed`` (deleted:
+        it is derived, and the erased text goes with it), ``set_aside``
+        (it could not be deleted, only renamed out of use: ``index_set_aside``
+        names the file, which may still hold the erased text and which verify
+        reports until it is deleted) or ``unchanged`` (not even that; verify
+        reports the index). ``index_problem`` says why it was not rebuilt.
+        """
+        if not self.present():
+            return {"index": "absent"}
         idx = Index(self.log)
         try:
             idx.scrub()
+            return {"index": "rebuilt"}
+        except (RetainedError, sqlite3.Error, OSError) as exc:
+            problem = self.why(exc)
         finally:
             idx.close()
-        return "rebuilt"
+        return {**self._take_out_of_use(), "index_problem": problem}
+
+    def _take_out_of_use(self) -> dict[str, Any]:
+        """Delete the index files, or failing that rename them aside (``SET_ASIDE``); what was done, as ``scrub_if_present``."""
+        self._close_index()
+        path = self.directory / INDEX_NAME
+        try:
+            for name in INDEX_FILES:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.directory / name)
+            files.fsync_dir(self.directory)
+            return {"index": "removed"}
+        except OSError:
+            pass  # not a file (a directory took its name) or not ours to delete: rename it out of use
+        n = 0
+        while os.path.lexists(aside := path.with_name(f"{INDEX_NAME}{SET_ASIDE}{n}")):
+            n += 1
+        try:
+            os.replace(path, aside)
+        except OSError:
+            return {"index": "unchanged"}
+        for suffix in INDEX_SUFFIXES:
+            with contextlib.suppress(OSError):
+                os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        with contextlib.suppress(OSError):
+            files.fsync_dir(self.directory)
+        return {"index": "set_aside", "index_set_aside": str(aside)}
+
+    def _close_index(self) -> None:
+        """Close this Store's connections to the index (its file is about to go): the next read opens a new one."""
+        with self._opening:
+            if self._hybrid is not None:
+                self._hybrid.close()
+                self._hybrid = None
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+
+    def set_aside_findings(self, redacted: str) -> list[dict[str, Any]]:
+        """``index_set_aside`` findings: index files a redaction renamed out of use (``SET_ASIDE``), not yet deleted.
+
+        ``redacted``: the seqs the log holds redacted, as text, whose erased text such a file may still hold.
+        """
+        out = []
+        for aside in sorted(self.directory.glob(f"{INDEX_NAME}{SET_ASIDE}*")):
+            if aside.name.endswith(INDEX_SUFFIXES):
+                continue
+            out.append({
+                "kind": "index_set_aside", "seq": None, "offset": None, "expected": "no index set aside",
+                "observed": str(aside),
+                "message": f"{aside} is an index a redaction could neither open nor delete, so it set it aside; it may "
+                f"still hold the erased text of the redacted records (seq {redacted}); delete it and its -wal and -shm "
+                "files (with sudo if another user owns them); the log is sound",
+            })
+        return out
 
     def catch_up_evidence(self) -> None:
         """Bring the index up to the log now, so a head it had read and the log lost is anchored first.

@@ -34,7 +34,7 @@ checkpoints are never part of a pair.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from retained.replies import Entry
@@ -56,14 +56,15 @@ def _text(entry: Entry) -> str | None:
 
 
 def may_correct(
-    older: Entry, newer: Entry, cosine: float | None, mutual: bool = False, subjects: dict[int, Any] | None = None
+    older: Entry, newer: Entry, cosine: float | None, mutual: bool = False,
+    subjects: dict[str, frozenset[str]] | None = None,
 ) -> bool:
     """Whether result ``newer`` may correct result ``older`` (same scope, later, same subject).
 
     ``mutual``: each is the other's nearest among the results (by cosine).
-    ``subjects``: a cache of each result's subject words by seq, kept by
-    the caller for one list of results (each pair's test would otherwise
-    work out the same texts' words again).
+    ``subjects``: a cache of subject words by text, kept by the caller for
+    one list of results (each pair's test would otherwise work out the same
+    texts' words again).
     """
     if newer["seq"] <= older["seq"]:
         return False
@@ -76,31 +77,34 @@ def may_correct(
         return True
     if subjects is None:
         return query.same_subject(query.subject(a), query.subject(b))
-    if older["seq"] not in subjects:
-        subjects[older["seq"]] = query.subject(a)
-    if newer["seq"] not in subjects:
-        subjects[newer["seq"]] = query.subject(b)
-    return query.same_subject(subjects[older["seq"]], subjects[newer["seq"]])
+    if a not in subjects:
+        subjects[a] = query.subject(a)
+    if b not in subjects:
+        subjects[b] = query.subject(b)
+    return query.same_subject(subjects[a], subjects[b])
 
 
 def newer_first(
-    results: list[Entry], cosine: Callable[[int, int], float | None] | None = None, asked: list[str] | None = None
+    results: list[Entry], cosine: Callable[[int, int], float | None] | None = None,
+    asked: list[str] | str | None = None, subjects: dict[str, frozenset[str]] | None = None,
 ) -> int:
     """Put each result that may correct an earlier-ranked older one just above it; mark both. Returns the moves.
 
     ``cosine(seq_a, seq_b)`` gives the cosine of two records' vectors, or
     None when either has none (lexical search passes no function).
-    ``asked``: the query's terms (``query.terms``). An older result that
-    holds every one of them while the newer lacks one that names a value
-    (a term with a digit: a number, a version, a date) answers the question
-    as asked ("note 17" is not corrected by "note 40"): both are marked,
-    neither moves. A plain word the newer lacks does not hold the older in
-    place: a correction is often worded differently from what it corrects
-    ("where do I work" asked; "I work at the bakery", then "I joined the
-    bike shop").
+    ``asked``: the query's terms (``query.terms``), or its text (its terms
+    worked out when a pair is first found). An older result that holds
+    every one of them while the newer lacks one that names a value (a term
+    with a digit: a number, a version, a date) answers the question as asked
+    ("note 17" is not corrected by "note 40"): both are marked, neither
+    moves. A plain word the newer lacks does not hold the older in place: a
+    correction is often worded differently from what it corrects ("where do
+    I work" asked; "I work at the bakery", then "I joined the bike shop").
+    ``subjects``: subject words already worked out, by text
+    (``Search.search`` gives those of its ranking).
     """
-    wanted = set(asked or ())
-    subjects: dict[int, Any] = {}
+    wanted = None if isinstance(asked, str) else set(asked or ())
+    subjects = {} if subjects is None else subjects
     nearest = _nearest(results, cosine)
     moves = 0
     i = 0
@@ -114,6 +118,8 @@ def newer_first(
             mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
             if may_correct(older, newer, c, mutual, subjects):
                 _link(older, newer)
+                if wanted is None:
+                    wanted = set(query.terms(str(asked)))
                 if wanted and _answers_as_asked(wanted, older) and _lacks_a_value(wanted, newer):
                     continue
                 results.insert(i, results.pop(j))
@@ -159,7 +165,7 @@ def _nearest(results: list[Entry], cosine: Callable[[int, int], float | None] | 
 
 def _mark_pairs_in_order(
     results: list[Entry], cosine: Callable[[int, int], float | None] | None, nearest: dict[int, int],
-    subjects: dict[int, Any] | None = None,
+    subjects: dict[str, frozenset[str]] | None = None,
 ) -> None:
     """Mark the pairs already in date order too, so a reply names every older record a result may replace."""
     for i, newer in enumerate(results):

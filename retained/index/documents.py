@@ -147,6 +147,38 @@ def record_text(rec: dict[str, Any]) -> str:
 REST_HINT = "memory_get with ids=[{seq}] returns the whole record"
 
 
+def cut_to_fit(entry: Any, tokens_max: int, around: str) -> int | None:
+    """Cut a result that alone costs more than ``tokens_max`` to an excerpt that fits, in place; its cost.
+
+    A search under a budget smaller than its best result returns that
+    result cut, not nothing: its record keeps every field but ``body``, and
+    ``text`` becomes the part of its text and body (`record_text`) centred on
+    the words of ``around`` (`query.excerpt`) that fits ``tokens_max`` by
+    `estimate_tokens`; ``cut`` says which characters are shown and how to
+    read the whole record. None when no character fits (a budget of 0).
+
+    >>> entry = {"seq": 4, "record": {"text": "x " * 3000 + "the deploy key rotates monthly " + "y " * 3000}}
+    >>> cut_to_fit(entry, 20, "deploy key") <= 20, "deploy key" in entry["record"]["text"], entry["cut"]["total_chars"]
+    (True, True, 12031)
+    """
+    rec = entry["record"]
+    whole = record_text(rec)
+    chars = tokens_max * CHARS_PER_TOKEN
+    while chars > 0:
+        start, end = query.excerpt(whole, around, chars)
+        cost = index_schema.estimate_tokens(whole[start:end])
+        if cost <= tokens_max:
+            break
+        chars = min(chars - 1, chars * tokens_max // cost)  # characters of several bytes: fewer of them
+    else:
+        return None
+    entry["record"] = {**{key: value for key, value in rec.items() if key != "body"}, "text": whole[start:end]}
+    entry["cut"] = {"start": start, "end": end, "total_chars": len(whole), "message": (
+        f"cut to fit max_tokens={tokens_max}: characters {start + 1}-{end} of {len(whole)} (text and body) shown; "
+        + REST_HINT.format(seq=entry.get("seq")))}
+    return cost
+
+
 def shown(
     records: list[dict[str, Any]], around: str | None, tokens_max: int | None, *, rest: str = REST_HINT
 ) -> list[tuple[str, str | None]]:

@@ -68,7 +68,7 @@ from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, Invaria
 from retained.index import corrections
 from retained.index import schema as index_schema
 from retained.index.dense import Matrix, embed_text, turns
-from retained.index.query import terms as query_terms
+from retained.index.documents import cut_to_fit
 from retained.index.search import check_search_args
 from retained.index.writer import K_MAX, Index, estimate_tokens
 from retained.vectors import local
@@ -557,12 +557,13 @@ class Hybrid:
         if self.embedder is not None:
             info["breaker"] = self.embedder.status()["breaker"]["state"]
         if reason is not None or query_vec is None:
-            reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, **opts)
+            subjects: dict[str, frozenset[str]] = {}
+            reply = self.index.search(text, k=k, max_tokens=max_tokens, context=context, subjects=subjects, **opts)
             hidden = reply["left_out"]["superseded"] + reply["left_out"]["retracted"]
             reply["mode"], reply["mode_reason"], reply["vectors"] = "lexical", reason, info
             reply["without_vectors"] = reply["total_matches"] - hidden
             if self.newer_first:
-                corrections.newer_first(reply["results"], self._cosine(), query_terms(text))
+                corrections.newer_first(reply["results"], self._cosine(), text, subjects)
             return reply
         return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
                            context=context, **opts)
@@ -648,8 +649,11 @@ class Hybrid:
                 continue
             cost = estimate_tokens(entry["record"] or {})
             if max_tokens is not None and used + cost > max_tokens:
-                over_budget += 1
-                continue
+                cut = None if results else cut_to_fit(entry, max_tokens, text)  # as Search.search
+                if cut is None:
+                    over_budget += 1
+                    continue
+                cost = cut
             used += cost
             entry["score"] = score
             entry["tokens"] = cost
@@ -658,7 +662,7 @@ class Hybrid:
         if include_superseded or include_retracted:
             self.index.searcher.add_links(results)
         if self.newer_first:
-            corrections.newer_first(results, self._cosine(), query_terms(text))
+            corrections.newer_first(results, self._cosine(), text)
         left_out = {
             "beyond_k": visible - len(top),
             "over_budget": over_budget,

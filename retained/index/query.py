@@ -280,6 +280,9 @@ def build(
 
 
 SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of one comparison
+# Each word `subject` met, to its stem ("" for a stop word): one lookup a word (searches compare ~50 texts each).
+_SUBJECT_OF: dict[str, str] = {}
+_SUBJECT_OF_MAX = 1 << 16
 _SUFFIXES = ("ing", "ed", "es", "s")
 
 
@@ -301,13 +304,18 @@ def subject(text: str) -> frozenset[str]:
     >>> sorted(subject("We raised the API timeout to 60 seconds."))
     ['60', 'api', 'rais', 'second', 'timeout']
     """
+    known = _SUBJECT_OF
     out: set[str] = set()
     for w in _words(_normalise(text)):
-        if w in STOP_WORDS:
-            continue
-        out.add(_stem(w))
-        if len(out) >= SUBJECT_WORDS_MAX:
-            break
+        s = known.get(w)
+        if s is None:
+            if len(known) >= _SUBJECT_OF_MAX:
+                known.clear()
+            s = known[w] = "" if w in STOP_WORDS else _stem(w)
+        if s:
+            out.add(s)
+            if len(out) >= SUBJECT_WORDS_MAX:
+                break
     return frozenset(out)
 
 

@@ -31,8 +31,8 @@ from retained.core import record
 from retained.core.log import make_line
 from retained.errors import InvalidRecord, InvariantBroken
 from retained.index import query
-from retained.index.documents import estimate_tokens, replies, turn
-from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, transaction
+from retained.index.documents import cut_to_fit, estimate_tokens, replies, turn
+from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, read_mark, transaction
 
 if TYPE_CHECKING:
     import sqlite3
@@ -68,6 +68,11 @@ RELATED_RECENT_MAX = 256
 # steps run in any order: a record this close behind a new one, not seen yet,
 # is taken for one whose step has not begun rather than made to be indexed.
 RELATED_IN_FLIGHT = 64
+# Nor is the index the step catches up with (the lines before the new record
+# that no read indexed yet) unbounded: past this many bytes of them the step
+# answers from the index as it is and leaves them to the next read (a new
+# process's write after another's 4 MB record would otherwise index it first).
+RELATED_CATCH_UP_BYTES = 1024 * 1024
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -326,24 +331,23 @@ class Search:
         False for a reply no query word matched (it ranks through the turn it
         answers; the caller's accounting must count it).
         """
-        expr = query.build(text)
-        if expr is None or limit <= 0:
+        found = query.terms(text)
+        if not found or limit <= 0:
             return []
         with self._mutex:
-            rows = self._top(text, expr, limit, scope, include_superseded, include_retracted)
+            rows = self._top(found, " OR ".join(found), limit, scope, include_superseded, include_retracted)
         if with_matched:
             return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
 
-    def _rank_terms(self, text: str, budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
+    def _rank_terms(self, found: list[str], budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
         """``(kept, matching, counts)``: the rarest terms whose matches add up to ``budget`` rows, all that match,
         and the rows each kept term matches (empty for a query of one term).
 
         Each term's match count is taken with a LIMIT, so a common term costs
         at most ``budget`` rows to recognise. The rarest term is always
-        kept (its count may stop at that cap).
+        kept (its count may stop at that cap). ``found``: the query's terms (``query.terms``).
         """
-        found = query.terms(text)
         if len(found) <= 1:
             return found, found, []
         db = self.connection()
@@ -377,17 +381,21 @@ class Search:
         return kept, [term for _, term in sized], counts
 
     def _top(
-        self, text: str, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
+        self, found: list[str], expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool,
+        subjects: dict[str, frozenset[str]] | None = None,
     ) -> list[tuple[int, float, int, int, str, bool]]:
         """The best `limit` visible rows, best first: ``(seq, score, offset, length, hash, matched)``.
 
         bm25 over the rows with a rare term, then re-ordered (`Ranking`):
         coverage, then the conversation, then recency. Scores are
         lower-is-better, like bm25. ``matched`` is False for a reply that
-        reached the list only through the turn it answers.
+        reached the list only through the turn it answers. ``found`` are
+        the query's terms, ``expr`` their OR (``query.build``). ``subjects``
+        gains the `query.subject` words the ranking worked out for the rows
+        it returns, by text (see `search`).
         """
         r = self.ranking
-        terms, matching, counts = self._rank_terms(text)
+        terms, matching, counts = self._rank_terms(found)
         if len(terms) < len(matching):
             # Common terms were left out of the candidate set: rank the rows
             # that have a rare term, by bm25 over every term (the rare ones
@@ -421,6 +429,8 @@ class Search:
             _session_gain(cand, r.session_credit, r.session_window)
         ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
         top = _newer_first(ranked, r.recency_band, limit) if r.recency_band else ranked[:limit]
+        if subjects is not None:
+            subjects.update((c.text, c._words) for c in top if c._words is not None)
         db = self.connection()
         for c in top:
             if c.matched is None:  # a neighbour none of the rare terms matched: does any term?
@@ -576,6 +586,7 @@ class Search:
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
+        subjects: dict[str, frozenset[str]] | None = None,
     ) -> Found:
         """Ranked records for ``text`` with the I2 accounting.
 
@@ -598,12 +609,17 @@ class Search:
         records of its scope next to it (see `attach_context`), and the reply
         a ``context`` count of what was included and what the budget left out.
 
+        ``subjects``: a dict that gains the subject words the ranking worked
+        out for the results' texts, so the newer-first step after it
+        (``corrections.newer_first``) does not work them out again.
+
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
         """
         check_search_args(text, k, max_tokens, context)
         caught = self.catch_up()
-        expr = query.build(text)
+        found = query.terms(text)
+        expr = " OR ".join(found) if found else None  # query.build's expression, from the terms _top needs too
         total = sup_only = ret_only = both = 0
         top: list[tuple[int, float, int, int, str, bool]] = []
         if expr is not None:
@@ -613,7 +629,7 @@ class Search:
                 hidden_ret = 0 if include_retracted else ret_only + both
                 visible = total - hidden_sup - hidden_ret
                 if visible > 0 and k > 0:
-                    top = self._top(text, expr, k, scope, include_superseded, include_retracted)
+                    top = self._top(found, expr, k, scope, include_superseded, include_retracted, subjects)
         total += sum(1 for row in top if not row[5])  # replies that no query word matched
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both
@@ -631,8 +647,12 @@ class Search:
                 continue
             cost = estimate_tokens(entry["record"])
             if max_tokens is not None and used + cost > max_tokens:
-                over_budget += 1
-                continue
+                # The best result alone is over the budget: it comes back as an excerpt around the query's words.
+                cut = None if results else cut_to_fit(entry, max_tokens, text)
+                if cut is None:
+                    over_budget += 1
+                    continue
+                cost = cut
             used += cost
             entry["score"] = -score  # lower-is-better inside; report higher-is-better
             entry["tokens"] = cost
@@ -754,7 +774,8 @@ class Search:
         retraction, one that ``links`` to others as this one does when it
         supersedes some; while other writes of this process are under way,
         ``concurrent``, only one more than `RELATED_IN_FLIGHT` records back)
-        or `RELATED_RECENT_MAX` records wait.
+        or `RELATED_RECENT_MAX` records wait, and only when at most
+        `RELATED_CATCH_UP_BYTES` of the log wait for it.
         """
         recent = self.__dict__.get("_related_recent")
         if recent is None:
@@ -772,7 +793,7 @@ class Search:
             db = self.connection()
             sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
             hits = db.execute(sql, args).fetchone()
-            if not recent.covers(hits[0] or 0, seq, concurrent):
+            if not recent.covers(hits[0] or 0, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
                 self.catch_up_now(stop=before)
                 recent.clear()
                 hits = db.execute(sql, args).fetchone()
@@ -808,6 +829,10 @@ class Search:
             if type(said) is str:
                 out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
         return out
+
+    def _backlog(self, db: Any, stop: int | None) -> int:
+        """Bytes of the log before ``stop`` (its end when None) the index has not read yet."""
+        return (self.log.size() if stop is None else stop) - read_mark(db).offset
 
     def catch_up_now(self, *, stop: int | None = None) -> dict[str, Any]:
         """`catch_up` for a writer's own follow-up work: without waiting for another process that holds the index

@@ -436,9 +436,14 @@ class Index:
         db = self.connection()
         mark = schema.read_mark(db)
         size = self.log.size()
+        wanted = size if stop is None else min(size, stop)
         # Fast path without a write lock: nothing new (the common case).
-        if mark.offset >= (size if stop is None else min(size, stop)) and self._mark_state(mark, size) != "replaced":
+        if mark.offset >= wanted and self._mark_state(mark, size) != "replaced":
             return {"state": "ok", "indexed": 0}
+        # Only durable bytes are indexed (L6, Log.durable_end): an append under way waits for a later read.
+        durable = self.log.durable_end(wanted)
+        if mark.offset >= durable and self._mark_state(mark, size) != "replaced":
+            return {"state": "ok", "indexed": 0, "not_yet_durable": wanted - mark.offset}
         attached = self._attach_bulk(db)
         try:
             tx = schema.transaction(db, immediate=True)
@@ -447,7 +452,7 @@ class Index:
                     mark = schema.read_mark(db)  # another process may have moved it meanwhile
                     size = self.log.size()
                     replaced = self._mark_state(mark, size) == "replaced"
-                    end = size if stop is None else min(size, stop)
+                    end = min(size, durable)
                     n = 0 if replaced or mark.offset >= end else self._index_lines(db, mark.offset, end, None)
             except sqlite3.OperationalError as exc:
                 if not tx.begun:
@@ -462,7 +467,10 @@ class Index:
             if attached:
                 self._detach_bulk(db)
         if not replaced:
-            return {"state": "ok", "indexed": n}
+            out: dict[str, Any] = {"state": "ok", "indexed": n}
+            if end < wanted:
+                out["not_yet_durable"] = wanted - end  # bytes of an append under way, left to a later read (L6)
+            return out
         if on_replaced == "rebuild":
             result = self.rebuild()  # which keeps the mark as evidence first
             return {"state": "rebuilt", "indexed": result["records"], "reason": "log replaced"}
@@ -630,6 +638,8 @@ class Index:
             IndexFull: the disk is full; the index is left as it was.
             IndexError_: SQLite failed otherwise (busy past the timeout...).
         """
+        # Durable bytes only (L6): a rebuild waits for an append under way (before its transaction: no wait holds the index).
+        durable = self.log.durable_end(self.log.size(), wait_s=self.log.lock_wait_s)
         with self._mutex:
             db = self.connection()
             attached = False
@@ -646,7 +656,7 @@ class Index:
                                 self._witness(mark)
                     # The records' indexes are made once the table is full: one sort each, not one insert per row each.
                     self._reset(db, records_indexes=False)
-                    size = self.log.size()
+                    size = min(self.log.size(), durable)
                     n = self._index_lines(db, 0, size, progress, workers, range_bytes, parallel_min_bytes, mp_context)
                     for stmt in schema.statements(schema.RECORDS_INDEXES):
                         db.execute(stmt)

@@ -361,7 +361,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         Use it before answering from memory or before writing something that may
         already be recorded. Superseded and retracted records are hidden unless
         include_superseded is true. Each result is a full record read from the log
-        and checked against its hash, with its client and ts.
+        and checked against its hash, with its client and ts (when max_tokens is
+        smaller than the best result alone, that result is cut to the part around
+        the query's words, marked cut, with how to read it whole).
 
         The reply always says what it left out and why: total_matches, returned,
         and left_out counts (beyond_k, over_budget, superseded, retracted), with

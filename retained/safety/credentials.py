@@ -29,8 +29,10 @@ import bisect
 import itertools
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import AnyStr
 
 from retained.errors import InvariantBroken
 
@@ -268,7 +270,8 @@ _URL_PLACEHOLDER = re.compile(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test
 
 
 def _url_password(value: str, before: str = "") -> bool:
-    return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value)
+    # "[secret:" before it: the colon is a redaction marker's (the user part held a disguised colon).
+    return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value) and not before.endswith("[secret:")
 
 
 _IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
@@ -333,10 +336,17 @@ _URLSAFE = r"A-Za-z0-9_\-"
 _W = r"A-Za-z0-9_"  # an ASCII word character, for boundaries
 _RULES: tuple[_Rule, ...] = (
     _rule(
+        # Armour in any case, with any number of dashes or none, words split by
+        # spaces ("BEGIN RSA  PRIVATE KEY") and ended by dashes or a line
+        # break (not prose: "begin the private key rotation"); the body a run of 32 base64
+        # characters or three pieces of 16 or more split by whitespace. The
+        # span starts at "begin": the dashes before it are taken in by find_secrets.
         "private_key",
-        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----.{0,400}?[A-Za-z0-9+/=]{32}"
-        r".*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-        hints=("PRIVATE KEY",),
+        r"begin[ \t]+(?:[a-z0-9]+[ \t]+){0,3}?private[ \t]*key(?:[ \t]*block)?[ \t]*(?:-+|(?=\r?\n))"
+        r".{0,400}?(?:[a-z0-9+/=]{32}|(?:[a-z0-9+/=]{16,}\s+){2}[a-z0-9+/=]{16})"
+        r".*?(?:-*[ \t]*end[ \t]+(?:[a-z0-9]+[ \t]+){0,3}?private[ \t]*key(?:[ \t]*block)?[ \t]*-*|\Z)",
+        hints=("private",),
+        fold=True,
         flags=re.DOTALL,
     ),
     _rule(
@@ -388,7 +398,8 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "gitlab_token",
         rf"gl(?<![{_W}\-]gl)(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}",
-        hints=("gl",), gate=False,
+        hints=tuple(f"gl{p}-" for p in ("pat", "dt", "rt", "ptt", "soat", "cbt", "oas", "imt", "ffct", "ft", "agent")),
+        gate=False,
     ),
     _rule(
         "slack_webhook",
@@ -398,7 +409,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "slack_token",
         r"(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})",
-        hints=("xox", "xapp-"), gate=False,
+        hints=(*(f"xox{c}-" for c in "abposre"), "xapp-"), gate=False,
     ),
     _rule(
         "stripe_key",
@@ -410,7 +421,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "openai_key",
         rf"sk-(?<![{_W}\-]sk-)[A-Za-z0-9]{{20}}T3BlbkFJ[A-Za-z0-9]{{20}}(?![{_W}\-])",
-        hints=("T3BlbkFJ",), gate=False,
+        hints=("sk-",), gate=False,
     ),
     _rule(
         "openai_key",
@@ -444,7 +455,7 @@ _RULES: tuple[_Rule, ...] = (
         hints=("-u ",),
     ),
     _rule("mailgun_key", rf"key-(?<![{_W}\-]key-)[0-9a-f]{{32}}(?![{_W}])", hints=("key-",)),
-    _rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shp",)),
+    _rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shpat_", "shpca_", "shppa_", "shpss_")),
     _rule(
         "basic_auth",
         r"basic\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])",
@@ -490,8 +501,9 @@ _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 _PUBLIC_PEM = re.compile(
     r"-----BEGIN (?![A-Z0-9 ]*PRIVATE)[A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
 )
+_QUERY_WORDS = ("token", "secret", "key", "sig", "password", "auth", "credential")
 _URL_QUERY_SECRET = re.compile(
-    r"(?i)[?&#](?:[\w.\-]*(?:token|secret|key|sig|signature|password|auth|credential)[\w.\-]*)=([^&#\s\"'<>]+)"
+    rf"(?i)[?&#](?:[\w.\-]*(?:{'|'.join(_QUERY_WORDS)}|signature)[\w.\-]*)=([^&#\s\"'<>]+)"
 )
 
 
@@ -507,30 +519,37 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
         if begin == url.start():
             continue
         in_url.append((begin, url.end()))
-        if "hook" in url.group().lower():
+        low = url.group().lower()
+        if "hook" in low:
             # A webhook URL's path is its credential (Discord, Teams, ...).
             at = url.start()
             for part in re.split(r"([/?#&=])", url.group()):
                 if len(part) >= 20 and _random_body(part):
                     yield Finding(at, at + len(part), "webhook_token")
                 at += len(part)
+        if "=" not in low or not any(w in low for w in _QUERY_WORDS):
+            continue  # no parameter that _URL_QUERY_SECRET could match: it needs one of these in its name
         for q in _URL_QUERY_SECRET.finditer(url.group()):
             value = q.group(1)
             if len(value) >= 16 and _not_placeholder(value) and _random_body(value):
                 yield Finding(url.start() + q.start(1), url.start() + q.end(1), "high_entropy")
-    if len(text) < _LONG_TEXT_CHARS and max(map(len, text.split()), default=0) < GENERIC_CHARS_MIN:
-        return  # no run long enough; on a short text this test is cheaper than the regex
+    pieces = [p for p in text.split() if len(p) >= GENERIC_CHARS_MIN]
+    if not pieces:
+        return  # no run long enough
     in_url.sort()
     skip_starts = [a for a, _ in in_url]
     skip_ends = list(itertools.accumulate((b for _, b in in_url), max))  # spans may nest: a running max
-    for tok in _TOKEN.finditer(text):
+    for tok in _tokens_in(text, pieces, skip_starts, skip_ends):
         start, end = tok.span()
         token = tok.group()
-        if len(token) >= GENERIC_CHARS_MAX:
-            continue
         i = bisect.bisect_right(skip_starts, start)
         if i > 0 and skip_ends[i - 1] > start:
             continue  # ids in URL paths (secrets in URLs are checked above), public PEM bodies
+        if token[:1] in "Mb" and not taken.overlaps(start, end) and private_key_body(token):
+            yield Finding(start, _blob_end(text, end), "private_key")  # a key's body without its armour
+            continue
+        if len(token) >= GENERIC_CHARS_MAX:
+            continue
         if _HEX_ONLY.fullmatch(token) or taken.overlaps(start, end):
             continue  # digests and ids; or already found by a specific rule
         if _PUBLIC_TOKEN.match(token) or _PUBLIC_BEFORE.search(text, max(0, start - 16), start):
@@ -556,6 +575,26 @@ def _generic(text: str, taken: _Spans, allow: frozenset[str], depth: int) -> Ite
             inner = find_secrets(decoded, allow, depth + 1)
             if inner:
                 yield Finding(start, end, f"base64_{inner[0].kind}")
+
+
+def _tokens_in(text: str, pieces: list[str], skip_starts: list[int], skip_ends: list[int]) -> Iterable[re.Match[str]]:
+    """``_TOKEN.finditer(text)``, searched only inside ``pieces`` (the text's long whitespace-free pieces, in order).
+
+    A token holds no whitespace, so it lies inside one piece; searching only
+    there spares the regex a try at every position of the prose around them
+    (a URL or a line of code in a sentence). Each piece is found after the
+    one before it: one that held it would have been long too, and found first.
+    A piece wholly inside a skipped span (a URL, a public PEM block) is not
+    searched: every token in it would be skipped.
+    """
+    at = 0
+    for piece in pieces:
+        start = text.find(piece, at)
+        at = start + len(piece)
+        i = bisect.bisect_right(skip_starts, start)
+        if i > 0 and skip_ends[i - 1] >= at:
+            continue
+        yield from _TOKEN.finditer(text, start, at)
 
 
 def _path_like(token: str) -> bool:
@@ -597,6 +636,232 @@ def _in_blob(text: str, start: int, end: int) -> bool:
     return False
 
 
+_OPENSSH_MAGIC = b"openssh-key-v1\x00"
+_PBES2 = bytes.fromhex("06092a864886f70d01050d")  # the OID of an encrypted PKCS#8 key's scheme
+_ARMOUR_DASHES = re.compile(r"-+[ \t]*\Z")
+
+
+def private_key_body(token: str) -> bool:
+    """Whether a base64 token starts as a private key's DER (or an OpenSSH key) does.
+
+    PKCS#1 and SEC 1 keys and PKCS#8 ``PrivateKeyInfo`` are a SEQUENCE whose
+    first element is the version, INTEGER 0 or 1, followed by an INTEGER
+    (the RSA modulus), a SEQUENCE (the algorithm) or an OCTET STRING (the EC
+    key); an encrypted PKCS#8 key names PBES2 near its start. Certificates,
+    public keys and other DER start otherwise, and so does random data, but
+    for about one token in 10^9.
+    """
+    head = token[:32]
+    try:
+        raw = base64.b64decode(head[: len(head) // 4 * 4], validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    if raw.startswith(_OPENSSH_MAGIC):
+        return True
+    if len(raw) < 8 or raw[0] != 0x30:
+        return False
+    at = 2
+    if raw[1] & 0x80:
+        if raw[1] not in (0x81, 0x82):
+            return False
+        at = 2 + (raw[1] & 0x7F)
+    if raw[at : at + 3] in (b"\x02\x01\x00", b"\x02\x01\x01"):
+        return len(raw) > at + 3 and raw[at + 3] in (0x02, 0x30, 0x04)
+    return _PBES2 in raw
+
+
+def _blob_end(text: str, end: int) -> int:
+    """The end of the wrapped base64 block whose first line ends at ``end``."""
+    while True:
+        nl = text.find("\n", end, end + 2)  # the line break right after it (\n or \r\n)
+        if nl == -1 or text[end:nl].strip():
+            return end
+        stop = text.find("\n", nl + 1)
+        line = text[nl + 1 : len(text) if stop == -1 else stop].rstrip()
+        body = line.strip()
+        if not body or (_TOKEN.fullmatch(body) is None and _B64_TAIL.fullmatch(body) is None):
+            return end
+        end = nl + 1 + len(line)
+
+
+_B64_TAIL = re.compile(r"[A-Za-z0-9+/]{1,31}={0,2}")
+
+
+# -- disguises: keys split by whitespace, format characters, compatibility forms --
+
+# A provider's key that whitespace splits ("AKIA QX7T Z2K9 ...") still starts
+# with its prefix; so does a private key's body (its DER header). The joined
+# scan starts where one of these begins a piece of a text.
+SPLIT_HINTS = ("AKIA", "ASIA", "AIza")  # tested in any text
+# The prefixes with a "_" or "-", by what ends at their first "_" or "-": a
+# text is tested at each of its "_" and "-" with one ``endswith`` (`ends_at`).
+SPLIT_ENDS = {
+    "_": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_", "sk_", "rk_", "whsec_", "npm_", "hf_"),
+    "-": ("GOCSPX-", "glpat-", "xoxa-", "xoxb-", "xoxe-", "xoxo-", "xoxp-", "xoxr-", "xoxs-", "xapp-", "sk-", "pypi-"),
+}
+# Where a split key's run starts (each holds one of SPLIT_HINTS or SPLIT_ENDS
+# as guard.untouched looks for them, and one of _SPLIT_GATE as find_secrets does).
+_SPLIT_STARTS = (
+    *SPLIT_HINTS, "GOCSPX-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-",
+    *(f"xox{c}-" for c in "abposre"), "xapp-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "sk-", "npm_",
+    "pypi-AgEI", "hf_",
+)
+# A private key's body (its DER header), a JWT, a SendGrid key: split only
+# where the first piece is 16 characters or more (so a text that holds one
+# has a run of 16, and the cheap exits already send it to the full scan).
+_SPLIT_HINTS_LONG = ("MII", "MIG", "MC4C", "MHcC", "b3BlbnNzaC1rZXkt", "eyJ", "SG.")
+_PIECE = r"A-Za-z0-9_\-+/=.~"
+_GAP = r"(?:[ \t]{1,4}|[ \t]*\r?\n[ \t]*)"
+_SPLIT = re.compile(
+    rf"(?<![A-Za-z0-9_\-+/.~])(?:(?:{'|'.join(map(re.escape, _SPLIT_STARTS))})[{_PIECE}]*"
+    rf"|(?:{'|'.join(map(re.escape, _SPLIT_HINTS_LONG))})[{_PIECE}]{{13,}})(?:{_GAP}[{_PIECE}]+){{1,40}}"
+)
+
+
+def ends_at(text: AnyStr, sep: AnyStr, ends: tuple[AnyStr, ...]) -> bool:
+    """Whether one of ``ends`` occurs in ``text`` (each ends with ``sep``): one ``endswith`` where ``sep`` occurs.
+
+    Past 64 of ``sep``, the text is searched for each of ``ends`` instead,
+    so no text costs a step per character.
+    """
+    at = text.find(sep)
+    for _ in range(64):
+        if at == -1:
+            return False
+        if text.endswith(ends, 0, at + 1):
+            return True
+        at = text.find(sep, at + 1)
+    return at != -1 and any(e in text for e in ends)
+
+
+def starts_at(text: AnyStr, first: AnyStr, starts: tuple[AnyStr, ...]) -> bool:
+    """Whether one of ``starts`` occurs in ``text`` (each starts with ``first``): one ``startswith`` where it occurs."""
+    at = text.find(first)
+    for _ in range(64):
+        if at == -1:
+            return False
+        if text.startswith(starts, at):
+            return True
+        at = text.find(first, at + 1)
+    return at != -1 and any(h in text for h in starts)
+
+
+
+
+# Bounds on the joined scan, so that a hostile text of many prefixes cannot make it quadratic:
+# the runs looked at, the scans of joined pieces, and the length of one run.
+_SPLIT_RUNS_MAX = 32
+_SPLIT_SCANS_MAX = 96
+_SPLIT_CHARS_MAX = 2048
+_SPLIT_CHARS_MIN = 20  # the shortest key a provider's rule finds: AKIA and 16
+
+
+def _in_text(offset: int, starts: list[int], ends: list[int]) -> int:
+    """Where an offset into joined pieces lies in the text: pieces start at ``starts`` and end at ``ends`` when joined."""
+    i = bisect.bisect_right(ends, offset)
+    return starts[i] + offset - (ends[i - 1] if i else 0)
+
+
+def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> list[Finding]:
+    """Add the keys that whitespace splits into pieces: each run of pieces from a prefix, joined and scanned.
+
+    The run ends at the first piece that reads as a word (``for``, ``the``);
+    each join of its first 2, 3, ... pieces is scanned, and the longest
+    finding that starts in the first piece and goes past it is kept, mapped
+    back onto the original text (whitespace included).
+    """
+    spans = _Spans()
+    for f in found:
+        spans.add(f)
+    scans = 0
+    for n, run in enumerate(_SPLIT.finditer(text)):
+        if n >= _SPLIT_RUNS_MAX or scans >= _SPLIT_SCANS_MAX:
+            break
+        pieces = [(m.start(), m.end()) for m in re.finditer(rf"[{_PIECE}]+", run.group())]
+        kept = [pieces[0]]
+        for a, b in pieces[1:]:
+            piece = run.group()[a:b]
+            if (piece.isalpha() and piece.islower() and len(piece) >= 3 and _word_chars(piece, 3) == len(piece)) or (
+                b - kept[0][0] > _SPLIT_CHARS_MAX
+            ):
+                break
+            kept.append((a, b))
+        best: tuple[int, int, str] | None = None
+        joined = run.group()[kept[0][0] : kept[0][1]]
+        ends = [len(joined)]
+        for a, b in kept[1:]:
+            joined += run.group()[a:b]
+            ends.append(len(joined))
+            scans += 1
+            for f in _scan(joined, allow, 0)[0]:
+                if f.start < ends[0] < f.end and f.kind != "high_entropy" and not f.kind.startswith("base64_"):
+                    best = (f.start, f.end, f.kind)  # a provider's format or a key's body, not any long token
+        if best is None:
+            continue
+        starts = [run.start() + a for a, _ in kept]
+        start, end = _in_text(best[0], starts, ends), _in_text(best[1] - 1, starts, ends) + 1
+        if not spans.overlaps(start, end) and text[start:end] not in allow:
+            spans.add(Finding(start, end, best[2]))
+    return spans.findings
+
+
+# Format characters (Unicode category Cf: zero-width spaces and joiners, soft
+# hyphens, direction marks and overrides, tag characters), variation
+# selectors and the combining grapheme joiner: invisible, so removed before
+# the rules look. tests/unit/test_guard_evasions.py checks that every Cf
+# character of the running Python is here.
+IGNORABLE = re.compile(
+    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+
+
+def normalise(text: str) -> str:
+    """What the rules see of a text that is not ASCII: no format characters, compatibility forms folded (NFKC).
+
+    Fullwidth and mathematical letters become ASCII ones, a no-break space a
+    space, a zero-width space nothing. For detection only: what is stored is
+    the original text (or nothing).
+
+    >>> normalise("AK\u200bIA \uff21\uff22 \U0001d41a")
+    'AKIA AB a'
+    """
+    return unicodedata.normalize("NFKC", IGNORABLE.sub("", text))
+
+
+def _normalised_findings(text: str, found: list[Finding], allow: frozenset[str]) -> list[Finding]:
+    """Add what the rules find in the normalised text, mapped back onto the original."""
+    norm = normalise(text)
+    in_norm = find_secrets(norm, allow) if norm != text else []
+    if not in_norm:
+        return found
+    # Only a text that holds a disguised secret gets here: map character by character.
+    out: list[str] = []
+    origin: list[int] = []
+    for i, ch in enumerate(text):
+        if ch < "\x80":
+            out.append(ch)
+            origin.append(i)
+        elif IGNORABLE.match(ch) is None:
+            for n in unicodedata.normalize("NFKC", ch):
+                out.append(n)
+                origin.append(i)
+    mapped = "".join(out)
+    spans = _Spans()
+    for f in found:
+        spans.add(f)
+    extra = find_secrets(mapped, allow) if mapped != norm else in_norm
+    if extra:
+        pairs = [(origin[f.start], origin[f.end - 1] + 1, f.kind) for f in extra]
+    else:  # the whole-text and the character-wise forms differ (a combining sequence): the whole string
+        pairs = [(0, len(text), in_norm[0].kind)]
+    for start, end, kind in pairs:
+        if not spans.overlaps(start, end) and text[start:end] not in allow:
+            spans.add(Finding(start, end, kind))
+    return spans.findings
+
+
 # A bare "key" counts as a secret's name only after one of these words.
 _KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
 
@@ -605,7 +870,7 @@ _LONG_TEXT_CHARS = 4096
 # Every rule needs a ":" or "=" (a name and its value, a URL), a secret's
 # name ("password is ...") or a run of 16 or more token characters; a short
 # text with none of them is done at once.
-_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%]{16}")
+_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%=]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
 
 
@@ -615,20 +880,27 @@ _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again i
 # ("api key: ..."), an Authorization header's "Basic ...". A colon alone (a
 # speaker's "Caroline: ...", a time, "note: ...") leaves the text quiet.
 COLON_HINTS = ("://", "-u ", "key", "basic")
+# Likewise an "=" matters only beside one of these (or a secret's name): a
+# key's name (``api_key=``, ``AccountKey=``), a SAS signature, ``Basic``.
+# ``timeout=30`` and ``?page=2`` leave the text quiet; a token with "=" in it
+# is a run of 16.
+EQUALS_HINTS = ("key", "sig=", "basic")
 
 
 def quiet(text: str, folded: str) -> bool:
     """Whether no rule of :func:`find_secrets` can match ``text`` (``folded``: its lower case): the cheap exit.
 
-    True for a short text with no ``=``, no secret's name (`_NAMES`), no run
-    of 16 token characters (`_has_long_run`), and either no ``:`` or none of
-    `COLON_HINTS`; every rule needs one of these.
+    True for a short text with no secret's name (`_NAMES`), no run of 16
+    token characters (`_has_long_run`), either no ``=`` or none of
+    `EQUALS_HINTS`, and either no ``:`` or none of `COLON_HINTS`; every rule
+    needs one of these. (A key split by whitespace and a disguised text are
+    find_secrets' own steps, after this.)
     """
-    return (
+    return (  # the tests most likely to fail first: a text that is not quiet should pay little for asking
         len(text) < _LONG_TEXT_CHARS
-        and "=" not in text
-        and not any(name in folded for name in _NAMES)
         and (":" not in text or not any(h in folded for h in COLON_HINTS))
+        and ("=" not in text or not any(name in folded for name in EQUALS_HINTS))
+        and not any(name in folded for name in _NAMES)
         and not _has_long_run(text)
     )
 
@@ -654,10 +926,75 @@ def _rules_by_hint(rules: tuple[_Rule, ...]) -> dict[str, tuple[int, ...]]:
     return {h: tuple(found) for h, found in out.items()}
 
 
+class _HintSet:
+    """Which of a set of hints occur in a text, in a few passes over it rather than one per hint.
+
+    A hint that ends with one of ``by`` (``_``, ``-``, ``=``: ``ghp_``,
+    ``sk-``, ``==``) is looked for only where that character occurs, all
+    such hints with one ``endswith`` there (`ends_at`); one that starts with
+    one of ``first`` (``A``: ``AKIA``, ``AIza``) with one ``startswith``
+    where that character occurs (`starts_at`); the others (``://``, ``eyJ``)
+    with ``in``. ``by=""`` and ``first=""`` (the lower-cased names): ``in``
+    for all.
+    """
+
+    def __init__(self, hints: Iterable[str], by: str = "_-=", first: str = "A") -> None:
+        ends: dict[str, list[str]] = {}
+        starts: dict[str, list[str]] = {}
+        plain: list[str] = []
+        for h in sorted(set(hints)):
+            if h[-1] in by:
+                ends.setdefault(h[-1], []).append(h)
+            elif h[0] in first:
+                starts.setdefault(h[0], []).append(h)
+            else:
+                plain.append(h)
+        self.plain = tuple(plain)
+        self.ends = {c: tuple(hs) for c, hs in ends.items()}
+        self.starts = {c: tuple(hs) for c, hs in starts.items()}
+
+    def any(self, text: str) -> bool:
+        """Whether one of the hints occurs in ``text``: the first pass that finds one answers."""
+        for h in self.plain:
+            if h in text:
+                return True
+        for c, hs in self.ends.items():
+            if ends_at(text, c, hs):
+                return True
+        return any(starts_at(text, c, hs) for c, hs in self.starts.items())
+
+    def found(self, text: str) -> set[str]:
+        """Which of the hints occur in ``text`` (a group found by its one pass is then told apart with ``in``)."""
+        out = {h for h in self.plain if h in text}
+        for c, hs in self.ends.items():
+            if ends_at(text, c, hs):
+                out.update(h for h in hs if h in text)
+        for c, hs in self.starts.items():
+            if starts_at(text, c, hs):
+                out.update(h for h in hs if h in text)
+        return out
+
+
 _BY_HINT = _rules_by_hint(_RULES)
 _UNGATED = tuple(i for i, r in enumerate(_RULES) if not r.gate)  # run on a long text whatever its hints
 _GATE_HINTS = frozenset(h for rule in _RULES if rule.gate and not rule.fold for h in rule.hints)
 _FOLDED_HINTS = frozenset(h for rule in _RULES if rule.fold for h in rule.hints)
+# What find_secrets looks for before the joined scan: a rule's hint inside
+# each of _SPLIT_STARTS (so the rules' own search answers it), and the long starts.
+_SPLIT_GATE = frozenset(
+    {"AKIA", "ASIA", "AIza", "GOCSPX-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xapp-",
+     "k_live_", "k_test_", "whsec_", "sk-", "npm_", "pypi-AgEI", "hf_", *(f"xox{c}-" for c in "abposre"),
+     *_SPLIT_HINTS_LONG}
+)
+if not _SPLIT_GATE.issubset(_HINTS | set(_SPLIT_HINTS_LONG)) or not all(any(g in h for g in _SPLIT_GATE) for h in _SPLIT_STARTS):
+    raise InvariantBroken("credentials: every split start must hold a hint the rules look for")
+# The rules' hints and the long split starts (which run no rule: _BY_HINT has none for them).
+_FIND_HINTS = _HintSet(_HINTS | set(_SPLIT_HINTS_LONG), first="AM")
+_FIND_GATE_HINTS = _HintSet(_GATE_HINTS)
+_FIND_FOLDED_HINTS = _HintSet(_FOLDED_HINTS, by="", first="")
+_FIND_SPLIT_HINTS = _HintSet(_SPLIT_GATE, first="AM")
+# A quiet text has no run of 16, so no long start (each needs a first piece of 16).
+_FIND_SPLIT_SHORT = _HintSet(_SPLIT_GATE - set(_SPLIT_HINTS_LONG))
 
 
 def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
@@ -711,13 +1048,31 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     """Every secret in ``text``, in order, without overlaps.
 
     ``allow`` holds literal values that are never reported: a finding whose
-    secret part, or whose whole string, is in it is dropped.
+    secret part, or whose whole string, is in it is dropped. The text is
+    scanned as it is, then for disguises: a provider's key split by
+    whitespace (`_split_findings`) and, for a text that is not ASCII, the text
+    with format characters removed and compatibility forms folded
+    (`normalise`). Spans are always the original text's.
     """
     if len(text) < 8 or text in allow:
         return []
+    found, split = _scan(text, allow, depth)
+    if depth > 0:
+        return found
+    if split and _SPLIT.search(text) is not None:
+        found = _split_findings(text, found, allow)
+    if not text.isascii():
+        found = _normalised_findings(text, found, allow)
+    return found
+
+
+def _scan(text: str, allow: frozenset[str], depth: int) -> tuple[list[Finding], bool]:
+    """The rules and the generic test on ``text`` as it stands; and whether a split key's start occurs in it."""
     folded = text.lower()
     if quiet(text, folded):
-        return []  # no "name: value", URL, "password is ..." or run long enough for a token
+        # No "name: value", URL, "password is ..." or run long enough for a token. A
+        # split key is 20 characters or more (AKIA and 16, xoxb- and 15, ...).
+        return [], len(text) >= _SPLIT_CHARS_MIN and _FIND_SPLIT_SHORT.any(text)
     found = _Spans()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a
@@ -725,12 +1080,12 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     long = len(text) >= _LONG_TEXT_CHARS
     # The rules to run, in their order: those with a hint present; on a long text also the ungated ones.
     run = set(_UNGATED) if long else set()
-    for h in _GATE_HINTS if long else _HINTS:
-        if h in text:
-            run.update(_BY_HINT[h])
-    for h in _FOLDED_HINTS:
-        if h in folded:
-            run.update(_BY_HINT[h])
+    hints = (_FIND_GATE_HINTS if long else _FIND_HINTS).found(text)
+    split = _FIND_SPLIT_HINTS.any(text) if long else not hints.isdisjoint(_SPLIT_GATE)
+    for h in hints:
+        run.update(_BY_HINT.get(h, ()))
+    for h in _FIND_FOLDED_HINTS.found(folded):
+        run.update(_BY_HINT[h])
     for i in sorted(run):
         rule = _RULES[i]
         if rule.anchored:
@@ -744,6 +1099,9 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
         for m in matches:
             start, end = m.span("s") if "s" in rule.pattern.groupindex else m.span()
             start -= rule.span_back
+            if rule.kind == "private_key" and start > 0 and text[start - 1] in "- \t":
+                dashes = _ARMOUR_DASHES.search(text, max(0, start - 64), start)
+                start = dashes.start() if dashes is not None else start
             if start == end or found.overlaps(start, end):
                 continue
             value = text[start:end]
@@ -756,8 +1114,8 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
         if not found.overlaps(f.start, f.end) and text[f.start : f.end] not in allow:
             found.add(f)
     if not found.findings:
-        return []
-    return _relabel(text, found.findings)
+        return [], split
+    return _relabel(text, found.findings), split
 
 
 _SERVICE_ACCOUNT = re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")

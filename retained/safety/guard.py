@@ -49,16 +49,30 @@ from retained.safety.credentials import (
     _LONG_TEXT_CHARS,
     _SECRET_KEY_NAME,
     COLON_HINTS,
+    EQUALS_HINTS,
+    SPLIT_ENDS,
+    SPLIT_HINTS,
     Finding,
     _assigned_value,
+    ends_at,
     find_secrets,
     looks_random,
+    normalise,
+    starts_at,
 )
 
 __all__ = ["POLICIES", "Finding", "Guard", "GuardResult", "find_secrets", "looks_random", "remove_private"]
 
 POLICIES = ("refuse", "redact", "off")
-_COLON_HINTS = tuple(h.encode() for h in COLON_HINTS)  # tested on the record's JSON, lower-cased
+_SPLIT_UNDERSCORE = tuple(h.encode() for h in SPLIT_ENDS["_"])  # tested on the record's JSON as it is
+_SPLIT_DASH = tuple(h.encode() for h in SPLIT_ENDS["-"])
+_SPLIT_A = tuple(h.encode() for h in SPLIT_HINTS)  # each starts with "A"
+_NOT_MARKS = bytes(i for i in range(256) if i not in b"A_-")
+# untouched spells these out (a loop costs more than the tests): keep them in step.
+if COLON_HINTS != ("://", "-u ", "key", "basic") or EQUALS_HINTS != ("key", "sig=", "basic") or any(
+    not h.startswith("A") for h in SPLIT_HINTS
+):
+    raise ImportError("guard.untouched spells credentials.COLON_HINTS and EQUALS_HINTS out; update it")
 
 # Caller fields set through named API arguments; every other key is reported
 # as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
@@ -137,8 +151,10 @@ def _keys_inside(value: Any, depth: int) -> int | None:
                 return None
             n += inner
     return n
-_RUN_BREAKS = b' \t\n\r\x0b\x0c{}[]":,'
-_RUN_CHARS = bytes(b" "[0] if i in _RUN_BREAKS else b"a"[0] for i in range(256))
+# Token characters (credentials._LONG_RUN) and "\\" (an escape's, counted in) as "a"s, everything else a break.
+_RUN_KEEP = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/.~%=\\")
+_RUN_CHARS = bytes(b"a"[0] if i in _RUN_KEEP else b" "[0] for i in range(256))
+
 _RUN_16 = b"a" * 16
 
 
@@ -192,14 +208,19 @@ class Guard:
         :meth:`apply`", never "there is a secret". ``encoded`` is
         ``orjson.dumps(fields)`` when the caller has it already.
 
-        It is exact by construction: every rule of :func:`find_secrets` needs
-        a ``:`` or ``=`` in the string, a secret's name, a run of 16 token
-        characters, or 4,096 characters; a private span needs ``<``; the
-        secret-name rule for values needs a nested key with a secret's name.
-        In the JSON there is one ``:`` per key, and the punctuation (quotes,
-        commas, braces) splits runs; a ``:`` in a string needs one of
-        ``credentials.COLON_HINTS`` beside it to matter (a URL, ``-u``, a
-        key's name, ``Basic``), so a colon is let through without them. Let through besides: a whole
+        It is exact by construction, test by test with ``credentials.quiet``
+        (the same exit inside find_secrets): every rule needs a secret's name,
+        a run of 16 token characters, a ``:`` beside one of
+        ``credentials.COLON_HINTS`` (a URL, ``-u``, a key's name, ``Basic``),
+        an ``=`` beside one of ``credentials.EQUALS_HINTS`` (a key's name,
+        ``sig=``, ``Basic``), a provider's prefix (a key split by whitespace
+        has no long run: ``credentials.SPLIT_HINTS``), a character outside
+        ASCII (the normalised text is scanned too), or 4,096 characters; a
+        private span needs ``<``; the secret-name rule for values needs a
+        nested key with a secret's name. In the JSON there is one ``:`` per
+        key, and its punctuation splits runs; the escapes of a newline, a tab
+        or a quote only lengthen runs or add a letter, so they are let
+        through (any other escape is not). Let through besides: a whole
         string that is an RFC 3339 UTC timestamp (its two ``:``), and a whole
         string of 64 lowercase hex digits (a digest, as in an import's
         provenance); no rule reports either outside a secret-named key.
@@ -213,17 +234,32 @@ class Guard:
             return False
         # The byte tests first, most telling first: a record that needs the
         # full scan should pay as little as possible for having been tested.
-        if len(data) >= _LONG_TEXT_CHARS or not data.isascii() or b"<" in data or b"\\" in data:
+        if len(data) >= _LONG_TEXT_CHARS or not data.isascii() or b"<" in data:
+            return False
+        if b"\\" in data and (
+            b"\\\\" in data
+            or data.count(b"\\") != data.count(b"\\n") + data.count(b"\\t") + data.count(b"\\r") + data.count(b'\\"')
+        ):
+            # An escape other than a newline's, a tab's, a return's or a quote's. Those
+            # only lengthen a run or add a letter before a word: the tests below stay safe.
             return False
         if self.policy != "off":
-            if b"=" in data:
-                return False
-            # Runs of characters other than whitespace and JSON punctuation, as
-            # "a"s: a substring test finds one of 16 without splitting the text.
+            # Runs of token characters, as "a"s: a substring test finds one of
+            # 16 without splitting the text.
             if _RUN_16 in data.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS):
                 return False
             folded = data.lower()
             if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
+                return False
+            if b"=" in data and (b"key" in folded or b"sig=" in folded or b"basic" in folded):
+                return False  # "api_key=", "sig=", "Basic ...=": an assignment that may hold a secret
+            # A provider's prefix: its key may be split by whitespace (credentials._SPLIT_STARTS).
+            marks = data.translate(None, _NOT_MARKS)  # the record's "A"s, "_"s and "-"s: one pass, then a short string
+            if marks and (
+                (b"A" in marks and starts_at(data, b"A", _SPLIT_A))
+                or (b"_" in marks and ends_at(data, b"_", _SPLIT_UNDERSCORE))
+                or (b"-" in marks and ends_at(data, b"-", _SPLIT_DASH))
+            ):
                 return False
         keys = len(fields)
         for value in fields.values():
@@ -239,7 +275,7 @@ class Guard:
             return True
         # More colons than keys: in the text ("Caroline: ...", "at 10:30"). A
         # colon matters only beside one of COLON_HINTS (credentials.quiet).
-        return not any(h in folded for h in _COLON_HINTS)
+        return not (b"://" in folded or b"-u " in folded or b"key" in folded or b"basic" in folded)
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.
@@ -303,7 +339,7 @@ class _Walk:
         if (
             name is not None
             and not found
-            and _SECRET_KEY_NAME.search(name)
+            and _SECRET_KEY_NAME.search(name if name.isascii() else normalise(name))
             and text not in self.guard.allow
             and not any(ch.isspace() for ch in text)
             and _assigned_value(text, literal=True)

@@ -153,6 +153,24 @@ def test_issue_15_memory_search_answers_from_the_log_when_the_index_cannot_be_op
     assert server.close() == 0
 
 
+def test_issue_29_memory_get_answers_from_the_log_when_the_index_cannot_be_opened(raw_server, tmp_path):
+    from retained import Store
+
+    store_dir = tmp_path / "store"
+    with Store(store_dir) as s:
+        for text in ("first note", "second note", "third note"):
+            s.write(text)
+    (store_dir / "index.sqlite3").unlink(missing_ok=True)
+    (store_dir / "index.sqlite3").mkdir()  # cannot be opened, whoever runs the test
+    server = raw_server()
+    server.initialize()
+    for arguments, seqs in (({"ids": [3, 1]}, [3, 1]), ({"around": 2, "window": 1}, [1, 2, 3])):
+        result = server.call("memory_get", arguments)["result"]
+        assert not result.get("isError"), result["content"][0]["text"]
+        assert [e["seq"] for e in result["structuredContent"]["records"]] == seqs
+    assert server.close() == 0
+
+
 # -- issue 29, point 9: every request gets its answer, of a bounded size -------------------------------------
 
 

@@ -466,8 +466,14 @@ FAST_KEYS = st.one_of(
                      "private_key", "apikey", "seq"]),
     st.text(FAST_ALPHABET, max_size=20),
 )
+# Pieces of code, assignments and provider prefixes, some split by whitespace (issues 29 and 31).
+CODE_BITS = ["x=1", "timeout=30", "key=", "api_key=", "sig=", "Basic", "YWI6Y2Q=", "AKIA", "QX7T", "Z2K9WM4B",
+             "ghp_", "sk-", "sk_live_", "xoxb-", "MIIE", "eyJ", "Zq3v9XkL", "R6YD", "\n", "\t", '"', "(", ")", "#",
+             "def", "return", "client.get(url,", "==", "://", "a:b", "password", "-"]
 FAST_LEAVES = st.one_of(
     st.text(FAST_ALPHABET, max_size=60),
+    st.lists(st.sampled_from(CODE_BITS), max_size=14).map(" ".join),
+    st.lists(st.sampled_from(CODE_BITS), max_size=8).map("".join),
     st.lists(st.sampled_from(WORDS), max_size=30).map(" ".join),
     st.text(B62, min_size=10, max_size=48),
     st.text("0123456789abcdef", min_size=60, max_size=68),
@@ -504,10 +510,15 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
     plain = {"kind": "note", "text": "the deploy moved to friday after the staging fix", "scope": "proj-3",
              "author": "agent-2", "n": 7, "client_op_id": "0b1f6471-1bf0-4dda-aec3-111122223333"}
     assert g.untouched(plain)
-    for changed in ("see <private>pin 1234</private>", "password is hunter2hunter2", "a=b c", "see https://x.io",
-                    "api key: x", "Authorization: Basic x", "curl -u a:b", "run " + "x" * 16,
-                    "caf\u00e9 au lait", "tab\there", "y " * 2100):
+    for changed in ("see <private>pin 1234</private>", "password is hunter2hunter2", "api_key=b c", "see https://x.io",
+                    "api key: x", "Authorization: Basic x", "curl -u a:b", "run " + "x" * 16, "x sig=abc",
+                    "caf\u00e9 au lait", "bell\x07here", "back\\slash", "y " * 2100, "AKIA QX7T", "use ghp_ ab",
+                    "a key=v"):
         assert not g.untouched({**plain, "text": changed}), changed
+    # An "=" without a key's name, sig= or Basic beside it, and the escapes of a newline, a tab or a quote,
+    # cannot make a secret (issue 31): code and text with line breaks take the fast path.
+    for code in ("a=b c", "tab\there", 'def f(x, retries=3):\n    return client.get(url, timeout=30)  # "retry"'):
+        assert g.untouched({**plain, "text": code}), code
     # A colon without a URL, curl's -u, a key's name or Basic beside it cannot make a secret (issue 31):
     # conversation turns and times take the fast path.
     for turn in ("Caroline: I went to the support group yesterday.", "we met at 10:30, then: lunch", "note: x"):
@@ -548,7 +559,8 @@ def test_the_quiet_exit_finds_what_the_full_scan_finds(monkeypatch):
         for s in _strings(row["value"]):
             texts += [s, f"Caroline: {s}", f"at 10:30: {s}"]
     texts += ["Caroline: I went to the support group yesterday.", "key: abcdefgh12", "Authorization: Basic dXNlcjpwYXNz",
-              "curl -u admin:hunter2x https://x.io", "see http://bob:hunter2x@db.example.com: done"]
+              "curl -u admin:hunter2x https://x.io", "see http://bob:hunter2x@db.example.com: done",
+              "basic YWI6Y2Q=", "x = 1; api_key = 'q8Xr2LmZ0vTn'", "retries=3, timeout=30"]
     fast = [credentials.find_secrets(t) for t in texts]
     monkeypatch.setattr(credentials, "quiet", lambda text, folded: False)
     full = [credentials.find_secrets(t) for t in texts]

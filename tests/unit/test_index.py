@@ -382,3 +382,35 @@ def test_a_search_answers_while_another_process_holds_the_index(store, store_dir
         holder.execute("ROLLBACK")
         holder.close()
     assert store.search("note")["total_matches"] == 2
+
+
+def test_a_budget_smaller_than_the_best_result_returns_it_cut_around_the_match_with_its_seq(store):
+    """Issue 29, point 9: not "0 returned, 1 over budget"."""
+    store.write("a short note about the deploy key")
+    text = "filler words here " * 300 + "the deploy key rotates monthly " + "ünïcödé filler " * 300
+    big = store.write(text, body={"where": "the vault"})
+    reply = store.search("deploy key rotates", k=2, max_tokens=20)
+    assert reply["returned"] == 1 and identity(reply) and reply["left_out"]["over_budget"] == 1
+    (result,) = reply["results"]
+    assert result["seq"] == big["seq"] and result["tokens"] == reply["tokens"] <= 20
+    assert "deploy key rotates" in result["record"]["text"] and "body" not in result["record"]
+    cut = result["cut"]
+    assert result["record"]["text"] == text[cut["start"]:cut["end"]] and cut["total_chars"] > len(text)
+    assert f"ids=[{big['seq']}]" in cut["message"]
+    assert store.get([big["seq"]])[0]["record"]["text"] == text  # the record itself is whole
+    # Multi-byte characters: still within the budget.
+    wide = store.search("ünïcödé", k=1, max_tokens=7)
+    assert wide["returned"] == 1 and wide["tokens"] <= 7 and wide["results"][0]["cut"]
+    # A budget that fits it: whole, no cut; a budget of 0: nothing, counted.
+    assert "cut" not in store.search("short note", k=1, max_tokens=1000)["results"][0]
+    none = store.search("deploy", k=2, max_tokens=0)
+    assert none["returned"] == 0 and none["left_out"]["over_budget"] == 2
+
+
+def test_the_cli_shows_a_cut_result_and_says_how_to_read_the_rest(store_dir):
+    with Store(store_dir) as s:
+        s.write("x " * 3000 + "the deploy key rotates monthly " + "y " * 3000)
+    out = run_cli("search", "deploy key", "--max-tokens", "15", env_dir=store_dir)
+    assert out.returncode == 0, out.stderr
+    assert "deploy key rotates" in out.stdout and "cut to fit max_tokens=15" in out.stdout
+    assert "1 of 1 match(es) returned" in out.stdout

@@ -306,3 +306,25 @@ def test_assume_ops_takes_a_callers_map_and_still_scans_what_the_log_gained_afte
                          client={"name": "t"}, op_reuse="duplicate")
     assert [p["duplicate"] for p in again] == [True, True, False, True]
     assert (again[0]["seq"], again[1]["seq"], again[2]["seq"]) == (a["seq"], b["seq"], b["seq"] + 1)
+
+
+def test_a_long_last_line_changed_in_place_is_not_taken_for_the_tail_another_process_published(store_dir):
+    # A long last line is recognised by the digest of its bytes published in log.lock: changed in place
+    # (same inode, same size), the next process reads the file and links past it, as for a short one.
+    log = Log(store_dir)
+    p1 = _append(log, "one")
+    _append(log, "two " + "x" * 100_000)
+    log.close()
+    path = store_dir / "log.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"text":"two ', b'"text":"twp '))
+    fresh = Log(store_dir)
+    proof = _append(fresh, "three")
+    assert proof["seq"] == 2 and proof["prev"] == p1["hash"]
+    assert [f["kind"] for f in chain.walk(fresh.scan()).findings] == ["hash_mismatch"]
+    # Untouched, the published tail is taken as it is and the chain goes on from it.
+    again = Log(store_dir)
+    long = _append(again, "four " + "y" * 100_000)
+    again.close()
+    last = Log(store_dir)
+    assert _append(last, "five")["prev"] == long["hash"]
+    assert [f["kind"] for f in chain.walk(last.scan()).findings] == ["hash_mismatch"]  # still only the one changed

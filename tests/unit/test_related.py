@@ -121,6 +121,20 @@ def test_a_record_another_writer_added_is_seen(tmp_path):
         assert related_seqs(a.write(CORRECTION, related=True)) == [fact]
 
 
+def test_another_writers_long_record_is_not_indexed_on_the_writes_path_but_by_the_next_read(tmp_path):
+    """The catch-up the step would need is bounded too: past RELATED_CATCH_UP_BYTES it is left to the next read."""
+    from retained.index.search import RELATED_CATCH_UP_BYTES
+
+    with Store(tmp_path / "s") as a, Store(tmp_path / "s") as b:
+        a.write("Lunch is at noon on Fridays.", related=True)
+        long = b.write(" ".join(f"filler{i % 5000}" for i in range(RELATED_CATCH_UP_BYTES // 8)))
+        assert long["length"] > RELATED_CATCH_UP_BYTES
+        proof = a.write(CORRECTION, related=True)
+        assert proof.get("related", []) == []  # a hint only: the write is acknowledged as ever
+        assert a.index.status()["indexed_to"] <= long["offset"]  # the long record waits for a read
+        assert a.search("filler4999")["total_matches"] == 1
+
+
 def test_a_superseded_or_forgotten_record_is_not_named(tmp_path):
     with Store(tmp_path / "s") as store:
         old = store.write(FACT, related=True)["seq"]

@@ -469,6 +469,7 @@ def test_vectors_link_two_turns_only_when_one_speaker_said_both():
 def test_a_budget_smaller_than_the_best_result_returns_it_cut_in_hybrid_search_too(parts: Any) -> None:
     store, _, hybrid, _ = parts
     big = store.write("lorem ipsum " * 500 + "the staging deploy was rolled back " + "dolor sit " * 500)
+    hybrid.backfill()  # a search embeds only its query
     reply = hybrid.search("staging deploy rolled back", k=3, max_tokens=12)
     assert reply["mode"] == "hybrid" and accounted(reply) and reply["returned"] == 1
     (result,) = reply["results"]

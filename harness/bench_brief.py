@@ -15,7 +15,12 @@ the same run so machine noise hits all alike, it times the whole process:
   runs the same hook),
   each on the indexed store (the normal case),
 - ``python -m retained --brief`` on the store without an index (the
-  fallback: the log tail only).
+  fallback: the log tail only),
+- ``python -m retained --brief`` on a store with ``--pulled`` other stores
+  pulled beside it by ``retained sync`` (``mirrors/<store id>/``, each the
+  same log and index by hard links: the brief reads each as a store of its
+  own and composes their records with its own; the default, 0, leaves the
+  case out).
 
 Wall time per run (perf_counter around the child) and the child's CPU time
 (user + system, from getrusage). Target (DESIGN): every entry point's median
@@ -37,9 +42,7 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,9 +50,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from harness.whole_process import REPO, RUN_WAIT_S, against_pass, install, say
+from harness.whole_process import run as _run
+
 TARGET_OVER_PASS_MS = 60.0
-RUN_WAIT_S = 60.0
 WORDS = [
     "the", "deploy", "target", "staging", "build", "cache", "index", "query", "log", "chain", "record", "hash",
     "budget", "token", "brief", "session", "scope", "project", "alpha", "beta", "gamma", "delta", "release", "fix",
@@ -110,31 +114,6 @@ def _tail_seq(directory: Path) -> int:
     return Log(directory).tail()[0]
 
 
-def _run(argv: list[str], env: dict[str, str], stdin: bytes | None = None) -> tuple[float, float, bytes]:
-    """(wall ms, child CPU ms, stdout) of one whole process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, input=stdin if stdin is not None else b"", capture_output=True,
-                          timeout=RUN_WAIT_S, check=False)
-    wall = (time.perf_counter() - t0) * 1000
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1000
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-500:]}")
-    return wall, cpu, proc.stdout
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
-    return {
-        "median": round(statistics.median(ordered), 1),
-        "p90": round(p90, 1),
-        "min": round(ordered[0], 1),
-        "max": round(ordered[-1], 1),
-    }
-
-
 def _imports(python: str, env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run(
         [python, "-X", "importtime", "-m", "retained", "--brief"],
@@ -148,14 +127,26 @@ def _imports(python: str, env: dict[str, str]) -> dict[str, Any]:
     return {"mcp": "mcp" in tops, "portalocker": "portalocker" in tops, "modules": len(names)}
 
 
-def _install(into: Path) -> Path:
-    """A fresh venv with a non-editable install of this checkout; returns its interpreter."""
-    subprocess.run([sys.executable, "-m", "venv", str(into)], check=True, timeout=300)
-    bindir = into / ("Scripts" if os.name == "nt" else "bin")
-    python = bindir / ("python.exe" if os.name == "nt" else "python")
-    print(f"bench_brief: pip install {REPO} into {into} (non-editable) ...", file=sys.stderr, flush=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", str(REPO)], check=True, timeout=900)
-    return python
+def _with_pulled(indexed: Path, into: Path, n: int) -> None:
+    """A store at ``into`` (``indexed``'s log and index) with ``n`` stores pulled beside it, each ``indexed`` again.
+
+    Hard links, as the no-index store's log: a pulled store is laid out as
+    ``retained sync`` leaves it (``sync.layout``: the log, its index, and
+    ``mirror.json`` with the head's seq and the machine).
+    """
+    sys.path.insert(0, str(REPO))
+    from retained.sync import layout
+
+    seq = _tail_seq(indexed)
+    for d in (into, *(layout.mirror_dir(into, f"{i + 1:032x}") for i in range(n))):
+        d.mkdir(mode=0o700, parents=True)
+        for name in ("log.jsonl", "index.sqlite3"):
+            try:
+                os.link(indexed / name, d / name)
+            except OSError:
+                shutil.copyfile(indexed / name, d / name)
+        if d != into:
+            (d / layout.MIRROR_STATE_NAME).write_text(json.dumps({"seq": seq, "machine": f"bench-{d.name[-2:]}"}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=0,
                         help="add this to the scheduling niceness of the timed runs (negative needs privileges; "
                              "on a busy machine it keeps other work from dominating the figures)")
+    parser.add_argument("--pulled", type=int, default=0, metavar="N",
+                        help="also time the brief of a store with N stores of --records records pulled beside it")
     parser.add_argument("--install", action="store_true",
                         help="measure a fresh non-editable install of this checkout (made in a temporary venv)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout (the default prints a summary)")
@@ -196,10 +189,16 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             shutil.copyfile(indexed / "log.jsonl", bare / "log.jsonl")
 
+        pulled = base / "pulled"
+        if pulled.exists():
+            shutil.rmtree(pulled)
+        if args.pulled:
+            _with_pulled(indexed, pulled, args.pulled)
+
         venv_tmp = tempfile.mkdtemp(prefix="bench-brief-venv-") if args.install else None
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_") and k != "PYTHONDONTWRITEBYTECODE"}
         if venv_tmp is not None:
-            python = str(_install(Path(venv_tmp) / "venv"))
+            python = str(install(Path(venv_tmp) / "venv", "bench_brief"))
         else:
             python = sys.executable
             # An installed package has its bytecode compiled; a checkout run with
@@ -225,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             "plugin_hook_indexed": (["sh", str(REPO / "plugin" / "scripts" / "retained-launch"), "--hook", "SessionStart"], env_indexed, event),
             "module_no_index": ([python, "-m", "retained", "--brief"], env_bare, None),
         }
+        if args.pulled:
+            cases["module_pulled"] = ([python, "-m", "retained", "--brief"], {**env, "RETAINED_DIR": str(pulled)}, None)
         # One unrecorded run of each warms the page cache and the bytecode cache.
         if args.nice:
             os.nice(args.nice)  # inherited by every timed child, pass and brief alike
@@ -240,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                 cpu[name].append(c)
         brief_json = json.loads(_run([python, "-m", "retained", "--brief", "--json"], env_indexed)[2])
         bare_json = json.loads(_run([python, "-m", "retained", "--brief", "--json"], env_bare)[2])
-        floor = statistics.median(wall["python_c_pass"])
-        timed = [name for name in cases if name != "python_c_pass"]
+        pulled_json = (json.loads(_run([python, "-m", "retained", "--brief", "--json"], {**env, "RETAINED_DIR": str(pulled)})[2])
+                       if args.pulled else None)
         result = {
             "bench": "brief",
             "install": "fresh venv, non-editable pip install" if venv_tmp is not None else f"the running interpreter ({python})",
@@ -250,9 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             "log_bytes": (indexed / "log.jsonl").stat().st_size,
             "build": built,
             "rounds": rounds,
-            "wall_ms": {name: _summary(v) for name, v in wall.items()},
-            "cpu_ms": {name: _summary(v) for name, v in cpu.items()},
-            "over_python_c_pass_ms": {name: round(statistics.median(wall[name]) - floor, 1) for name in timed},
+            **against_pass(wall, cpu, TARGET_OVER_PASS_MS),
             "output_chars": sizes,
             "brief": {
                 "indexed": {"shown": len(brief_json["included"]), "eligible": brief_json["eligible"],
@@ -261,21 +260,18 @@ def main(argv: list[str] | None = None) -> int:
                 "no_index": {"shown": len(bare_json["included"]), "eligible": bare_json["eligible"],
                              "exact": bare_json["exact"], "log_bytes_read": bare_json["log_bytes_read"],
                              "not_read": bare_json["dropped"]["not_read"]},
+                **({"pulled": {"stores": len(pulled_json["pulled"]), "shown": len(pulled_json["included"]),
+                               "shown_pulled": sum(1 for e in pulled_json["included"] if "origin" in e),
+                               "eligible": pulled_json["eligible"], "exact": pulled_json["exact"]}}
+                   if pulled_json is not None else {}),
             },
             "imports": _imports(python, env_indexed),
-            "target_over_python_c_pass_ms": TARGET_OVER_PASS_MS,
-            "meets_target": {name: statistics.median(wall[name]) - floor <= TARGET_OVER_PASS_MS for name in timed},
             "nice": args.nice,
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "cpus": os.cpu_count(),
         }
         if args.json:
             print(json.dumps(result))
         else:
-            print(f"brief at {result['records']} records, {rounds} rounds, {result['install']}: "
-                  f"python -c pass {floor:.1f} ms (median); over it: "
-                  + ", ".join(f"{name} +{ms} ms" for name, ms in result["over_python_c_pass_ms"].items())
-                  + f" (target +{TARGET_OVER_PASS_MS:g} ms)")
+            print(say(f"brief at {result['records']} records", result))
         return 0
     finally:
         if tmp is not None:

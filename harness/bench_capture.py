@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,11 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench_brief import _install, _run, _summary, _text
+from harness.bench_brief import _text
+from harness.whole_process import REPO, RUN_WAIT_S, against_pass, install, say
+from harness.whole_process import run as _run
 
-REPO = Path(__file__).resolve().parent.parent
 TARGET_OVER_PASS_MS = 60.0
-RUN_WAIT_S = 60.0
 
 
 def build_store(directory: Path, records: int, seed: int = 11) -> dict[str, Any]:
@@ -87,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=15, help="runs of each process, alternating (at least 15)")
     parser.add_argument("--store", metavar="DIR", help="build the store here, or reuse it if it already has --records records")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="add this to the scheduling niceness of the timed runs (pass and capture alike)")
     parser.add_argument("--install", action="store_true",
                         help="measure a fresh non-editable install of this checkout (made in a temporary venv)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout (the default prints a summary)")
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         venv_tmp = tempfile.mkdtemp(prefix="bench-capture-venv-") if args.install else None
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_") and k != "PYTHONDONTWRITEBYTECODE"}
         if venv_tmp is not None:
-            python = str(_install(Path(venv_tmp) / "venv"))
+            python = str(install(Path(venv_tmp) / "venv", "bench_capture"))
         else:
             python = sys.executable
             subprocess.run([python, "-m", "compileall", "-q", str(REPO / "retained")],
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         if script is None:
             raise SystemExit(f"bench_capture: no retained console script beside {python}; install the package first")
         env = {**env, "RETAINED_DIR": str(store), "RETAINED_ANCHOR_DIR": "off"}
+        if args.nice:
+            os.nice(args.nice)  # inherited by every timed child
         # The unrecorded first runs: capture's map of ids is built once (the whole log read), caches warm.
         t0 = time.perf_counter()
         _run([script, "capture"], env, _event("repeat", 0))
@@ -142,8 +145,6 @@ def main(argv: list[str] | None = None) -> int:
                 cpu[name].append(c)
                 outputs[name] = max(outputs[name], len(out))
         status = json.loads(_run([script, "capture", "status", "--json"], env, None)[2])
-        floor = statistics.median(wall["python_c_pass"])
-        timed = cases[1:]
         result = {
             "bench": "capture",
             "install": "fresh venv, non-editable pip install" if venv_tmp is not None else f"the running interpreter ({python})",
@@ -152,24 +153,16 @@ def main(argv: list[str] | None = None) -> int:
             "build": built,
             "first_capture_ms": first_ms,
             "rounds": rounds,
-            "wall_ms": {name: _summary(v) for name, v in wall.items()},
-            "cpu_ms": {name: _summary(v) for name, v in cpu.items()},
-            "over_python_c_pass_ms": {name: round(statistics.median(wall[name]) - floor, 1) for name in timed},
+            **against_pass(wall, cpu, TARGET_OVER_PASS_MS),
             "stdout_bytes": outputs,
             "ledger": status["totals"],
             "ledger_adds_up": status["adds_up"],
-            "target_over_python_c_pass_ms": TARGET_OVER_PASS_MS,
-            "meets_target": {name: statistics.median(wall[name]) - floor <= TARGET_OVER_PASS_MS for name in timed},
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "cpus": os.cpu_count(),
+            "nice": args.nice,
         }
         if args.json:
             print(json.dumps(result))
         else:
-            print(f"capture at {args.records} records, {rounds} rounds, {result['install']}: "
-                  f"python -c pass {floor:.1f} ms (median); over it: "
-                  + ", ".join(f"{name} +{ms} ms" for name, ms in result["over_python_c_pass_ms"].items())
-                  + f" (target +{TARGET_OVER_PASS_MS:g} ms); first capture (builds the id map) {first_ms} ms")
+            print(say(f"capture at {args.records} records", result) + f"; first capture (builds the id map) {first_ms} ms")
         return 0
     finally:
         if tmp is not None:

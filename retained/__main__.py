@@ -15,10 +15,6 @@ from retained.interrupt import exit_on_interrupt
 # their KeyboardInterrupt back once it knows the command (see ``retained.interrupt``).
 exit_on_interrupt()
 
-# The brief's modules (light: see ``retained.brief.reader``), after the handler.
-from retained.brief import compose as brief  # noqa: E402
-from retained.brief.session import session_brief  # noqa: E402
-from retained.paths import store_dir  # noqa: E402
 
 
 def _brief() -> int | None:
@@ -33,6 +29,12 @@ def _brief() -> int | None:
     argv = sys.argv[1:]
     if not argv or not (argv[0] in ("--brief", "brief") or argv[0].startswith("--brief=")):
         return None
+    # The brief's modules (light: see ``retained.brief.reader``), imported
+    # here so that capture's path, which runs on every turn, skips them.
+    from retained.brief import compose as brief
+    from retained.brief.session import session_brief
+    from retained.paths import store_dir
+
     rest = argv[1:] if "=" not in argv[0] else ["--budget" + argv[0][len("--brief") :], *argv[1:]]
     opts = brief.parse_args(rest)
     if opts is None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from retained.core import anchors, chain, files, record
+from retained.core import anchors, files, record
 from retained.errors import InvalidRecord, RetainedError
 
 if TYPE_CHECKING:
@@ -148,6 +148,8 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     def check(lines: Any) -> None:
         index.update(checked=verify_index(store, index, lines, (size, head_seq)))
 
+    from retained.core import chain  # here: a write's permission_notices needs none of the walk's modules
+
     walked = chain.verify_file(log, check=check, stop=size, watch={a.seq for a in to_check}, progress=progress,
                                workers=workers)
     report = cast("Report", walked.to_dict())  # the walk's counts and findings; the rest is added here
@@ -242,6 +244,8 @@ def anchor(
         store.index_access.catch_up_evidence()
     loaded = anchors.load(anchor_dir, store.directory)
     size = store.log.size()
+    from retained.core import chain
+
     walked = chain.verify_file(store.log, stop=size, watch={a.seq for a in loaded.anchors})
     off = anchors.check(loaded.anchors, walked.watched, walked.head_seq)
     off_by_anchor = {(f["seq"], f["expected"], f["anchor"]["file"]): f["kind"] for f in off}

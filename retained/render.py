@@ -101,7 +101,8 @@ def block(entry: Mapping[str, Any]) -> str:
     ``entry`` holds display-ready values: ``seq``, ``kind``, ``ts``,
     ``client``, optionally ``scope``, ``source``, ``supersedes`` (seqs),
     ``links`` (``{"superseded_by": seqs, ...}``), ``extra`` (other fields,
-    ``{key: shown value}``), ``score``, ``text``, ``body`` and ``cut``
+    ``{key: shown value}``), ``origin`` (a pulled record's store: shown as
+    ``from=MACHINE/STOREID8``), ``score``, ``text``, ``body`` and ``cut``
     (``{"shown_bytes", "total_bytes"}``). The brief builds these itself (its budget counts this
     block); ``record`` builds them from a stored record.
     """
@@ -116,6 +117,9 @@ def block(entry: Mapping[str, Any]) -> str:
         head += f" {name}={_seq_refs(seqs)}"
     for key, value in (entry.get("extra") or {}).items():
         head += f" {key}={value}"
+    origin = entry.get("origin")
+    if isinstance(origin, Mapping) and not origin.get("local"):  # a record of another store, pulled by `retained sync`
+        head += f" from={short(str(origin.get('machine')))}/{str(origin.get('store_id'))[:8]}"
     if entry.get("score") is not None:
         head += f" score={entry['score']:.3g}"
     lines = [head]
@@ -157,9 +161,7 @@ def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_s
         for key in sorted(rec)
         if key not in _NOT_IN_HEADER
     }
-    origin = entry.get("origin")
-    if isinstance(origin, dict) and not origin.get("local"):  # a record of another store, pulled by `retained sync`
-        shown_entry["extra"]["from"] = f"{short(str(origin.get('machine')))}/{str(origin.get('store_id'))[:8]}"
+    shown_entry["origin"] = entry.get("origin")
     shown_entry["score"] = entry.get("score")
     text = clean(rec["text"]) if isinstance(rec.get("text"), str) else ""
     body = body_text(rec.get("body"))

@@ -66,6 +66,8 @@ class Entry(TypedDict):
     may_correct: NotRequired[list[int]]  # search: older results this one may correct (index.corrections)
     may_be_corrected_by: NotRequired[list[int]]  # search: newer results that may correct this one
     cut: NotRequired[dict[str, Any]]  # search: the best result, alone over max_tokens, cut to an excerpt (documents.cut_to_fit)
+    origin: NotRequired[dict[str, Any]]  # a record of a store pulled by `retained sync`: store_id, machine, local
+    id: NotRequired[str]  # with origin: STORE_ID:SEQ
 
 
 class Listing(TypedDict):

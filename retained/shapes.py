@@ -40,7 +40,9 @@ class Records(TypedDict):
     """What a read returns (``Store.get`` by seq, ``Store.timeline``, ``Store.list``): full records and how many more matched.
 
     Each entry is {"seq", "offset", "length", "record": the stored record with
-    its client and ts}, plus "superseded_by" / "retracted_by" when they apply.
+    its client and ts}, plus "superseded_by" / "retracted_by" when they apply,
+    and "origin" ({"store_id", "machine", "local": false}) and "id"
+    ("STORE_ID:SEQ") for a record of another store pulled by `retained sync`.
     """
 
     records: list[dict[str, Any]]

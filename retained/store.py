@@ -101,6 +101,9 @@ class Store:
         calls (many clients connecting at once) do not queue behind it.
         """
         self.guard  # noqa: B018 -- the property builds the guard
+        from retained.safety.credentials import compile_rules
+
+        compile_rules()
         lock.load()
         from retained.index import writer as index  # noqa: F401 -- with index_search, query and documents
 
@@ -259,29 +262,48 @@ class Store:
 
     # -- reading -----------------------------------------------------------
 
+    def _pulled(self, store_id: str | None) -> tuple[str, dict[str, Any]] | None:
+        """The pulled store ``store_id`` names (``sync.union.resolve``), or None for this store."""
+        if store_id is None:
+            return None
+        from retained.sync import union
+
+        return union.resolve(self.directory, store_id)
+
     def get(self, seqs: list[int], *, missing_ok: bool = False, store_id: str | None = None) -> list[Entry]:
-        """The records with these seqs, in the order asked; ``store_id``: another store's, pulled by ``sync``.
+        """The records with these seqs, in the order asked; ``store_id``: another store's, pulled by ``sync``
+        (``sync.union.resolve``: its id or first 8+ hex digits), each marked with its ``origin``.
 
         Raises:
             NotFound: a seq has no valid record (unless ``missing_ok``), or no store ``store_id`` was pulled.
+            InvalidRecord: ``store_id`` is not a store id or names more than one.
         """
-        if store_id is not None and store_id != anchors.store_id(self.directory, create=False):
+        other = self._pulled(store_id)
+        if other is not None:
             from retained.sync import union
 
-            return cast("list[Entry]", union.get(self.directory, store_id, seqs, Store, missing_ok=missing_ok))
+            return cast("list[Entry]", union.read(self.directory, *other, Store,
+                                                  lambda s: s.get(seqs, missing_ok=missing_ok)))
         return self.index_access.get(writes.seq_list(seqs, "ids"), missing_ok=missing_ok)
 
-    def timeline(self, around: int, *, window: int = limits.TIMELINE_WINDOW_DEFAULT) -> Timeline:
+    def timeline(self, around: int, *, window: int = limits.TIMELINE_WINDOW_DEFAULT,
+                 store_id: str | None = None) -> Timeline:
         """The record ``around`` and up to ``window`` records on each side, oldest first, with their links.
 
         Returns a ``replies.Timeline``: each record as ``get`` gives it, and how
         many records lie before and after the window (I2), a count, not a scan.
+        ``store_id``: in another store, pulled by ``sync``, as for ``get``.
 
         Raises:
-            NotFound: no record has seq ``around``.
+            NotFound: no record has seq ``around``, or no store ``store_id`` was pulled.
             InvalidRecord: ``around`` is not a seq, or ``window`` is not a whole number from 0 to
-                ``limits.TIMELINE_WINDOW_MAX``.
+                ``limits.TIMELINE_WINDOW_MAX``, or ``store_id`` is not a store id or names more than one.
         """
+        other = self._pulled(store_id)
+        if other is not None:
+            from retained.sync import union
+
+            return cast("Timeline", union.read(self.directory, *other, Store, lambda s: s.timeline(around, window=window)))
         (around,) = writes.seq_list([around], "around")
         return self.index_access.timeline(around, window)
 

@@ -28,6 +28,24 @@ keeps the brief's start-up budget). The log is read backwards from its end
   other-scope records among them, so it is an upper bound on what the brief
   left out of those.
 
+Stores pulled by ``retained sync`` (``mirrors/<store id>/`` beside the
+store, named by ``sync.layout.pulled``: one directory listing when there are
+none) are read the same way, each from its mirror (the verified log and its
+own index), with the same budget and scope; their candidates join this
+store's, each group merged newest first by the records' ``ts``, and are
+composed within the one budget. A pulled record's entry carries ``origin``
+(``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``),
+and its block shows ``from=MACHINE/STOREID8``. The counts below cover the
+union; ``pulled`` lists each pulled store read with what it had
+(``eligible``, ``shown``, ``not_read``) or why it could not be read
+(``error``, its records then counted as ``not_read``). Records are read
+from at most ``sync.layout.PULLED_READ_MAX`` pulled stores, those whose
+mirror changed last (each costs about what this store's part costs;
+without a usable index, its newest ``PULLED_SCAN_BYTES_MAX`` bytes); the
+others are counted in ``pulled_skipped`` (``stores``, and their
+``records``, counted as ``not_read``), so the output stays within its cap
+however many stores were pulled.
+
 It takes no lock, writes nothing but its anchor (the index is opened
 read-only, though SQLite may create its ``-wal`` and ``-shm`` files), never
 builds or catches up the index, and imports neither ``mcp`` nor
@@ -96,6 +114,9 @@ OUTPUT_BYTES_MAX = 8000
 # 500 bytes, each parsed and its hash checked, a few milliseconds. Counts are
 # exact for a log this small, an upper bound past it.
 SCAN_BYTES_MAX = 256 * 1024
+# The same for a store pulled by `retained sync` whose index cannot be used (its first `retained search` builds it):
+# up to 4 are read at every session start, and their newest 64 KiB hold far more than the budget shows.
+PULLED_SCAN_BYTES_MAX = 64 * 1024
 # A record that does not fit whole is cut only if this many tokens are left
 # (below that, its header and the cut marker leave no room for its text) and
 # at least CUT_BYTES_MIN bytes of its text fit: a few words are noise.
@@ -105,6 +126,9 @@ CUT_BYTES_MIN = 64
 PATH_CHARS_MAX = 160
 # Rows fetched per query when walking the index newest first.
 PAGE_ROWS = 32
+# A pulled store's machine name and read error in the closing line (which names at most PULLED_READ_MAX stores).
+PULLED_NAME_CHARS = 24
+PULLED_ERROR_CHARS = 80
 
 DROP_REASONS = ("over_budget", "superseded", "retracted", "unreadable", "not_read")
 # The kinds the "note" group leaves out: checkpoints are a group of their own.
@@ -121,20 +145,22 @@ if CUT_TOKENS_MIN * 4 >= OUTPUT_BYTES_MAX or DEFAULT_BUDGET * 4 > OUTPUT_BYTES_M
 class _Candidate:
     """An eligible, current record the brief may show, with its full cost."""
 
-    __slots__ = ("body", "entry", "nbytes", "rec", "seq", "text", "tokens")
+    __slots__ = ("body", "entry", "nbytes", "origin", "rec", "seq", "text", "tokens")
 
-    def __init__(self, seq: int, rec: dict[str, Any]) -> None:
+    def __init__(self, seq: int, rec: dict[str, Any], origin: dict[str, Any] | None = None) -> None:
         self.seq = seq
         self.rec = rec
+        self.origin = origin
         text = rec.get("text")
         self.text = _clean(text) if isinstance(text, str) else ""
         self.body = _body_text(rec.get("body"))
-        self.entry = _entry(seq, rec, self.text, self.body or None, None)
+        self.entry = _entry(seq, rec, self.text, self.body or None, None, origin)
         self.tokens, self.nbytes = _cost(self.entry, render_block(self.entry))
         self.entry["tokens"] = self.tokens
 
 
-def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict[str, int] | None) -> dict[str, Any]:
+def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict[str, int] | None,
+           origin: dict[str, Any] | None) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "seq": seq,
         "kind": _short(rec.get("kind")),
@@ -147,6 +173,9 @@ def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict
     sup = link_targets(rec.get("supersedes"))
     if sup:
         entry["supersedes"] = sup[:8]
+    if origin is not None:  # a record of another store, pulled by `retained sync` (its seq is that store's)
+        entry["origin"] = origin
+        entry["id"] = f"{origin['store_id']}:{seq}"
     entry["text"] = text
     entry["body"] = body
     entry["cut"] = cut
@@ -174,7 +203,7 @@ def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] 
         rest = n - len(text_b)
         b = body_b[:rest].decode("utf-8", "ignore") if rest > 0 else ""
         shown = len(t.encode()) + len(b.encode())
-        entry = _entry(cand.seq, cand.rec, t, b or None, {"shown_bytes": shown, "total_bytes": total})
+        entry = _entry(cand.seq, cand.rec, t, b or None, {"shown_bytes": shown, "total_bytes": total}, cand.origin)
         block = render_block(entry)
         tk, nb = _cost(entry, block)
         return entry, block, tk, nb
@@ -200,8 +229,10 @@ def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] 
 
 
 class _Brief:
-    def __init__(self, directory: Path, budget: int, scope: str | None, scan_bytes_max: int) -> None:
+    def __init__(self, directory: Path, budget: int, scope: str | None, scan_bytes_max: int,
+                 origin: dict[str, Any] | None = None) -> None:
         self.directory = directory
+        self.origin = origin  # None: this store; else the pulled store whose mirror this reads
         self.scan_bytes_max = scan_bytes_max
         self.budget = budget
         self.scope = scope
@@ -229,7 +260,7 @@ class _Brief:
         group = "checkpoint" if rec.get("kind") == "checkpoint" else "note"
         if self._full(group):
             return
-        cand = _Candidate(seq, rec)
+        cand = _Candidate(seq, rec, self.origin)
         (self.checkpoints if group == "checkpoint" else self.notes).append(cand)
         self.need[group][0] += cand.tokens
         self.need[group][1] += cand.nbytes
@@ -365,6 +396,24 @@ class _Brief:
                 if len(rows) < PAGE_ROWS:
                     break
 
+    # the stores pulled beside this one -------------------------------------------
+
+    def merge(self, others: list[_Brief]) -> None:
+        """Take the candidates of the pulled stores' briefs into this one's, each group still newest first.
+
+        Seqs of two stores do not compare: the groups are merged by the
+        records' ``ts`` (ties: this store's first), and each store's own
+        order is kept as it is (its seq order).
+        """
+        import heapq  # only when other stores were pulled
+
+        def ts(c: _Candidate) -> str:
+            value = c.rec.get("ts")
+            return value if isinstance(value, str) else ""
+
+        self.checkpoints = list(heapq.merge(self.checkpoints, *(o.checkpoints for o in others), key=ts, reverse=True))
+        self.notes = list(heapq.merge(self.notes, *(o.notes for o in others), key=ts, reverse=True))
+
     # composing -------------------------------------------------------------------
 
     def compose(self) -> tuple[list[dict[str, Any]], int, str | None]:
@@ -433,6 +482,7 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
         "skipped": {"foreign": 0, "damaged": 0, "torn_bytes": 0},
         "anchor": None,
         "pulled": [],
+        "pulled_skipped": {"stores": 0, "records": 0},
     }
 
 
@@ -465,6 +515,12 @@ def build_brief(
     ``head`` (newest record's seq and ts), ``index`` (its state and how the
     counts were made) and ``skipped`` (lines of the part read that are not
     records). A missing or unreadable store is a status, not an error.
+    ``pulled``: the stores ``retained sync`` pulled beside this one whose
+    records were read, each ``{"store_id", "machine", "seq", "eligible",
+    "shown", "not_read"}`` (or ``"error"`` when its mirror could not be
+    read); their records compete for the same budget, marked with
+    ``origin``; ``pulled_skipped``: ``{"stores", "records"}`` of those past
+    ``sync.layout.PULLED_READ_MAX`` (see the module's docstring).
     ``scan_bytes_max`` bounds how far the log is read without a usable index.
     With ``anchor_dir`` the head the brief read is recorded there
     (``anchors.record_head``: one small write, none when it is already the
@@ -496,7 +552,8 @@ def build_brief(
             size = log_path.stat().st_size
         except FileNotFoundError:
             size = 0
-        if size == 0:
+        pulled = sync_layout.pulled(directory)
+        if size == 0 and not pulled:
             return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope)
         last = None
         if project is not None:
@@ -504,19 +561,12 @@ def build_brief(
 
             last = recent.last_session(directory, project, budget // recent.SHARE)
             budget -= last["tokens"] if last else 0
-        builder = _Brief(directory, budget, scope, scan_bytes_max)
-        index = IndexView(directory, builder.log, size)
-        try:
-            try:
-                result = _build(builder, index, size)
-            except sqlite3.Error as exc:
-                # The index failed mid-read (a table missing, a page corrupt):
-                # start again from the log alone.
-                index.give_up("unusable", f"index cannot be read ({_short(str(exc), 200)})")
-                builder = _Brief(directory, budget, scope, scan_bytes_max)
-                result = _build(builder, index, size)
-        finally:
-            index.close()
+        builder, index, counts = _read(directory, size, budget, scope, scan_bytes_max, None)
+        read = _newest_pulled(directory, pulled)
+        pulled_scan = min(scan_bytes_max, PULLED_SCAN_BYTES_MAX)
+        others = [_read_pulled(directory, p, budget, scope, pulled_scan) if p["store_id"] in read
+                  else _not_read(p, "skipped", True) for p in pulled]
+        result = _build(builder, index, counts, others)
         if anchor_dir is not None and builder.tail is not None:
             result["anchor"] = _anchor(anchor_dir, directory, builder.tail)
         if last is not None:
@@ -537,7 +587,30 @@ def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int
     return {"file": done["file"], "store_id": done["store_id"]}
 
 
-def _build(b: _Brief, index: IndexView, size: int) -> dict[str, Any]:
+def _read(directory: Path, size: int, budget: int, scope: str | None, scan_bytes_max: int,
+          origin: dict[str, Any] | None) -> tuple[_Brief, IndexView, dict[str, Any]]:
+    """One store's candidates (in the builder) and counts (``_count``), through its index when it can be used.
+
+    The index is closed on return (its state and reason stay).
+    """
+    builder = _Brief(directory, budget, scope, scan_bytes_max, origin)
+    index = IndexView(directory, builder.log, size)
+    try:
+        try:
+            counts = _count(builder, index, size)
+        except sqlite3.Error as exc:
+            # The index failed mid-read (a table missing, a page corrupt):
+            # start again from the log alone.
+            index.give_up("unusable", f"index cannot be read ({_short(str(exc), 200)})")
+            builder = _Brief(directory, budget, scope, scan_bytes_max, origin)
+            counts = _count(builder, index, size)
+    finally:
+        index.close()
+    return builder, index, counts
+
+
+def _count(b: _Brief, index: IndexView, size: int) -> dict[str, Any]:
+    """Read the store newest first (the log's new part, then the index) into ``b``; its counts by kind of record."""
     b.scan(max(size, index.log_size), index)
     older = {"visible": 0, "superseded": 0, "retracted": 0}
     not_read: int | None = 0
@@ -550,24 +623,89 @@ def _build(b: _Brief, index: IndexView, size: int) -> dict[str, Any]:
         # Seqs run 1, 2, 3 (L2): the records older than the oldest one read
         # are seq 1 .. lowest - 1. None: not one record was read.
         not_read = (b.lowest_seq - 1) if b.lowest_seq is not None else None
-    entries, tokens, limit = b.compose()
-    visible = b.read["visible"] + older["visible"]
-    dropped = {
-        "over_budget": visible - len(entries) - b.unreadable,
-        "superseded": b.read["superseded"] + older["superseded"],
-        "retracted": b.read["retracted"] + older["retracted"],
-        "unreadable": b.unreadable,
-        "not_read": not_read or 0,
-    }
-    if dropped["over_budget"] < 0:
-        raise InvariantBroken(f"brief: over_budget came to {dropped['over_budget']} (I2 accounting)")
-    eligible = len(entries) + sum(dropped.values())
     if counted_by == "index":
         how = f"index {index.state}" + (" (the newer part read from the log)" if b.scanned_bytes else "")
     elif b.reached_start:
         how = "whole log read"
     else:
         how = f"last {b.scanned_bytes} bytes of the log read"
+    return {"visible": b.read["visible"] + older["visible"], "superseded": b.read["superseded"] + older["superseded"],
+            "retracted": b.read["retracted"] + older["retracted"], "unreadable": b.unreadable, "not_read": not_read,
+            "counted_by": counted_by, "how": how}
+
+
+def _newest_pulled(directory: Path, pulled: list[dict[str, Any]]) -> set[Any]:
+    """The ids of the pulled stores whose records the brief reads: at most ``PULLED_READ_MAX``, the last changed first."""
+    if len(pulled) <= sync_layout.PULLED_READ_MAX:
+        return {p["store_id"] for p in pulled}
+
+    def changed(p: dict[str, Any]) -> int:
+        try:
+            return (sync_layout.mirror_dir(directory, str(p["store_id"])) / LOG_NAME).stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    return {p["store_id"] for p in sorted(pulled, key=changed, reverse=True)[: sync_layout.PULLED_READ_MAX]}
+
+
+def _not_read(meta: dict[str, Any], key: str, why: object) -> tuple[dict[str, Any], None, dict[str, int]]:
+    """A pulled store whose records were not read (``skipped`` past ``PULLED_READ_MAX``, or an ``error``): named, with
+    ``why`` under ``key``, and its records counted as not read (an upper bound, I2)."""
+    seq = meta["seq"] if type(meta.get("seq")) is int else 0
+    part = dict(meta, machine=_short(str(meta.get("machine")), FIELD_CHARS_MAX), eligible=seq, shown=0, not_read=seq)
+    part[key] = why
+    counts = {"visible": 0, "superseded": 0, "retracted": 0, "unreadable": 0, "not_read": seq}
+    return part, None, counts
+
+
+def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str | None,
+                 scan_bytes_max: int) -> tuple[dict[str, Any], _Brief | None, dict[str, Any]]:
+    """A pulled store's part: ``(its entry in "pulled", its builder, its counts)``, or no builder when it cannot be read.
+
+    Read as this store is (its mirror is a store directory: the verified log
+    and its own index), with the same budget and scope; a mirror that
+    cannot be read never fails the brief (``retained sync`` and ``verify``
+    report it).
+    """
+    mdir = sync_layout.mirror_dir(directory, str(meta["store_id"]))
+    origin = {"store_id": meta["store_id"], "machine": meta.get("machine"), "local": False}
+    part = dict(meta, machine=_short(str(meta.get("machine")), FIELD_CHARS_MAX))
+    try:
+        size = (mdir / LOG_NAME).stat().st_size
+        builder, _, counts = _read(mdir, size, budget, scope, scan_bytes_max, origin)
+    except (OSError, StoreDamaged) as exc:
+        return _not_read(meta, "error", _short(exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}", 200))
+    part["eligible"] = sum(counts[name] or 0 for name in ("visible", "superseded", "retracted", "not_read"))
+    part["not_read"] = counts["not_read"] or 0
+    return part, builder, counts
+
+
+def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
+           others: list[tuple[dict[str, Any], _Brief | None, dict[str, Any]]]) -> dict[str, Any]:
+    """The brief's dict: this store's candidates and the pulled stores', composed within one budget."""
+    builders = [ob for _, ob, _ in others if ob is not None]
+    if builders:
+        b.merge(builders)
+    entries, tokens, limit = b.compose()
+    every = [counts, *(oc for _, _, oc in others)]
+
+    def total(name: str) -> int:
+        return sum(c[name] or 0 for c in every)
+
+    unreadable = total("unreadable")
+    dropped = {
+        "over_budget": total("visible") - len(entries) - unreadable,
+        "superseded": total("superseded"),
+        "retracted": total("retracted"),
+        "unreadable": unreadable,
+        "not_read": total("not_read"),
+    }
+    if dropped["over_budget"] < 0:
+        raise InvariantBroken(f"brief: over_budget came to {dropped['over_budget']} (I2 accounting)")
+    eligible = len(entries) + sum(dropped.values())
+    for p, ob, _ in others:
+        if ob is not None:
+            p["shown"] = sum(1 for e in entries if e.get("origin", {}).get("store_id") == p["store_id"])
     return {
         "status": "ok",
         "message": None,
@@ -578,14 +716,17 @@ def _build(b: _Brief, index: IndexView, size: int) -> dict[str, Any]:
         "included": entries,
         "dropped": dropped,
         "eligible": eligible,
-        "exact": not_read == 0,
+        "exact": all(c["not_read"] == 0 for c in every),
         "limit": limit,
         "head": b.head,
-        "index": {"state": index.state, "reason": index.reason or None, "counted_by": counted_by, "how": how},
+        "index": {"state": index.state, "reason": index.reason or None, "counted_by": counts["counted_by"],
+                  "how": counts["how"]},
         "log_bytes_read": b.scanned_bytes,
         "skipped": b.skipped,
         "anchor": None,
-        "pulled": sync_layout.pulled(b.directory),
+        "pulled": [p for p, _, _ in others if not p.get("skipped")],
+        "pulled_skipped": {"stores": sum(1 for p, _, _ in others if p.get("skipped")),
+                           "records": sum(p["not_read"] for p, _, _ in others if p.get("skipped"))},
     }
 
 
@@ -623,14 +764,21 @@ def closing_line(result: dict[str, Any]) -> str:
         parts.append(f"{d['retracted']} retracted")
     if d["unreadable"]:
         parts.append(f"{d['unreadable']} unreadable (the index points at lines that no longer hold them)")
-    if d["not_read"]:
+    pulled = result.get("pulled") or []
+    past = result.get("pulled_skipped") or {"stores": 0, "records": 0}
+    theirs = sum(int(p.get("not_read") or 0) for p in pulled) + int(past["records"])
+    mine = d["not_read"] - theirs
+    if mine:
         idx = result.get("index") or {}
         why = idx.get("reason") or "no index"
-        lowest = d["not_read"]
         parts.append(
-            f"{d['not_read']} older (#1-#{lowest}) not read ({why}); that count includes any superseded, "
+            f"{mine} older (#1-#{mine}) not read ({why}); that count includes any superseded, "
             "retracted, bookkeeping or other-scope records among them"
         )
+    if theirs:
+        parts.append(f"{theirs} records of pulled stores not read (see the pulled stores below; a pulled store is read "
+                     "whole through its index, which the first `retained search` after a pull builds); that count is "
+                     "an upper bound")
     if total == 0 and result["eligible"] == 0:
         scope = f' with scope "{_short(result["scope"])}"' if result.get("scope") is not None else ""
         line = f"Not shown: 0 records; the store holds no records{scope} to show."
@@ -650,11 +798,21 @@ def closing_line(result: dict[str, Any]) -> str:
         line += " 1 line of the part of the log read is not a valid record and was skipped."
     elif bad:
         line += f" {bad} lines of the part of the log read are not valid records and were skipped."
-    pulled = result.get("pulled") or []
     if pulled:
-        names = ", ".join(f"{_short(str(p['machine']), FIELD_CHARS_MAX)} {str(p['store_id'])[:8]} (#1-#{p['seq']})" for p in pulled)
-        line += f" Other stores pulled by `retained sync`, not shown here, searched with this one: {names}."
+        # The stores read are named; those skipped only counted (the line stays short: the hook's output is capped).
+        named = [_pulled_part(p) for p in pulled]
+        if past["stores"]:
+            named.append(f"{past['stores']} more not read (the brief reads the {len(pulled)} pulled last)")
+        line += (" Records of other stores, pulled by `retained sync`, are marked from=MACHINE/STOREID8 (their seqs are "
+                 "their store's: `retained get SEQ --from STOREID8`): " + ", ".join(named) + ".")
     return line
+
+
+def _pulled_part(p: dict[str, Any]) -> str:
+    name = f"{_short(str(p['machine']), PULLED_NAME_CHARS)}/{str(p['store_id'])[:8]} (#1-#{p['seq']}"
+    if p.get("error"):
+        return f"{name}, not read: {_short(p['error'], PULLED_ERROR_CHARS)})"
+    return f"{name}, {p.get('shown', 0)} shown)"
 
 
 def render_text(result: dict[str, Any]) -> str:

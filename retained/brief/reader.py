@@ -10,8 +10,9 @@ else of retained but the few leaf modules it must have: ``errors``,
 ``core.anchors`` (the brief records the head it read), ``index.schema``
 (the index's tables and read-only queries), ``brief.session`` (the one
 entry every caller of the brief goes through) and ``sync.layout`` (where
-``retained sync`` keeps the stores it pulled, which the brief names). Never orjson, the storage core
-(``core.log``, ``core.record``, ``core.lock``) or the index writer:
+``retained sync`` keeps the stores it pulled, whose records the brief reads
+with this module as it reads the store's own). Never orjson, the storage
+core (``core.log``, ``core.record``, ``core.lock``) or the index writer:
 tests/unit/test_brief.py checks the set.
 
 - `LogReader`: the log's size, its lines newest first, records at places

@@ -23,7 +23,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from retained.core import record
@@ -37,31 +36,45 @@ class BadEvent(ValueError):
     """The event is not one of the shapes capture reads; the message says which field."""
 
 
-@dataclass
 class Turn:
-    """One thing to keep: who said it, the text, and where it came from."""
+    """One thing to keep: who said it, the text, and where it came from.
 
-    speaker: str  # user / assistant
-    text: str
-    what: str  # user, assistant, summary, subagent: the last part of the id
-    span: dict[str, Any]  # where in the host's event (or transcript) the text was
-    extra: dict[str, str] = field(default_factory=dict)  # the generic shape's name and at, when given
+    Plain classes here, not dataclasses: making one costs more at import than
+    this hook, which runs on every turn, should pay.
+    """
+
+    __slots__ = ("extra", "span", "speaker", "text", "what")
+
+    def __init__(self, speaker: str, text: str, what: str, span: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+        self.speaker = speaker  # user / assistant
+        self.text = text
+        self.what = what  # user, assistant, summary, subagent: the last part of the id
+        self.span = span  # where in the host's event (or transcript) the text was
+        self.extra = extra or {}  # the generic shape's name and at, when given
+
+    def __repr__(self) -> str:
+        return f"Turn({self.speaker!r}, {self.text[:40]!r}, {self.what!r})"
 
 
-@dataclass
 class Event:
     """A host's event: who sent it, which session and turn, and the turns to keep."""
 
-    host: str
-    event: str
-    session: str
-    turn_id: str | None = None
-    host_version: str | None = None
-    cwd: str | None = None
-    transcript: str | None = None
-    turns: list[Turn] = field(default_factory=list)
-    # Why there is nothing to keep, when ``turns`` is empty on purpose.
-    nothing_because: str | None = None
+    __slots__ = ("cwd", "event", "host", "host_version", "nothing_because", "session", "transcript", "turn_id", "turns")
+
+    def __init__(self, host: str, event: str, session: str, turn_id: str | None = None, host_version: str | None = None,
+                 cwd: str | None = None, transcript: str | None = None, turns: list[Turn] | None = None) -> None:
+        self.host = host
+        self.event = event
+        self.session = session
+        self.turn_id = turn_id
+        self.host_version = host_version
+        self.cwd = cwd
+        self.transcript = transcript
+        self.turns: list[Turn] = turns if turns is not None else []
+        self.nothing_because: str | None = None  # why there is nothing to keep, when ``turns`` is empty on purpose
+
+    def __repr__(self) -> str:
+        return f"Event({self.host!r}, {self.event!r}, session={self.session!r}, turn={self.turn_id!r}, turns={self.turns!r})"
 
     def op_id(self, turn: Turn) -> str:
         """The turn's client_op_id: host, session, turn (or the text's digest), what."""

@@ -284,7 +284,10 @@ def _known(store_dir: Path, store: Any, op_ids: list[str]) -> list[Any]:
         opened = None
     if opened is None:
         return [None for _ in op_ids]
-    return [opened[0].get(op) for op in op_ids]
+    try:
+        return [opened[0].get(op) for op in op_ids]
+    finally:
+        opened[0].close()
 
 
 def _append(store: Any, store_dir: Path, prepared: list[tuple[str, Any]]) -> list[dict[str, Any]]:
@@ -297,12 +300,16 @@ def _append(store: Any, store_dir: Path, prepared: list[tuple[str, Any]]) -> lis
         opened = None  # without the map the log scans for the ids itself: slower, as correct
     if opened is not None:
         known, end = opened
-        earlier = [known.get(op) for op, _ in prepared]
-        if all(e is not None for e in earlier):
-            return [{**e, "duplicate": True} for e in earlier]
-        store.log.assume_ops(known, end)
-    # The id names the turn, whatever else differs between two deliveries of it
-    # (a transcript import keeps another span than the live hook): a repeat.
+        try:
+            earlier = [known.get(op) for op, _ in prepared]
+            if all(e is not None for e in earlier):
+                return [{**e, "duplicate": True} for e in earlier]
+            store.log.assume_ops(known, end)
+            # The id names the turn, whatever else differs between two deliveries of it
+            # (a transcript import keeps another span than the live hook): a repeat.
+            return store.append([g for _, g in prepared], op_reuse="duplicate")
+        finally:
+            known.close()  # the log may still ask it (it opens the table again then)
     return store.append([g for _, g in prepared], op_reuse="duplicate")
 
 

@@ -236,7 +236,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         if args.around is not None:
             window = limits.TIMELINE_WINDOW_DEFAULT if args.window is None else args.window
-            result = store.timeline(args.around, window=window)
+            result = store.timeline(args.around, window=window, store_id=args.store_id)
         else:
             entries = store.get(args.seqs, store_id=args.store_id)
             result = {"records": entries, "returned": len(entries), "more": 0}
@@ -542,7 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("get", "print records by seq, or a timeline around one", "retained get 3 7; retained get --around 5 --window 2", cmd_get)
     p.add_argument("seqs", nargs="*", type=int, metavar="SEQ", help="seqs to print, in this order")
     p.add_argument("--around", type=int, metavar="SEQ", help="print this record and its neighbours, oldest first")
-    p.add_argument("--from", dest="store_id", metavar="STORE_ID", help="records of another store, pulled by `retained sync`")
+    p.add_argument("--from", dest="store_id", metavar="STORE_ID",
+                   help="records of another store, pulled by `retained sync`: its id, or its first 8 or more hex digits "
+                        "(from=MACHINE/STOREID8 in search and the brief)")
     p.add_argument("--window", type=int, metavar="N",
                    help=f"with --around: records on each side (default {limits.TIMELINE_WINDOW_DEFAULT}, "
                         f"at most {limits.TIMELINE_WINDOW_MAX})")

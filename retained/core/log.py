@@ -28,6 +28,7 @@ Crash cases this module defends, each at its step in ``Log.append``:
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -56,7 +57,11 @@ from retained.errors import (
 if TYPE_CHECKING:
     from retained.replies import Placed, WriteProof
 
-_MARK_BYTES = 256  # the mark in log.lock (Log._publish): inode, end, seq, hash, line offset, digest, crc32, padded
+# The mark in log.lock (Log._publish): magic, inode, end, seq, hash, line offset, digest (of a long last
+# line; zeros otherwise), then the crc32 of those bytes. Binary: packing it costs less than formatting.
+_MARK = struct.Struct("<4sQQQ64sQ64s")
+_MARK_MAGIC = b"rtm1"
+_CRC = struct.Struct("<I")
 _MARK_DIGEST_BYTES = 64 * 1024  # a last line this long is recognised by the digest of its bytes, not parsed again
 
 
@@ -284,9 +289,9 @@ class Log:
 
         Written under the lock, after the append's fsync and read-back and
         before any caller is acknowledged, into ``log.lock``, which every
-        writer holds open read-write: ``inode end seq hash line-offset
-        digest crc32`` (digest: of the last line's bytes when it is long,
-        else ``-``), one ``pwrite`` of `_MARK_BYTES` at offset 0, not synced (a
+        writer holds open read-write: `_MARK` (inode, end, seq, hash, line
+        offset, and the digest of the last line's bytes when it is long) and
+        its crc32, one ``pwrite`` at offset 0, not synced (a
         mark lost to a power cut is only older; it is never ahead of the log,
         since it is written after the fsync). Readers index up to its end; the
         next writer, whatever its process, finds the tail in it instead of
@@ -298,10 +303,10 @@ class Log:
             return
         seq, h, line_offset, length = self._tail
         # A long last line gets the digest of its bytes: a new process checks those instead of parsing it again.
-        line_digest = record.digest(last_line).encode() if len(last_line) >= _MARK_DIGEST_BYTES else b"-"
-        body = b"%d %d %d %s %d %s" % (self._ino or 0, line_offset + length, seq, h.encode(), line_offset, line_digest)
+        line_digest = record.digest(last_line).encode() if len(last_line) >= _MARK_DIGEST_BYTES else b""
+        body = _MARK.pack(_MARK_MAGIC, self._ino or 0, line_offset + length, seq, h.encode(), line_offset, line_digest)
         try:
-            _pwrite(fd, (body + b" %08x" % zlib.crc32(body)).ljust(_MARK_BYTES - 1) + b"\n", 0)
+            _pwrite(fd, body + _CRC.pack(zlib.crc32(body)), 0)
         except OSError:
             pass  # a hint: without it readers fsync for themselves and writers read the tail
 
@@ -310,7 +315,7 @@ class Log:
         fd = self._lock.file_fd
         if fd is not None and _pwrite is not None:
             try:
-                _pwrite(fd, b" " * (_MARK_BYTES - 1) + b"\n", 0)
+                _pwrite(fd, bytes(_MARK.size + _CRC.size), 0)
             except OSError:
                 pass
 
@@ -321,19 +326,18 @@ class Log:
         except (OSError, RetainedError):
             return None
         try:
-            data = os.read(fd, _MARK_BYTES)
+            data = os.read(fd, _MARK.size + _CRC.size)
         except OSError:
             return None
         finally:
             os.close(fd)
-        parts = data.split()
-        if len(parts) != 7 or b"%08x" % zlib.crc32(b" ".join(parts[:6])) != parts[6]:
+        if len(data) != _MARK.size + _CRC.size or _CRC.unpack_from(data, _MARK.size)[0] != zlib.crc32(data[: _MARK.size]):
             return None
-        try:
-            return Published(int(parts[0]), int(parts[1]), int(parts[2]), parts[3].decode("ascii"), int(parts[4]),
-                             None if parts[5] == b"-" else parts[5].decode("ascii"))
-        except (ValueError, UnicodeDecodeError):
+        magic, ino, end, seq, h, line_offset, line_digest = _MARK.unpack_from(data)
+        if magic != _MARK_MAGIC:
             return None
+        return Published(ino, end, seq, h.decode("ascii", "replace"), line_offset,
+                         line_digest.decode("ascii", "replace") if line_digest.strip(b"\0") else None)
 
     def read_at(self, offset: int, length: int) -> bytes:
         """The bytes of one line, as an index remembers its place."""
@@ -586,7 +590,7 @@ class Log:
         """Take ``known`` as the complete client_op_id map of the log up to byte ``end``.
 
         For a caller that keeps its own map of the log's ids (capture keeps
-        one in ``capture/ops.bin``): a short-lived process then need not scan the whole
+        one in ``capture/ops.sqlite3``): a short-lived process then need not scan the whole
         log for retries before its first append. ``known`` answers ``get``,
         ``in``, item assignment and ``update`` as a dict does; whatever the
         log gains after ``end`` is still scanned under the lock as usual,

@@ -418,11 +418,13 @@ class IndexAccess:
         return out
 
     def catch_up_evidence(self) -> None:
-        """Bring the index up to the log now, so a head it had read and the log lost is anchored first.
+        """Bring an existing index up to the log now, so a head it had read and the log lost is anchored first.
 
         Before an acceptance: otherwise the next read would find the index
         built from the old log and record its head after the acceptance,
-        as new evidence.
+        as new evidence. Also after ``retained sync`` pulled records into a
+        mirror whose index exists (``sync.runner``), for readers that never
+        catch up (the brief).
         """
         if not self.present():
             return

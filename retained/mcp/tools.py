@@ -313,6 +313,12 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         window: Annotated[
             int, Field(ge=0, le=WINDOW_MAX, description="with around: how many records on each side")
         ] = WINDOW_DEFAULT,
+        store_id: Annotated[
+            str | None,
+            Field(min_length=8, max_length=32, pattern="^[0-9a-f]+$",
+                  description="with ids or around: read another store's records, pulled by `retained sync` (a result's "
+                              "origin.store_id, or its first 8 hex digits); default this store"),
+        ] = None,
     ) -> Annotated[CallToolResult, Records]:
         """Read full records from the log.
 
@@ -321,6 +327,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
           first, to see what happened around it.
         - neither: the newest records first, optionally only one kind or scope,
           up to `limit`.
+        - store_id (with ids or around): in another store pulled by `retained
+          sync`, as a search result's origin names it; its records carry origin.
 
         Each record shows who wrote it (client) and when (ts). A corrected record
         carries superseded_by and a forgotten one retracted_by; both stay readable
@@ -329,11 +337,14 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         """
         if ids is not None and around is not None:
             raise _invalid("give ids or around, not both; nothing was read")
+        if store_id is not None and ids is None and around is None:
+            raise _invalid("store_id goes with ids=[...] or around=SEQ (seqs of that store, as its search results "
+                           "give them); nothing was read")
         got: Mapping[str, Any]
         if around is not None:
-            got = call("memory_get", lambda store: store.timeline(around, window=window))
+            got = call("memory_get", lambda store: store.timeline(around, window=window, store_id=store_id))
         elif ids is not None:
-            entries = call("memory_get", lambda store: store.get(ids))
+            entries = call("memory_get", lambda store: store.get(ids, store_id=store_id))
             got = {"records": entries, "returned": len(entries), "more": 0}
         else:
             got = call("memory_get", lambda store: store.list(limit=limit, kind=kind, scope=scope))

@@ -31,8 +31,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import AnyStr
+from typing import AnyStr, NamedTuple, cast
 
 from retained.errors import InvariantBroken
 
@@ -47,9 +46,35 @@ GENERIC_CHARS_MIN = 32
 GENERIC_CHARS_MAX = 160
 
 
+class _Lazy:
+    """A pattern compiled on first use: a text that needs no rule never pays for compiling them all."""
 
-@dataclass(frozen=True)
-class Finding:
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, pattern: str, flags: int) -> None:
+        self._args = (pattern, flags)
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._compiled is None:
+            self._compiled = re.compile(*self._args)
+        return getattr(self._compiled, name)
+
+
+def _lazy(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return cast("re.Pattern[str]", _Lazy(pattern, flags))
+
+
+def _compile_lazy() -> None:
+    """Put the compiled patterns in place of the lazy ones (once a text needs them: no lookup per call after that)."""
+    here = globals()
+    for name, value in list(here.items()):
+        if isinstance(value, _Lazy):
+            here[name] = re.compile(*value._args)
+
+
+
+class Finding(NamedTuple):
     """One secret in one string: where it is (``start``/``end``) and what it is."""
 
     start: int
@@ -65,8 +90,8 @@ def _entropy(token: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-_CAMEL_PIECES = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
-_HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
+_CAMEL_PIECES = _lazy(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+_HEX_ONLY = _lazy(r"[0-9a-fA-F\-]+")
 
 # Letter pairs common in English (and so in names made of English words):
 # about a third of all pairs, yet nine in ten of the pairs in ordinary words.
@@ -105,7 +130,7 @@ def _word_chars(token: str, piece_min: int = 4, common_min: float = 0.75) -> int
     return total
 
 
-_SEPARATORS = re.compile(r"[/\-_]+")
+_SEPARATORS = _lazy(r"[/\-_]+")
 
 
 def _structured(token: str) -> bool:
@@ -182,17 +207,40 @@ def _random_body(token: str, before: str = "") -> bool:
 _Check = Callable[[str, str], bool]
 
 
-@dataclass(frozen=True)
 class _Rule:
-    kind: str
-    pattern: re.Pattern[str]
-    pattern_ci: re.Pattern[str] | None  # for ``fold`` rules: the same pattern, ignoring case
-    check: _Check | None  # applied to the secret span; False drops the match
-    hints: tuple[str, ...]  # the rule runs only if one of these occurs in the text
-    gate: bool  # check the hints on long texts too (False: the pattern's literal prefix is as fast)
-    fold: bool  # hints are lower case and checked on the lower-cased text
-    span_back: int  # the secret starts this many characters before the match
-    anchored: bool  # matched only where a hint occurs (found with str.find), not searched
+    """One provider format: its pattern (compiled on first use), when to run it, and what to check."""
+
+    __slots__ = ("_pattern", "_pattern_ci", "anchored", "check", "flags", "fold", "gate", "hints", "kind", "source",
+                 "span_back")
+
+    def __init__(self, kind: str, source: str, flags: int, check: _Check | None, hints: tuple[str, ...], gate: bool,
+                 fold: bool, span_back: int, anchored: bool) -> None:
+        self.kind = kind
+        self.source = source  # the pattern; compiled by ``pattern`` when a text first needs it
+        self.flags = flags
+        self.check = check  # applied to the secret span; False drops the match
+        self.hints = hints  # the rule runs only if one of these occurs in the text
+        self.gate = gate  # check the hints on long texts too (False: the pattern's literal prefix is as fast)
+        self.fold = fold  # hints are lower case and checked on the lower-cased text
+        self.span_back = span_back  # the secret starts this many characters before the match
+        self.anchored = anchored  # matched only where a hint occurs (found with str.find), not searched
+        self._pattern: re.Pattern[str] | None = None
+        self._pattern_ci: re.Pattern[str] | None = None
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        # Compiled when first needed: most texts are quiet (no rule runs), and a
+        # hook process that writes one turn should not compile every format.
+        if self._pattern is None:
+            self._pattern = re.compile(self.source, self.flags)
+        return self._pattern
+
+    @property
+    def pattern_ci(self) -> re.Pattern[str] | None:
+        """For ``fold`` rules: the same pattern, ignoring case (None for the others)."""
+        if self._pattern_ci is None and self.fold:
+            self._pattern_ci = re.compile(self.source, self.flags | re.IGNORECASE)
+        return self._pattern_ci
 
 
 def _rule(
@@ -212,11 +260,18 @@ def _rule(
     # A ``fold`` rule is written in lower case and runs on the lower-cased
     # text (the engine then compares plain characters, not case classes); pattern_ci is for text
     # whose length changes when lower-cased (a few non-ASCII letters).
-    ci = re.compile(pattern, flags | re.IGNORECASE) if fold else None
-    return _Rule(kind, re.compile(pattern, flags), ci, check, hints, gate, fold, span_back, anchored)
+    return _Rule(kind, pattern, flags, check, hints, gate, fold, span_back, anchored)
 
 
-_PLACEHOLDER = re.compile(
+def compile_rules() -> None:
+    """Compile every rule's pattern now (a long-running server warms up with this; a hook compiles what it uses)."""
+    _compile_lazy()
+    for rule in _RULES:
+        rule.pattern  # noqa: B018 -- the property compiles
+        rule.pattern_ci  # noqa: B018
+
+
+_PLACEHOLDER = _lazy(
     r"(?i)(?:x+|\*+|\.+|_+|-+|#+|0+|1234(?:5678?)?9?|changeme|dummy|redacted|hidden"
     r"|password|passwd|pass|pwd|secret|token|none|null|nil|true|false|undefined"
     r"|(?:your|insert|enter|replace|put|add|my|some|fake|dummy|test)[_\-.][\w.\-]*"
@@ -234,7 +289,7 @@ def _not_placeholder(value: str, before: str = "") -> bool:
     return len(set(stripped)) > 2
 
 
-_PATH_LIKE = re.compile(r"(?:\.{0,2}/|~/|[A-Za-z]:\\)[\w.\-/\\]*")
+_PATH_LIKE = _lazy(r"(?:\.{0,2}/|~/|[A-Za-z]:\\)[\w.\-/\\]*")
 
 
 def _looks_like_path(value: str) -> bool:
@@ -266,7 +321,7 @@ def _basic_credentials(token: str, before: str = "") -> bool:
     return decoded is not None and ":" in decoded and len(decoded) > 2
 
 
-_URL_PLACEHOLDER = re.compile(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test|guest|demo|admin|user(?:name)?)")
+_URL_PLACEHOLDER = _lazy(r"(?i)(?:foo|bar|baz|qux|pass(?:word)?|secret|test|guest|demo|admin|user(?:name)?)")
 
 
 def _url_password(value: str, before: str = "") -> bool:
@@ -274,10 +329,10 @@ def _url_password(value: str, before: str = "") -> bool:
     return _not_placeholder(value) and not _URL_PLACEHOLDER.fullmatch(value) and not before.endswith("[secret:")
 
 
-_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
+_IDENTIFIER_PATH = _lazy(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
 
 
-_PASSWORD_LIKE = re.compile(r"[A-Za-z0-9!@#$%^&*_\-+.~?]{8,}")
+_PASSWORD_LIKE = _lazy(r"[A-Za-z0-9!@#$%^&*_\-+.~?]{8,}")
 
 
 def _mixed(value: str) -> bool:
@@ -288,7 +343,7 @@ def _mixed(value: str) -> bool:
     return upper and lower and other and _word_chars(value, 3, 0.6) < sum(ch.isalpha() for ch in value) * 0.6
 
 
-_ENV_NAME = re.compile(r"[A-Z0-9_]+=[\"']?\Z")
+_ENV_NAME = _lazy(r"[A-Z0-9_]+=[\"']?\Z")
 
 
 def _assigned_value(value: str, before: str = "", *, literal: bool = False) -> bool:
@@ -323,7 +378,7 @@ _SECRET_NAME = (
     r"|(?:auth|access|refresh|bearer|session|api|bot|oauth)[_.-]?token|token|client[_.-]?secret"
     r"|private[_.-]?key|credentials?|signing[_.-]?key|encryption[_.-]?key)"
 )
-_SECRET_KEY_NAME = re.compile(r"(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z", re.IGNORECASE)
+_SECRET_KEY_NAME = _lazy(r"(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z", re.IGNORECASE)
 
 _B64 = r"A-Za-z0-9+/"
 _URLSAFE = r"A-Za-z0-9_\-"
@@ -482,27 +537,27 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 # Candidate tokens for the generic rule: runs of base64 / base64url letters.
-_TOKEN = re.compile(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
+_TOKEN = _lazy(rf"[{_URLSAFE}+/]{{{GENERIC_CHARS_MIN},}}=*")
 # Tokens that look random but are public by design, or are hashes: Stripe
 # publishable keys, SRI hashes, file headers in base64 (PNG, JPEG, GIF, WebP,
 # PDF, SVG), SSH public keys, IPFS content ids, bech32 addresses.
-_PUBLIC_TOKEN = re.compile(
+_PUBLIC_TOKEN = _lazy(
     r"(?:pk_(?:live|test)_|sha(?:1|256|384|512)[-:=]|iVBORw0KGgo|/9j/|R0lGOD|UklGR|JVBERi0|PHN2Zy"
     r"|AAAA(?:B3NzaC1|C3NzaC1|E2VjZHNh)|Qm[1-9A-HJ-NP-Za-km-z]{44}\Z|bafy[a-z2-7]{50,}\Z|bc1[qp][a-z0-9]{38,58}\Z)"
 )
 # What may precede a public token: a data URI, a hash algorithm (SRI, go.sum
 # "h1:"), an integrity attribute, an AWS request id header.
-_PUBLIC_BEFORE = re.compile(
+_PUBLIC_BEFORE = _lazy(
     r"(?:base64,|sha(?:1|256|384|512)[-:=]|\bh1:|integrity=[\"']?|x-amz-id-2:\s?)\Z", re.IGNORECASE
 )
-_URL_REST = re.compile(r"://[^\s\"'<>]+")
+_URL_REST = _lazy(r"://[^\s\"'<>]+")
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 # Public keys and certificates are not secrets: their bodies are skipped.
-_PUBLIC_PEM = re.compile(
+_PUBLIC_PEM = _lazy(
     r"-----BEGIN (?![A-Z0-9 ]*PRIVATE)[A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
 )
 _QUERY_WORDS = ("token", "secret", "key", "sig", "password", "auth", "credential")
-_URL_QUERY_SECRET = re.compile(
+_URL_QUERY_SECRET = _lazy(
     rf"(?i)[?&#](?:[\w.\-]*(?:{'|'.join(_QUERY_WORDS)}|signature)[\w.\-]*)=([^&#\s\"'<>]+)"
 )
 
@@ -638,7 +693,7 @@ def _in_blob(text: str, start: int, end: int) -> bool:
 
 _OPENSSH_MAGIC = b"openssh-key-v1\x00"
 _PBES2 = bytes.fromhex("06092a864886f70d01050d")  # the OID of an encrypted PKCS#8 key's scheme
-_ARMOUR_DASHES = re.compile(r"-+[ \t]*\Z")
+_ARMOUR_DASHES = _lazy(r"-+[ \t]*\Z")
 
 
 def private_key_body(token: str) -> bool:
@@ -684,7 +739,7 @@ def _blob_end(text: str, end: int) -> int:
         end = nl + 1 + len(line)
 
 
-_B64_TAIL = re.compile(r"[A-Za-z0-9+/]{1,31}={0,2}")
+_B64_TAIL = _lazy(r"[A-Za-z0-9+/]{1,31}={0,2}")
 
 
 # -- disguises: keys split by whitespace, format characters, compatibility forms --
@@ -712,7 +767,7 @@ _SPLIT_STARTS = (
 _SPLIT_HINTS_LONG = ("MII", "MIG", "MC4C", "MHcC", "b3BlbnNzaC1rZXkt", "eyJ", "SG.")
 _PIECE = r"A-Za-z0-9_\-+/=.~"
 _GAP = r"(?:[ \t]{1,4}|[ \t]*\r?\n[ \t]*)"
-_SPLIT = re.compile(
+_SPLIT = _lazy(
     rf"(?<![A-Za-z0-9_\-+/.~])(?:(?:{'|'.join(map(re.escape, _SPLIT_STARTS))})[{_PIECE}]*"
     rf"|(?:{'|'.join(map(re.escape, _SPLIT_HINTS_LONG))})[{_PIECE}]{{13,}})(?:{_GAP}[{_PIECE}]+){{1,40}}"
 )
@@ -810,7 +865,7 @@ def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> l
 # selectors and the combining grapheme joiner: invisible, so removed before
 # the rules look. tests/unit/test_guard_evasions.py checks that every Cf
 # character of the running Python is here.
-IGNORABLE = re.compile(
+IGNORABLE = _lazy(
     "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180b-\u180f\u200b-\u200f"
     "\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
     "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
@@ -830,8 +885,35 @@ def normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", IGNORABLE.sub("", text))
 
 
+# A long text is normalised and scanned again in overlapping pieces, and only the pieces that normalising
+# changes: a 4 MB conversation with ten emoji joiners is then scanned once more in two 64 KiB pieces, not
+# whole. The overlap is longer than any secret the rules find (a 4096-bit PEM key is about 3.3 KB), so a
+# disguised secret lies whole in some piece.
+_PIECE_CHARS = 65536
+_PIECE_OVERLAP = 8192
+
+
 def _normalised_findings(text: str, found: list[Finding], allow: frozenset[str]) -> list[Finding]:
     """Add what the rules find in the normalised text, mapped back onto the original."""
+    if len(text) <= _PIECE_CHARS:
+        return _normalised_piece(text, found, allow)
+    spans = _Spans()
+    for f in found:
+        spans.add(f)
+    at = 0
+    while True:
+        piece = text[at : at + _PIECE_CHARS]
+        if not piece.isascii():
+            for f in _normalised_piece(piece, [], allow):
+                if not spans.overlaps(at + f.start, at + f.end):
+                    spans.add(Finding(at + f.start, at + f.end, f.kind))
+        if at + _PIECE_CHARS >= len(text):
+            return spans.findings
+        at += _PIECE_CHARS - _PIECE_OVERLAP
+
+
+def _normalised_piece(text: str, found: list[Finding], allow: frozenset[str]) -> list[Finding]:
+    """`_normalised_findings` of one text short enough to scan whole."""
     norm = normalise(text)
     in_norm = find_secrets(norm, allow) if norm != text else []
     if not in_norm:
@@ -863,14 +945,14 @@ def _normalised_findings(text: str, found: list[Finding], allow: frozenset[str])
 
 
 # A bare "key" counts as a secret's name only after one of these words.
-_KEY_PREFIX = re.compile(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
+_KEY_PREFIX = _lazy(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
 
 
 _LONG_TEXT_CHARS = 4096
 # Every rule needs a ":" or "=" (a name and its value, a URL), a secret's
 # name ("password is ...") or a run of 16 or more token characters; a short
 # text with none of them is done at once.
-_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+/.~%=]{16}")
+_LONG_RUN = _lazy(r"[A-Za-z0-9_\-+/.~%=]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
 
 
@@ -1073,6 +1155,8 @@ def _scan(text: str, allow: frozenset[str], depth: int) -> tuple[list[Finding], 
         # No "name: value", URL, "password is ..." or run long enough for a token. A
         # split key is 20 characters or more (AKIA and 16, xoxb- and 15, ...).
         return [], len(text) >= _SPLIT_CHARS_MIN and _FIND_SPLIT_SHORT.any(text)
+    if isinstance(_TOKEN, _Lazy):
+        _compile_lazy()
     found = _Spans()
     # Which hints occur, found once for all rules. On a short text every rule
     # is gated (a substring test is far cheaper than starting a regex); on a
@@ -1118,7 +1202,7 @@ def _scan(text: str, allow: frozenset[str], depth: int) -> tuple[list[Finding], 
     return _relabel(text, found.findings), split
 
 
-_SERVICE_ACCOUNT = re.compile(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")
+_SERVICE_ACCOUNT = _lazy(r"[\"']type[\"']\s*:\s*[\"']service_account[\"']")
 
 
 def _relabel(text: str, found: list[Finding]) -> list[Finding]:

@@ -15,7 +15,9 @@ the fields (dict values, list items and dict keys):
    from ordinary text).
 2. Credentials, on what is left, found by credentials.find_secrets (provider
    formats, JWTs, PEM keys, passwords in URLs, values assigned to
-   secret-looking names, long random-looking tokens), plus a value stored
+   secret-looking names, long random-looking tokens; and the same in
+   disguise: format characters, compatibility forms, broken PEM armour,
+   keys split by whitespace), plus a value stored
    under a secret-named dict key (``{"token": "..."}``). Policy ``refuse``
    raises :class:`~retained.errors.SecretDetected`; ``redact`` replaces each
    secret with ``[secret:<kind>]``; ``off`` only removes private spans.
@@ -38,7 +40,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -165,17 +166,24 @@ def _orjson_dumps(obj: Any) -> bytes:
 # -- the guard ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class GuardResult:
     """What the guard made of a record's caller fields.
 
     ``fields`` is a new dict (the input is never changed); ``redactions`` lists
-    ``{"path", "kind"}`` for each secret replaced under ``redact``.
+    ``{"path", "kind"}`` for each secret replaced under ``redact``. A plain
+    class (a dataclass costs a capture hook more to import than to use).
     """
 
-    fields: dict[str, Any]
-    private_spans_removed: int = 0
-    redactions: list[dict[str, str]] = field(default_factory=list)
+    __slots__ = ("fields", "private_spans_removed", "redactions")
+
+    def __init__(self, fields: dict[str, Any], private_spans_removed: int = 0,
+                 redactions: list[dict[str, str]] | None = None) -> None:
+        self.fields = fields
+        self.private_spans_removed = private_spans_removed
+        self.redactions: list[dict[str, str]] = redactions if redactions is not None else []
+
+    def __repr__(self) -> str:
+        return f"GuardResult({self.fields!r}, {self.private_spans_removed!r}, {self.redactions!r})"
 
 
 class Guard:

@@ -24,6 +24,9 @@ FORMAT = 1
 SEGMENT_BYTES = 4 * 1024 * 1024
 # Mirrors the brief names at most (one small file read each).
 PULLED_SHOWN_MAX = 20
+# Mirrors whose records the brief reads at most, the most recently pulled first (each costs about what the
+# store's own part of the brief costs: the session-start budget, `python -m harness bench brief --pulled N`).
+PULLED_READ_MAX = 4
 # Keys listed per store and sync at most (a store's segments; past it the listing is reported incomplete).
 LIST_KEYS_MAX = 1_000_000
 

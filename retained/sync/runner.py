@@ -109,6 +109,11 @@ def run(store: Any, url: str, *, machine: str | None = None, endpoint_url: str |
                     # The mirror's index held the erased words: scrubbed as `retained redact` scrubs the store's own.
                     with type(store)(layout.mirror_dir(directory, sid)) as other:
                         other.index_access.scrub_if_present()
+                elif got.get("records"):
+                    # A mirror's index, once a search built it, follows its log here (the new records only), so the
+                    # session-start brief, which never catches an index up, reads it whole and exactly.
+                    with type(store)(layout.mirror_dir(directory, sid)) as other:
+                        other.index_access.catch_up_evidence()
         report["ok"] = not report["findings"]
         state.write(layout.sync_dir(directory) / layout.FINDINGS_NAME,
                     {"remote": url, "time": record.utc_now(), "findings": report["findings"]})

@@ -4,22 +4,27 @@ Each mirror has its own derived index (in ``mirrors/<store id>/``, built
 from its verified log and caught up like the store's), searched with
 the same query and options. Results from the mirrors carry ``origin``
 (``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``;
-``retained get SEQ --from STORE_ID`` reads one); local results carry ``origin`` with
+``retained get SEQ --from STORE_ID`` and ``memory_get`` with ``store_id``
+read one, or a timeline around it); local results carry ``origin`` with
 ``local``: true. The I2 accounting holds over the union: what every part
 matched, and what the merge left beyond ``k`` or over ``max_tokens``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from retained.core import anchors
-from retained.errors import NotFound
+from retained.errors import InvalidRecord, NotFound
 from retained.sync import layout, mirror
 
 _COUNTED = ("superseded", "retracted", "unreadable", "beyond_k", "over_budget")
+# A store id as a reader may give it: whole (32 hex digits), or its first 8 or more (``from=MACHINE/STOREID8``).
+_STORE_ID_GIVEN = re.compile(r"[0-9a-f]{8,32}\Z")
+_FIELD = "field store_id (`--from` on the command line)"
 
 
 def merge(directory: Path, reply: dict[str, Any], query: str, options: dict[str, Any],
@@ -67,18 +72,43 @@ def merge(directory: Path, reply: dict[str, Any], query: str, options: dict[str,
     return out
 
 
-def get(directory: Path, sid: str, seqs: list[int], opener: Callable[[Path], Any], *,
-        missing_ok: bool = False) -> list[dict[str, Any]]:
-    """Records of the mirrored store ``sid`` by seq, each with its ``origin`` and ``id``.
+def resolve(directory: Path, given: object) -> tuple[str, dict[str, Any]] | None:
+    """The pulled store ``given`` names, ``(store id, mirror.json)``; None when it names this store.
+
+    ``given``: a store id, or its first 8 or more hex digits (the text forms
+    show ``from=MACHINE/STOREID8``) when they begin one store's id only.
 
     Raises:
-        NotFound: no store ``sid`` was pulled here, or a seq is not in its mirror (unless ``missing_ok``).
+        InvalidRecord: ``given`` is not a store id or a prefix of one, or the prefix begins more than one store's id.
+        NotFound: no store ``given`` was pulled here.
     """
-    meta = next((m for s, _, m in mirror.mirrors(directory) if s == sid), None)
-    if meta is None:
-        raise NotFound(f"no store {sid} was pulled into {directory}; run `retained sync`, and see the store ids it reports",
-                       path="store_id")
-    with opener(layout.mirror_dir(directory, sid)) as other:
-        entries = other.get(seqs, missing_ok=missing_ok)
+    if not isinstance(given, str) or _STORE_ID_GIVEN.match(given) is None:
+        shown = repr(given)[:40] if isinstance(given, str) else type(given).__name__
+        raise InvalidRecord(f"{_FIELD}: must be a store id (32 hex digits, a result's origin.store_id) or its first "
+                            f"8 or more (from=MACHINE/STOREID8), got {shown}; nothing was read", path="store_id")
+    found = [(sid, meta) for sid, _, meta in mirror.mirrors(directory) if sid.startswith(given)]
+    local_sid = anchors.store_id(directory, create=False)
+    local = local_sid is not None and local_sid.startswith(given)
+    if len(found) + local > 1:
+        names = ", ".join([*([f"{local_sid} (this store)"] if local else []), *(sid for sid, _ in found)])
+        raise InvalidRecord(f"{_FIELD}: {given} begins more than one store's id ({names}); give more of it, "
+                            "or the whole id", path="store_id")
+    if local:
+        return None
+    if not found:
+        raise NotFound(f"{_FIELD}: no store {given} was pulled into {directory}; run `retained sync` (its report "
+                       "names the store ids it pulled), or leave store_id out to read this store", path="store_id")
+    return found[0]
+
+
+def read(directory: Path, sid: str, meta: dict[str, Any], opener: Callable[[Path], Any], fn: Callable[[Any], Any]) -> Any:
+    """``fn(store)`` over the mirror of the pulled store ``sid`` (``resolve``'s answer), its records marked with their
+    ``origin`` and ``id``: a list of entries (``get``) or a reply holding ``records`` (``timeline``)."""
     origin = {"store_id": sid, "machine": meta.get("machine"), "local": False}
-    return [dict(e, origin=origin, id=f"{sid}:{e['seq']}") for e in entries]
+
+    def mark(entries: Any) -> list[dict[str, Any]]:
+        return [dict(e, origin=origin, id=f"{sid}:{e['seq']}") for e in entries]
+
+    with opener(layout.mirror_dir(directory, sid)) as other:
+        got = fn(other)
+    return mark(got) if isinstance(got, list) else dict(got, records=mark(got["records"]))

@@ -48,6 +48,7 @@ from retained.core import pool
 from retained.errors import InvalidRecord, NotFound, RecordDamaged, RetainedError
 from retained.settings import http_settings, store_options
 from retained.store import Store
+from retained.sync import layout
 from retained.viewer import pages
 
 PAGE_DEFAULT = 50  # records per timeline page
@@ -267,21 +268,31 @@ class Viewer:
 
     def record(self, request: Request) -> Response:
         seq = int(request.path_params["seq"])
+        store_id = _text(request.query_params, "from")  # a store pulled by `retained sync`
 
         def build(where: dict[str, Any]) -> str:
             if seq < 1:
                 raise NotFound(f"no record with seq {seq}; seqs start at 1")
-            (entry,) = self.store.get([seq])
-            scope = entry["record"].get("scope")
-            scope = scope if isinstance(scope, str) else None
-            older = self.store.list(limit=NEIGHBOURS, scope=scope, before=seq)["records"]
-            newer = self.store.list(limit=NEIGHBOURS, scope=scope, after=seq)["records"]
-            return pages.record(entry, older=older, newer=newer, chain=self._chain(entry),
-                                log_path=where["head"]["log"], where=where)
+            (entry,) = self.store.get([seq], store_id=store_id)
+            sid = pages.pulled_from(entry)
+            if sid is None:
+                scope = entry["record"].get("scope")
+                scope = scope if isinstance(scope, str) else None
+                older = self.store.list(limit=NEIGHBOURS, scope=scope, before=seq)["records"]
+                newer = self.store.list(limit=NEIGHBOURS, scope=scope, after=seq)["records"]
+                log_path = where["head"]["log"]
+            else:
+                # A pulled store's neighbours: the records next to it in that store (its timeline), newest first.
+                near = self.store.timeline(seq, window=NEIGHBOURS, store_id=sid)["records"]
+                older = [e for e in near if e["seq"] < seq][::-1]
+                newer = [e for e in near if e["seq"] > seq][::-1]
+                log_path = str(layout.mirror_dir(self.directory, sid) / "log.jsonl")
+            return pages.record(entry, older=older, newer=newer, chain=self._chain(entry, sid),
+                                log_path=log_path, where=where)
 
         return self._answer(build)
 
-    def _chain(self, entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    def _chain(self, entry: Mapping[str, Any], store_id: str | None = None) -> list[Mapping[str, Any]]:
         """The records ``entry`` corrects and that correct it, oldest first (each way at most ``CHAIN_MAX``)."""
         found: dict[int, Mapping[str, Any]] = {entry["seq"]: entry}
         for step in ("back", "forward"):
@@ -293,7 +304,7 @@ class Viewer:
                     wanted += [s for s in (linked or ()) if type(s) is int and s > 0 and s not in found]
                 if not wanted:
                     break
-                frontier = self.store.get(sorted(set(wanted)), missing_ok=True)
+                frontier = self.store.get(sorted(set(wanted)), missing_ok=True, store_id=store_id)
                 found.update((e["seq"], e) for e in frontier)
         return [found[s] for s in sorted(found)]
 

@@ -44,16 +44,36 @@ def href(path: str, params: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) 
     return esc(path + ("?" + urlencode(kept) if kept else ""))
 
 
-def seq_link(seq: Any) -> str:
-    return f'<a class="seq" href="{href(f"/record/{int(seq)}")}">#{int(seq)}</a>' if _is_seq(seq) else esc(seq)
+def seq_link(seq: Any, store: str | None = None) -> str:
+    """A link to a record's page; ``store``: a store pulled by ``retained sync`` (the seq is that store's)."""
+    if not _is_seq(seq):
+        return esc(seq)
+    return f'<a class="seq" href="{href(f"/record/{int(seq)}", {"from": store})}">#{int(seq)}</a>'
+
+
+def pulled_from(entry: Mapping[str, Any]) -> str | None:
+    """The id of the pulled store ``entry`` is a record of (its ``origin``), or None for this store's."""
+    origin = entry.get("origin")
+    if isinstance(origin, Mapping) and not origin.get("local") and isinstance(origin.get("store_id"), str):
+        return str(origin["store_id"])
+    return None
+
+
+def origin_badge(entry: Mapping[str, Any]) -> str:
+    """``from MACHINE/STOREID8`` for a pulled record, empty for this store's."""
+    origin = entry.get("origin")
+    if pulled_from(entry) is None or not isinstance(origin, Mapping):
+        return ""
+    return (f'<span class="badge origin" title="{esc(origin.get("store_id"))}">from '
+            f'{esc(render.short(str(origin.get("machine"))))}/{esc(str(origin.get("store_id"))[:8])}</span>')
 
 
 def _is_seq(value: Any) -> bool:
     return type(value) is int and value > 0
 
 
-def _seq_links(seqs: Any) -> str:
-    return ", ".join(seq_link(s) for s in (seqs if isinstance(seqs, list) else [seqs]) if _is_seq(s))
+def _seq_links(seqs: Any, store: str | None = None) -> str:
+    return ", ".join(seq_link(s, store) for s in (seqs if isinstance(seqs, list) else [seqs]) if _is_seq(s))
 
 
 def _plural(n: int, word: str, words: str | None = None) -> str:
@@ -110,12 +130,13 @@ def _client(value: Any) -> str:
 
 def _marks(entry: Mapping[str, Any]) -> str:
     out = []
+    store = pulled_from(entry)
     if entry.get("superseded_by"):
-        out.append(f'<span class="mark superseded">superseded by {_seq_links(entry["superseded_by"])}</span>')
+        out.append(f'<span class="mark superseded">superseded by {_seq_links(entry["superseded_by"], store)}</span>')
     if entry.get("retracted_by"):
-        out.append(f'<span class="mark retracted">retracted by {_seq_links(entry["retracted_by"])}</span>')
+        out.append(f'<span class="mark retracted">retracted by {_seq_links(entry["retracted_by"], store)}</span>')
     if entry.get("redacted_by"):
-        out.append(f'<span class="mark redacted">redacted by {_seq_links(entry["redacted_by"])}</span>')
+        out.append(f'<span class="mark redacted">redacted by {_seq_links(entry["redacted_by"], store)}</span>')
     return "".join(out)
 
 
@@ -137,14 +158,9 @@ def record_item(entry: Mapping[str, Any], *, filter_path: str = "/", score: Any 
     rec = entry.get("record") or {}
     seq = entry.get("seq", rec.get("seq"))
     kind = rec.get("kind", "note")
-    # A record of another store, pulled by `retained sync`: its seq is not this store's, so no link.
-    origin = entry.get("origin")
-    origin = origin if isinstance(origin, Mapping) else {"local": True}
-    pulled = not origin.get("local")
-    bits = [esc(f"#{seq}") if pulled else seq_link(seq), f'<time>{esc(render.ts(rec.get("ts")))}</time>']
-    if pulled:
-        bits.append(f'<span class="badge origin" title="{esc(origin.get("store_id"))}">from '
-                    f'{esc(render.short(str(origin.get("machine"))))}/{esc(str(origin.get("store_id"))[:8])}</span>')
+    # A record of another store, pulled by `retained sync`: its seq is that store's, and so are its links.
+    store = pulled_from(entry)
+    bits = [seq_link(seq, store), f'<time>{esc(render.ts(rec.get("ts")))}</time>', origin_badge(entry)]
     bits.append(f'<a class="badge kind" href="{href(filter_path, {"kind": kind})}">{esc(render.short(kind))}</a>'
                 if isinstance(kind, str) else f'<span class="badge kind">{esc(render.short(kind))}</span>')
     scope = rec.get("scope")
@@ -155,14 +171,14 @@ def record_item(entry: Mapping[str, Any], *, filter_path: str = "/", score: Any 
     bits.append(f'<a class="badge client" href="{href("/", {"client": name})}">{esc(client)}</a>'
                 if isinstance(name, str) else f'<span class="badge client">{esc(client)}</span>')
     if rec.get("supersedes"):
-        bits.append(f'<span class="mark corrects">corrects {_seq_links(rec["supersedes"])}</span>')
+        bits.append(f'<span class="mark corrects">corrects {_seq_links(rec["supersedes"], store)}</span>')
     if score is not None:
         bits.append(f'<span class="score">score {esc(f"{score:.3g}" if isinstance(score, float) else score)}</span>')
     bits.append(_marks(entry))
     if rec.get("redacted"):
         content = '<p class="text muted">[redacted: content erased; the chain still verifies]</p>'
     elif kind == "retract":
-        content = (f'<p class="text">retracts {_seq_links(rec.get("retracts"))}: '
+        content = (f'<p class="text">retracts {_seq_links(rec.get("retracts"), store)}: '
                    f'{esc(_preview(str(rec.get("reason", ""))))}</p>')
     else:
         text = rec.get("text") if isinstance(rec.get("text"), str) else ""
@@ -281,7 +297,7 @@ def _value(value: Any) -> str:
     return f"<code>{esc(render.dumps(value, sort_keys=True))}</code>"
 
 
-def check_commands(entry: Mapping[str, Any], log_path: str, directory: str) -> dict[str, str]:
+def check_commands(entry: Mapping[str, Any], log_path: str, directory: str, store: str | None = None) -> dict[str, str]:
     """Commands that check a record without trusting this viewer: the CLI's, and one that recomputes its hash.
 
     One reads the line's bytes at its offset and recomputes the digest and
@@ -302,7 +318,7 @@ def check_commands(entry: Mapping[str, Any], log_path: str, directory: str) -> d
     return {
         "the line's bytes": f"tail -c +{offset + 1} {q(log_path)} | head -c {length}",
         "recompute its hash": f"python3 -c {q(script)} {q(log_path)} {offset} {length}",
-        "the CLI's view": f"retained get {seq} --json --dir {q(directory)}",
+        "the CLI's view": f"retained get {seq}" + (f" --from {store}" if store else "") + f" --json --dir {q(directory)}",
         "the whole chain": f"retained verify --dir {q(directory)}",
     }
 
@@ -313,13 +329,23 @@ def _shell_quote(text: str) -> str:
 
 def record(entry: Mapping[str, Any], *, older: Sequence[Mapping[str, Any]], newer: Sequence[Mapping[str, Any]],
            chain: Sequence[Mapping[str, Any]], log_path: str, where: Mapping[str, Any]) -> str:
-    """One record: its text, its proof, every field, its links, its neighbours in its scope, its supersede chain."""
+    """One record: its text, its proof, every field, its links, its neighbours in its scope, its supersede chain.
+
+    A record of a store pulled by ``retained sync`` (``entry["origin"]``) shows where it came from, and its links
+    stay in that store; ``log_path`` is then its mirror's log.
+    """
     rec = entry["record"]
     seq = int(entry["seq"])
     kind = rec.get("kind", "note")
     state = _marks(entry)
+    store = pulled_from(entry)
+    origin = entry.get("origin") if store is not None else None
     title = f"Record #{seq}"
-    parts = [f'<h1>{esc(title)} <span class="badge kind">{esc(render.short(kind))}</span></h1>']
+    parts = [f'<h1>{esc(title)} <span class="badge kind">{esc(render.short(kind))}</span> {origin_badge(entry)}</h1>']
+    if isinstance(origin, Mapping):
+        parts.append(f'<p class="muted">A record of store <code>{esc(store)}</code> (machine '
+                     f'{esc(render.short(str(origin.get("machine"))))}), pulled by <code>retained sync</code> and '
+                     'verified; its seqs are that store\'s.</p>')
     if state:
         parts.append(f'<p class="state">{state}</p>')
     if rec.get("redacted"):
@@ -333,7 +359,7 @@ def record(entry: Mapping[str, Any], *, older: Sequence[Mapping[str, Any]], newe
     proof = [
         ("seq", str(seq)),
         ("hash", f"<code>{esc(rec.get('hash'))}</code>"),
-        ("prev", f"<code>{esc(rec.get('prev'))}</code>" + (f" ({seq_link(seq - 1)})" if seq > 1 else " (the first record)")),
+        ("prev", f"<code>{esc(rec.get('prev'))}</code>" + (f" ({seq_link(seq - 1, store)})" if seq > 1 else " (the first record)")),
         ("offset", f"{int(entry['offset']):,} (byte in {esc(log_path)})"),
         ("length", f"{int(entry['length']):,} bytes"),
         ("time", f"<time>{esc(rec.get('ts'))}</time>"),
@@ -345,15 +371,15 @@ def record(entry: Mapping[str, Any], *, older: Sequence[Mapping[str, Any]], newe
     links = []
     for name, label in (("supersedes", "corrects"), ("retracts", "retracts"), ("redacts", "redacts")):
         if rec.get(name):
-            links.append((label, _seq_links(rec[name])))
+            links.append((label, _seq_links(rec[name], store)))
     for name in LINK_KEYS:
         if entry.get(name):
-            links.append((name.replace("_", " "), _seq_links(entry[name])))
+            links.append((name.replace("_", " "), _seq_links(entry[name], store)))
     if links:
         parts.append("<h2>Links</h2>" + _table(links))
     if len(chain) > 1:
         items = "".join(
-            f'<li class="{"current" if c["seq"] == seq else ""}">{seq_link(c["seq"])} '
+            f'<li class="{"current" if c["seq"] == seq else ""}">{seq_link(c["seq"], store)} '
             f'<time>{esc(render.ts(c["record"].get("ts")))}</time> '
             f'{esc(_preview(str(c["record"].get("text", "")), 160))}</li>'
             for c in chain
@@ -362,10 +388,10 @@ def record(entry: Mapping[str, Any], *, older: Sequence[Mapping[str, Any]], newe
                      f'<ol class="chain">{items}</ol>')
     scope = rec.get("scope")
     scope_label = f"scope {esc(scope)}" if isinstance(scope, str) else "no scope"
-    parts.append(f"<h2>Neighbours in {scope_label}</h2>")
+    parts.append(f"<h2>Neighbours in {'its store' if store else scope_label}</h2>")
     parts.append('<div class="neighbours"><div><h3>newer</h3>' + record_list(newer) + "</div>"
                  '<div><h3>older</h3>' + record_list(older) + "</div></div>")
-    commands = check_commands(entry, log_path, str(where.get("directory", "")))
+    commands = check_commands(entry, log_path, str(where.get("directory", "")), store)
     parts.append("<h2>Check it yourself</h2>" + _table(
         [(esc(k), f'<code class="cmd">{esc(v)}</code>') for k, v in commands.items()], "kv commands"))
     return page(title, "".join(parts), where=where)
@@ -615,7 +641,8 @@ def brief(result: Mapping[str, Any], text: str, params: Mapping[str, Any], where
     dropped = result.get("dropped") or {}
     rows = [(esc(k.replace("_", " ")), f"{v:,}") for k, v in dropped.items()]
     included = "".join(
-        f"<li>{seq_link(e.get('seq'))} {esc(e.get('kind'))} · {e.get('tokens', 0):,} tokens"
+        f"<li>{seq_link(e.get('seq'), pulled_from(e))} {origin_badge(e) + ' ' if pulled_from(e) else ''}"
+        f"{esc(e.get('kind'))} · {e.get('tokens', 0):,} tokens"
         + (" · cut to fit" if e.get("cut") else "") + "</li>"
         for e in result.get("included") or ()
     )

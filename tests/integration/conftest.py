@@ -31,7 +31,7 @@ TOOL_ARGUMENTS = {
         {"text"},
     ),
     "memory_checkpoint": ({"label", "summary", "scope"}, {"label"}),
-    "memory_get": ({"ids", "limit", "kind", "scope", "around", "window"}, set()),
+    "memory_get": ({"ids", "limit", "kind", "scope", "around", "window", "store_id"}, set()),
     "memory_search": ({"query", "k", "scope", "max_tokens", "include_superseded", "context"}, {"query"}),
     "memory_verify": (set(), set()),
     "memory_forget": ({"ids", "reason"}, {"ids", "reason"}),

@@ -46,6 +46,7 @@ async def check_tool_list(client: Any) -> None:
     get = tools["memory_get"].input_schema["properties"]
     assert get["ids"]["anyOf"][0]["items"]["type"] == "integer"
     assert get["limit"]["type"] == "integer" and get["window"]["type"] == "integer"
+    assert get["store_id"]["anyOf"][0]["type"] == "string" and get["store_id"]["default"] is None
     search = tools["memory_search"].input_schema["properties"]
     assert search["k"]["type"] == "integer" and search["include_superseded"]["type"] == "boolean"
     forget = tools["memory_forget"].input_schema["properties"]
@@ -234,6 +235,8 @@ BAD_TYPES: list[tuple[str, dict[str, Any]]] = [
     ("memory_get", {"limit": 10**9}),
     ("memory_get", {"around": "x"}),
     ("memory_get", {"window": -1}),
+    ("memory_get", {"ids": [1], "store_id": "NOT-HEX!"}),
+    ("memory_get", {"ids": [1], "store_id": 7}),
     ("memory_search", {}),
     ("memory_search", {"query": 3}),
     ("memory_search", {"query": "x", "k": "ten"}),

@@ -298,3 +298,19 @@ def test_an_event_capture_itself_cannot_handle_is_spooled_counted_and_written_by
     assert [r["text"] for r in records(store)] == ["kept through a bad setting"]
     got = status(store)["totals"]
     assert (got["received"], got["captured"], got["spooled"]) == (1, 1, 0)
+
+
+def test_the_hook_imports_only_what_one_write_needs(tmp_path: Path, repo: Path):
+    """The hook's start-up is most of its time: none of the brief, the command line, the verify walk or the index."""
+    store = tmp_path / "store"
+    data = json.dumps(prompt("s-imports", "p-1", "the deploy target is staging", repo)).encode()
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(RETAINED), "capture"], input=data,
+                          capture_output=True, env=_env(store), cwd=repo, timeout=WAIT_S, check=False)
+    assert proc.returncode == 0 and len(records(store)) == 1, proc.stderr[-2000:]
+    names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.decode().splitlines()
+             if line.startswith("import time:") and "|" in line}
+    assert "retained.capture.run" in names  # the listing is real
+    unwanted = {n for n in names if n.split(".")[0] in ("mcp", "portalocker", "argparse", "multiprocessing")
+                or n.startswith(("retained.brief", "retained.cli.commands", "retained.core.chain", "retained.index",
+                                 "retained.vectors"))}
+    assert unwanted == set()

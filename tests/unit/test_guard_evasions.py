@@ -132,3 +132,17 @@ def test_every_format_character_is_ignored():
     missing = [f"U+{c:04X}" for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"
                and not credentials.IGNORABLE.match(chr(c))]
     assert missing == []
+
+
+@pytest.mark.parametrize("where", ["start", "boundary", "end"])
+def test_a_disguised_secret_inside_a_long_text_is_found_wherever_it_sits(where):
+    """A long text is normalised in overlapping pieces: a disguise across a piece's edge is still seen."""
+    filler = "Caroline: the pottery class was lovely \u2019 and the kids painted a sunset \U0001f305.\n"
+    size = credentials._PIECE_CHARS * 3
+    body = (filler * (size // len(filler) + 1))[:size]
+    at = {"start": 0, "boundary": credentials._PIECE_CHARS - 20, "end": size - 10}[where]
+    for r in (r for r in load() if r["secret"] and not r["disguise"].startswith("split")):
+        if not find_secrets(r["value"]):
+            continue  # the corpus test counts what the guard misses; here only where the text sits matters
+        text = body[:at] + " " + r["value"] + " " + body[at:]
+        assert find_secrets(text), (where, r["disguise"])

@@ -72,6 +72,8 @@ def test_the_brief_reads_the_index_through_the_read_model_and_nothing_heavier(st
 def test_one_definition_of_the_file_name_the_tables_and_the_mark_in_the_package() -> None:
     """Only index/schema.py spells out the file name, the tables, the meta reads, the version, the token formula.
 
+    (capture/ops.py makes the tables of another database, capture's map of ids.)
+
     (A hostile search query in the self-test holds "DROP TABLE records": hence "DROP TABLE IF".)
     """
     patterns = {
@@ -87,7 +89,9 @@ def test_one_definition_of_the_file_name_the_tables_and_the_mark_in_the_package(
         for name, pattern in patterns.items():
             if pattern.search(text):
                 found[name].append(path.relative_to(PACKAGE).as_posix())
-    assert found == {name: ["index/schema.py"] for name in patterns}
+    expected = {name: ["index/schema.py"] for name in patterns}
+    expected["table DDL"] = ["capture/ops.py", "index/schema.py"]  # capture's map of ids: a database of its own
+    assert found == expected
 
 
 # -- the mark ------------------------------------------------------------------------

@@ -183,6 +183,32 @@ class Stores:
         return out
 
 
+    def rank_semantic(self, k: int = SESSION_K) -> dict[str, tuple[list[str], float, float]]:
+        """Each question through ``Store.search`` with the embedded model (retained[semantic]) and no setting.
+
+        Each store is backfilled first (``Store.embed(backfill=True)``: a
+        search embeds only its query); ``backfill`` keeps the records
+        embedded and the time taken. Raises SystemExit when a reply is not
+        hybrid (the model missing or turned off).
+        """
+        out = {}
+        self.backfill = {"records": 0, "s": 0.0, "cpu_s": 0.0}
+        for conv, store in self.stores.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            done = store.embed(backfill=True)
+            self.backfill["s"] += time.perf_counter() - t0
+            self.backfill["cpu_s"] += time.process_time() - c0
+            self.backfill["records"] += done["embedded"]
+            for q in (q for q in self.questions if q["conv"] == conv):
+                t1, c1 = time.perf_counter(), time.process_time()
+                reply = store.search(q["question"], k=k)
+                ms, cpu = (time.perf_counter() - t1) * 1000, (time.process_time() - c1) * 1000
+                if reply["mode"] != "hybrid":
+                    raise SystemExit(f"eval_locomo: conversation {conv}: search was {reply['mode']}: {reply['mode_reason']}")
+                out[q["qid"]] = ([self.dia[conv][r["seq"]] for r in reply["results"]], ms, cpu)
+        return out
+
+
 NEWER_FIRST = False  # --newer-first: apply the newer-first step of Store.search to each reply
 
 
@@ -202,13 +228,21 @@ def score(questions: list[dict[str, Any]], ranked: dict[str, Any], convs: Any = 
 
 
 def halves(questions: list[dict[str, Any]], ranked: dict[str, Any]) -> dict[str, Any]:
-    """The report on the tuning half, the held-out half and all conversations."""
-    return {"tune": score(questions, ranked, TUNE), "test": score(questions, ranked, TEST),
-            "all": score(questions, ranked)}
+    """The report on the tuning half, the held-out half and all conversations (a half not asked is left out)."""
+    asked = {q["conv"] for q in questions}
+    out = {part: score(questions, ranked, convs) for part, convs in (("tune", TUNE), ("test", TEST))
+           if asked & set(convs)}
+    out["all"] = score(questions, ranked)
+    return out
 
 
-def run(data: Path = DEFAULT_DATA, *, workdir: Path | None = None, only: list[str] | None = None) -> dict[str, Any]:
-    """The product path: real stores, real records, ``Index.search`` with the default ranking."""
+def run(data: Path = DEFAULT_DATA, *, workdir: Path | None = None, only: list[str] | None = None,
+        semantic: bool = False) -> dict[str, Any]:
+    """The product path: real stores, real records, ``Index.search`` with the default ranking.
+
+    With ``semantic``, also ``Store.search`` with the embedded model on the
+    same stores in the same run (under ``"semantic"``), and the backfill's rate.
+    """
     with Stores(data, workdir, only) as s:
         ranked = s.rank()
         out = halves(s.questions, ranked)
@@ -216,6 +250,11 @@ def run(data: Path = DEFAULT_DATA, *, workdir: Path | None = None, only: list[st
         out["records"] = sum(len(t) for t in s.convs.values())
         out["write_s"] = round(s.write_s, 2)
         out["ranking"] = dataclasses.asdict(RANKING)
+        if semantic:
+            out["semantic"] = {**halves(s.questions, s.rank_semantic()),
+                               "path": "Store.write + Store.embed(backfill=True) + Store.search (retained[semantic])",
+                               "backfill": {**s.backfill, "records_per_s": round(s.backfill["records"] / s.backfill["s"], 1),
+                                            "s": round(s.backfill["s"], 1), "cpu_s": round(s.backfill["cpu_s"], 1)}}
     return out
 
 
@@ -401,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--convs", default="", help="only these conversation ids (comma-separated)")
     p.add_argument("--newer-first", action="store_true",
                    help="apply Store.search's newer-first step (retained.index.corrections) to each reply")
+    p.add_argument("--semantic", action="store_true",
+                   help="also Store.search with the embedded model (retained[semantic]) on the same stores")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     args = p.parse_args(argv)
     global NEWER_FIRST
@@ -434,14 +475,20 @@ def main(argv: list[str] | None = None) -> int:
                 for part in ("tune", "test", "all"):
                     print("    " + _line(part, st[part]))
         return 0
-    rep = run(args.data, only=[c for c in args.convs.split(",") if c] or None)
+    rep = run(args.data, only=[c for c in args.convs.split(",") if c] or None, semantic=args.semantic)
     if args.json:
         print(json.dumps(rep))
         return 0
     print(f"{rep['all']['questions']} questions over {rep['records']} records ({rep['path']}); "
           f"ranking {rep['ranking']}")
     for part in ("tune", "test", "all"):
-        print(_line(part, rep[part]))
+        if part in rep:
+            print(_line(part, rep[part]))
+    if "semantic" in rep:
+        print(f"{rep['semantic']['path']}: backfill {rep['semantic']['backfill']}")
+        for part in ("tune", "test", "all"):
+            if part in rep["semantic"]:
+                print(_line(f"{part} semantic", rep["semantic"][part]))
     for cat, v in rep["all"]["by_category"].items():
         print(f"  {cat:14s} n={v['n']:4d}  " + "  ".join(f"r@{k} {v[f'r@{k}']:.3f}" for k in KS)
               + "  sessions " + "  ".join(f"R@{k} {v[f'R@{k}']:.3f}" for k in KS))

@@ -271,7 +271,7 @@ def mode_line(reply: Mapping[str, Any]) -> str:
         line += f" ({reply['mode_reason']})"
     without = reply.get("without_vectors")
     if without and reply.get("mode") != "lexical":
-        line += f"; {without} match(es) ranked without a vector (still being embedded)"
+        line += f"; {without} match(es) ranked without a vector (not embedded yet)"
     elif without and (reply.get("vectors") or {}).get("model"):
         line += f"; {without} match(es) ranked by their words alone"
     return line

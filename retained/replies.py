@@ -115,7 +115,7 @@ class Found(TypedDict):
     mode: NotRequired[str]  # lexical, hybrid or dense
     mode_reason: NotRequired[str | None]
     vectors: NotRequired[dict[str, Any]]
-    without_vectors: NotRequired[int]  # matches ranked without a vector (still being embedded, or lexical)
+    without_vectors: NotRequired[int]  # matches ranked without a vector (not embedded yet, or lexical)
     context: NotRequired[ContextCount]
 
 

@@ -343,6 +343,15 @@ class Store:
             self._wants = wanted(self.embed_settings)
         return self._wants
 
+    def follow(self) -> None:
+        """Embed the records without a vector on a background thread, now (a long-lived process that starts).
+
+        Returns at once; nothing when vectors are not wanted or there is no
+        store yet. ``close`` stops the thread between two records.
+        """
+        if self.log.exists() and self.wants_vectors():
+            self.hybrid.kick()
+
     def search(
         self,
         query: str,

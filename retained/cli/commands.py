@@ -208,8 +208,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     return 0
 
 
-VECTOR_LATER = ("its vector is computed after this command, by the next search or `retained embed --backfill`; "
-                "the record is already durable, nothing is lost")
+VECTOR_LATER = ("its vector is computed after this command, by a running `retained serve` or `retained view`, "
+                "or by `retained embed --backfill`; the record is already durable, nothing is lost")
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

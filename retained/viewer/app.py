@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import json
 import os
+import sqlite3
 import sys
 import threading
 import time
@@ -161,8 +162,14 @@ class Viewer:
         self.options = options  # with anchoring as set: for verify runs, which record the head they judged
         # The pages' own Store never anchors: that would make store.id and
         # anchor files on a GET (the index still follows the log, as for any reader).
-        self.store = Store(directory, **{**options, "anchor_dir": None})
+        # It follows the store as the MCP server does: records without a vector
+        # are embedded on a background thread, stopped by close (Ctrl-C).
+        self.store = Store(directory, **{**options, "anchor_dir": None, "follow_writes": True})
         self.lock = threading.Lock()  # one request at a time on the shared Store
+        try:
+            self.store.follow()
+        except (RetainedError, sqlite3.Error, OSError):
+            pass  # the index cannot be opened: the pages say so, and the vectors wait for a usable one
         self.run: VerifyRun | None = None
         self.run_lock = threading.Lock()
 

@@ -39,6 +39,11 @@ def test_search_is_hybrid_lexical_through_an_outage_and_backfill_fills_the_gap(s
     with EmbedServer(dim=16) as server:
         for text in ("the deploy target is staging", "prefers dark mode", "lunch at noon"):
             assert _cli(store_dir, server, "write", text).returncode == 0
+        # A search embeds nothing stored: lexical, saying what to run.
+        reply = json.loads(_cli(store_dir, server, "search", "deploy target", "--json").stdout)
+        assert reply["mode"] == "lexical" and "retained embed --backfill" in reply["mode_reason"]
+        out = _cli(store_dir, server, "embed", "--backfill")
+        assert out.returncode == 0 and "embedded 3/3 records" in out.stderr, out.stderr
         reply = json.loads(_cli(store_dir, server, "search", "deploy target", "--json").stdout)
         assert reply["mode"] == "hybrid" and reply["mode_reason"] is None
         assert reply["results"][0]["record"]["text"] == "the deploy target is staging"
@@ -80,6 +85,7 @@ def test_a_redaction_takes_the_records_vector_with_it(store_dir):
         store = Store(store_dir, embed_settings=_env(server))
         store.write("first note about the garden")
         store.write("the code word is pineapple-submarine-42")
+        store.embed(backfill=True)
         assert store.search("garden")["mode"] == "hybrid"
         db = store.index.connection()
         assert db.execute("SELECT count(*) FROM vectors WHERE seq = 2").fetchone()[0] == 1

@@ -52,8 +52,11 @@ def _ready_line(name: str, line: bytes) -> bool:
     return line.startswith(b"{")
 
 
-def _interrupt(name: str, moment: float | str, store_dir) -> tuple[int, str, str]:
-    """Start the command, send SIGINT at ``moment``; (exit status, stdout, stderr)."""
+def _interrupt(name: str, moment: float | str, store_dir, *, then: list[dict] = (), until=None) -> tuple[int, str, str]:
+    """Start the command, send SIGINT at ``moment``; (exit status, stdout, stderr).
+
+    Once ready, ``then`` (JSON-RPC messages, stdio only) is sent and ``until()`` polled before the signal.
+    """
     env = {**os.environ, "RETAINED_DIR": str(store_dir), "PYTHONUNBUFFERED": "1"}
     if name == "view":  # the viewer refuses a directory with no store in it
         with Store(store_dir) as store:
@@ -87,6 +90,16 @@ def _interrupt(name: str, moment: float | str, store_dir) -> tuple[int, str, str
                 proc.stdin.flush()
             if not ready.wait(READY_WAIT_S):
                 raise AssertionError(f"{name} never became ready: {b''.join(err).decode(errors='replace')}")
+            for message in then:
+                proc.stdin.write(json.dumps(message).encode() + b"\n")
+                proc.stdin.flush()
+            waited = threading.Event()
+            start = time.monotonic()
+            while until is not None and not until():
+                if time.monotonic() - start > READY_WAIT_S:
+                    raise AssertionError(f"{name}: the condition before Ctrl-C never held: "
+                                         f"{b''.join(err).decode(errors='replace')}")
+                waited.wait(0.1)  # polls the condition; the bound is for a hang only
         else:
             time.sleep(float(moment))
         proc.send_signal(signal.SIGINT)
@@ -127,3 +140,41 @@ def test_issue_29_ctrl_c_at_any_moment_exits_cleanly(name, tmp_path):
         assert status in (0, 130), (moment, status, err)
         assert "Traceback" not in err and "Traceback" not in out, (moment, err)
         assert "Exception ignored" not in err, (moment, err)
+
+
+def _vectors(store_dir) -> int:
+    """Vectors the store's index holds (read as another process would; 0 before the table exists)."""
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{store_dir / 'index.sqlite3'}?mode=ro", uri=True, timeout=30)
+        try:
+            return int(db.execute("SELECT count(*) FROM vectors WHERE dim > 0").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.OperationalError:
+        return 0
+
+
+@pytest.mark.parametrize("name", ["serve", "view"])
+def test_ctrl_c_while_the_embedded_model_fills_vectors_in_the_background(name, tmp_path, monkeypatch):
+    """The server and the viewer embed a store's records on a background thread; Ctrl-C still stops them
+    cleanly, and the vectors already stored stay."""
+    monkeypatch.delenv("RETAINED_EMBED_LOCAL", raising=False)  # the embedded model on (the test extra installs it)
+    store_dir = tmp_path / "store"
+    with Store(store_dir) as store:
+        for i in range(200):
+            store.write(f"note {i}: the tomatoes in bed {i % 7} need water")
+    # The stdio server starts embedding at its first search; the viewer when it starts.
+    search = [{"jsonrpc": "2.0", "method": "notifications/initialized"},
+              {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "memory_search", "arguments": {"query": "tomatoes"}}}]
+    status, out, err = _interrupt(name, "ready", store_dir, then=search if name == "serve" else [],
+                                  until=lambda: _vectors(store_dir) > 0)
+    assert status in (0, 130), (status, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    kept = _vectors(store_dir)
+    assert 0 < kept <= 200
+    monkeypatch.setenv("RETAINED_EMBED_LOCAL", "0")
+    with Store(store_dir) as store:
+        assert store.verify()["ok"]

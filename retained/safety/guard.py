@@ -323,7 +323,9 @@ class Guard:
                 or (b"-" in marks and ends_at(data, b"-", _SPLIT_DASH))
             ):
                 return False
-            if url and (b"-u " in folded or b"key" in folded or b"basic" in folded or _url_hints(tails)):
+            if url and (
+                b"-u " in folded or (b"=" not in data and (b"key" in folded or b"basic" in folded)) or _url_hints(tails)
+            ):  # (with an "=", "key" and "basic" were looked for above)
                 return False  # the colon's hints in the text; _generic's URL checks and the rules' hints in the tails
         keys = len(fields)
         for value in fields.values():

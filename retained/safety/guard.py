@@ -166,22 +166,22 @@ _RUN_16 = b"a" * 16
 # "://" and what follows up to whitespace, a quote, "<" or ">", as
 # credentials._generic takes it; an escape's "\\" ends it too (a newline's,
 # a tab's, a return's or a quote's: each ends the tail in the text as well).
-_URL_TAIL = re.compile(rb"://[^\s\"'<>\\]+")
+_URL_TAIL = re.compile(rb"(://[^\s\"'<>\\]+)")
 _SCHEME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 # An "@" before the first "/", "?" or "#" after "://": url_password's shape.
 _URL_USERINFO = re.compile(rb"://[^\s/?#\"'<>\\]*@")
 
 
-def _bare_url(data: bytes) -> bool:
-    """Whether a "://" in the JSON has no scheme's character before it, or only an escape's letter (``\\n://``).
+def _bare_url(parts: list[bytes]) -> bool:
+    """Whether a URL's tail in ``parts`` (``_URL_TAIL.split``) has no scheme's character before it, or only an escape's letter.
 
-    credentials._generic skips the tokens of a URL's tail only after a scheme.
+    credentials._generic skips the tokens of a URL's tail only after a
+    scheme (``https://``, not ``\\n://`` nor ``"://``).
     """
-    at = data.find(b"://")
-    while at != -1:
-        if data[at - 1] not in _SCHEME_BYTES or data[at - 2] == 0x5C:  # at >= 2: the JSON starts with '{"'
+    for i in range(0, len(parts) - 1, 2):
+        before = parts[i]  # never empty: the JSON starts with '{"', and a tail ends before a character outside it
+        if before[-1] not in _SCHEME_BYTES or before[-2:-1] == b"\\":
             return True
-        at = data.find(b"://", at + 3)
     return False
 
 
@@ -302,10 +302,13 @@ class Guard:
             if url:
                 # A URL's tail may hold runs of 16; a rule's match there starts with one of its hints, looked
                 # for in the tails alone below. Outside the tails, every match is a run of 16 as before.
-                if _bare_url(data) or (b"@" in data and _URL_USERINFO.search(data) is not None):
+                if b"@" in data and _URL_USERINFO.search(data) is not None:
                     return False
-                tails = b" ".join(_URL_TAIL.findall(data))
-                runs = _URL_TAIL.sub(b" ", data)
+                parts = _URL_TAIL.split(data)  # the text between the tails, and the tails: one pass
+                if _bare_url(parts):
+                    return False
+                tails = b" ".join(parts[1::2])
+                runs = b" ".join(parts[0::2])
             # Runs of token characters, as "a"s: a substring test finds one of
             # 16 without splitting the text.
             if _RUN_16 in runs.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', runs).translate(_RUN_CHARS):

@@ -287,6 +287,9 @@ class Guard:
         string that is an RFC 3339 UTC timestamp (its two ``:``), and a whole
         string of 64 lowercase hex digits (a digest, as in an import's
         provenance); no rule reports either outside a secret-named key.
+        A URL's "://" and the runs in its tail are let through on the
+        terms credentials.URL_HINTS sets out (a scheme before it, no
+        userinfo, no webhook or query secret, no rule's hint in the tail).
         """
         if "client_op_id" in fields:
             fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}

@@ -42,6 +42,12 @@ def anchor_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     return path
 
 
+# Also for the whole session: a module- or session-scoped fixture (the viewer's, the Claude Code
+# client's) starts its server before any function-scoped fixture runs, and a viewer that found the
+# model would fill vectors in the background and turn its searches hybrid whenever it got there first.
+os.environ["RETAINED_EMBED_LOCAL"] = "0"
+
+
 @pytest.fixture(autouse=True)
 def embedded_model_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded model (retained[semantic]) stays unused unless a test unsets this; its tests do."""

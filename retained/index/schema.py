@@ -408,12 +408,40 @@ def links_of(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str,
     return out
 
 
+class ProjectScope(str):
+    """A scope read together with the records that have none: the default read of a project (issue 26).
+
+    What capture files under the project's identity (``retained scope``) and
+    what was written without a scope (``memory_write`` cannot know the
+    session's directory) are both the project's; records of other scopes are
+    not. A plain ``str`` scope admits only records of exactly that scope.
+    """
+
+    __slots__ = ()
+
+
+def scope_admits(scope: str | None, found: Any) -> bool:
+    """Whether a record whose scope is ``found`` passes the filter ``scope`` (None: every scope)."""
+    return scope is None or found == scope or (found is None and isinstance(scope, ProjectScope))
+
+
+def scope_condition(scope: str, column: str = "scope") -> str:
+    """The SQL condition on ``column`` for the filter ``scope`` (one ``?`` for its value)."""
+    return f"({column} = ? OR {column} IS NULL)" if isinstance(scope, ProjectScope) else f"{column} = ?"
+
+
+def scope_reply(scope: str | None) -> dict[str, Any]:
+    """How a reply says which scope it read: ``{"scope", "and_unscoped"}`` (scope None: every scope)."""
+    return {"scope": None if scope is None else str(scope), "and_unscoped": isinstance(scope, ProjectScope)}
+
+
 class Filter:
     """Which records a read admits: the one filter of list, count, search and context.
 
     Always unredacted records, and any of these: ``below`` / ``above``: seq
     bounds (exclusive). ``kind``: equal to one; ``kinds_not``: not in these
-    (a record with no kind never matches). ``scope``; ``client``: the
+    (a record with no kind never matches). ``scope`` (a `ProjectScope` also
+    admits records with no scope); ``client``: the
     writer's name. ``ts_from`` / ``ts_before``: the record's ts from one
     (inclusive) and before the other (exclusive), compared as text (RFC 3339
     times in UTC sort as text). ``include_superseded`` / ``include_retracted``
@@ -441,7 +469,7 @@ class Filter:
             return False
         if self.kinds_not and (type(kind) is not str or kind in self.kinds_not):
             return False
-        if self.scope is not None and rec.get("scope") != self.scope:
+        if not scope_admits(self.scope, rec.get("scope")):
             return False
         if self.client is not None and client_name(rec.get("client")) != self.client:
             return False
@@ -462,7 +490,10 @@ class Filter:
         if self.kinds_not:
             where.append(f"{table}kind NOT IN ({', '.join('?' * len(self.kinds_not))})")
             args.extend(self.kinds_not)
-        for condition, value in (("kind = ?", self.kind), ("scope = ?", self.scope), ("client = ?", self.client),
+        if self.scope is not None:
+            where.append(scope_condition(self.scope, table + "scope"))
+            args.append(self.scope)
+        for condition, value in (("kind = ?", self.kind), ("client = ?", self.client),
                                  ("seq < ?", self.below), ("seq > ?", self.above), ("ts >= ?", self.ts_from),
                                  ("ts < ?", self.ts_before)):
             if value is not None:
@@ -522,10 +553,11 @@ def count_below(db: sqlite3.Connection, boundary: int, scope: str | None = None)
         total = row_count(db) - db.execute("SELECT count(*) FROM records WHERE seq >= ?", (boundary,)).fetchone()[0]
         scope_sql, scope_args = "", []
     else:
-        total = db.execute("SELECT count(*) FROM records WHERE scope = ? AND seq < ?", (scope, boundary)).fetchone()[0]
+        total = db.execute(f"SELECT count(*) FROM records WHERE {scope_condition(scope)} AND seq < ?",
+                           (scope, boundary)).fetchone()[0]
         # For the two rare kinds, walk records_kind and test the scope row by
         # row (the unary + keeps SQLite from walking every row of the scope).
-        scope_sql, scope_args = " AND +scope = ?", [scope]
+        scope_sql, scope_args = " AND " + scope_condition(scope, "+scope"), [scope]
     unlisted = db.execute(
         f"SELECT count(*) FROM records WHERE kind IS NULL AND seq < ?{scope_sql}", [boundary, *scope_args]
     ).fetchone()[0]

@@ -742,7 +742,7 @@ def _scope_words(result: dict[str, Any]) -> str:
     if result.get("scope") is None:
         return ""
     if result.get("and_unscoped"):
-        return f' of project "{_short(result["scope"], FIELD_CHARS_MAX)}" (and records with no scope)'
+        return f' of project "{_short(result["scope"], PATH_CHARS_MAX)}" (and records with no scope)'
     return f' with scope "{_short(result["scope"], FIELD_CHARS_MAX)}"'
 
 

@@ -97,6 +97,9 @@ def test_all_scopes_reads_everything_and_scope_reads_only_that_scope(places: dic
 
 def test_with_capture_off_every_scope_is_read_as_before(places: dict[str, Path]) -> None:
     store, a = places["store"], places["a"]
+    assert json.loads(run(store, a, "scope", "--json").stdout)["reads"] == "project_and_unscoped"
+    assert json.loads(run(store, a, "scope", "--json", RETAINED_CAPTURE="off").stdout)["reads"] == "every_scope"
+    assert "search and brief read every scope" in run(store, a, "scope", RETAINED_CAPTURE="off").stdout
     assert texts(store, a, RETAINED_CAPTURE="off") == brief_texts(store, a, RETAINED_CAPTURE="off") == {A, B, PLAIN, NONE}
     assert json.loads(run(store, a, "search", "deploy", "--json", RETAINED_CAPTURE="off").stdout)["scope"] is None
 

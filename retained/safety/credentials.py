@@ -1078,6 +1078,48 @@ _FIND_SPLIT_HINTS = _HintSet(_SPLIT_GATE, first="AM")
 # A quiet text has no run of 16, so no long start (each needs a first piece of 16).
 _FIND_SPLIT_SHORT = _HintSet(_SPLIT_GATE - set(_SPLIT_HINTS_LONG))
 
+# -- URLs: long runs after "://" that hold no secret --------------------------------
+
+# A short ASCII text that the cheap exits (`quiet`, Guard.untouched) would
+# let through but for its URLs (the "://", and runs of 16 or more after it)
+# holds no secret when the exits' tests pass on the text without the URLs'
+# tails (a tail: "://" and what follows up to whitespace, a quote, "<" or ">",
+# as _generic takes it) and besides:
+#
+# - every "://" follows a scheme's character: only then does _generic skip
+#   the tokens of its tail;
+# - no "@" between "://" and the first ``/?#``: url_password needs one there;
+# - the exits' colon hints other than "://" ("-u ", "key", "basic") are
+#   absent from the whole text, the text having a colon;
+# - the tails hold no "hook" (_generic takes a webhook's path for its
+#   credential), no "=" beside "sig" or "auth" (_generic's query parameters,
+#   URL_QUERY_WORDS; its other words are secret names, which the exits look
+#   for in the whole text), and none of URL_HINTS.
+#
+# Why the tails alone: every other rule's match is one run of token
+# characters, which cannot cross a tail's "://" or its end; outside the tails
+# such a run of 16 fails the exits' run test, and inside one it holds its
+# rule's hint. URL_HINTS are the rules' hints (and the long split starts)
+# that the exits' other tests do not cover already (a secret's name, "key",
+# "basic", "-u ", "sig=", a split key's start). Of the hints looked for in
+# the lower-cased text, two need a word the exits exclude (`_URL_IMPLIED`) and
+# "bearer"'s token follows whitespace, so it lies outside every tail.
+_URL_COVERED_FOLDED = (*_NAMES, "-u ", "key", "basic", "sig=", "hook")
+_URL_COVERED = (*SPLIT_HINTS, *SPLIT_ENDS["_"], *SPLIT_ENDS["-"])
+_URL_IMPLIED = {"private": "key", "aws": "secret", "amazon": "secret"}
+
+
+def _url_covered(hint: str) -> bool:
+    return any(c in hint.lower() for c in _URL_COVERED_FOLDED) or any(c in hint for c in _URL_COVERED)
+
+
+URL_HINTS = tuple(sorted(h for h in _HINTS | set(_SPLIT_HINTS_LONG) if h != "://" and not _url_covered(h)))
+URL_QUERY_WORDS = tuple(w for w in _QUERY_WORDS if not _url_covered(w))
+if {h for h in _FOLDED_HINTS if not _url_covered(h) and h not in _URL_IMPLIED} != {"bearer"} or any(
+    implied not in rule.source for hint, implied in _URL_IMPLIED.items() for rule in _RULES if hint in rule.hints
+):
+    raise InvariantBroken("credentials: a new rule's hint needs a place in the URL exit's notes")
+
 
 def _anchored_matches(rule: _Rule, text: str, folded: str) -> Iterable[re.Match[str]]:
     """Matches of ``rule`` starting where one of its hints occurs.

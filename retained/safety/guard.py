@@ -53,9 +53,10 @@ from retained.safety.credentials import (
     EQUALS_HINTS,
     SPLIT_ENDS,
     SPLIT_HINTS,
+    URL_HINTS,
+    URL_QUERY_WORDS,
     Finding,
     _assigned_value,
-    ends_at,
     find_secrets,
     looks_random,
     normalise,
@@ -65,8 +66,19 @@ from retained.safety.credentials import (
 __all__ = ["POLICIES", "Finding", "Guard", "GuardResult", "find_secrets", "looks_random", "remove_private"]
 
 POLICIES = ("refuse", "redact", "off")
-_SPLIT_UNDERSCORE = tuple(h.encode() for h in SPLIT_ENDS["_"])  # tested on the record's JSON as it is
-_SPLIT_DASH = tuple(h.encode() for h in SPLIT_ENDS["-"])
+
+
+def _ending_at(sep: str, ends: tuple[str, ...]) -> re.Pattern[bytes]:
+    """A pattern found where one of ``ends`` (each ending with ``sep``) occurs: the regex looks for ``sep``, then looks back.
+
+    What ``credentials.ends_at`` answers, in one pass of the regex engine
+    (a text with many ``-``, such as a URL's slugs, costs no loop step each).
+    """
+    return re.compile(re.escape(sep.encode()) + b"(?:" + b"|".join(b"(?<=" + re.escape(e.encode()) + b")" for e in ends) + b")")
+
+
+_SPLIT_UNDERSCORE = _ending_at("_", SPLIT_ENDS["_"])  # tested on the record's JSON as it is
+_SPLIT_DASH = _ending_at("-", SPLIT_ENDS["-"])
 _SPLIT_A = tuple(h.encode() for h in SPLIT_HINTS)  # each starts with "A"
 _NOT_MARKS = bytes(i for i in range(256) if i not in b"A_-")
 # untouched spells these out (a loop costs more than the tests): keep them in step.
@@ -74,6 +86,8 @@ if COLON_HINTS != ("://", "-u ", "key", "basic") or EQUALS_HINTS != ("key", "sig
     not h.startswith("A") for h in SPLIT_HINTS
 ):
     raise ImportError("guard.untouched spells credentials.COLON_HINTS and EQUALS_HINTS out; update it")
+_URL_HINT = re.compile(b"|".join(re.escape(h.encode()) for h in URL_HINTS))  # case-sensitive: a (?i:) part slows it fourfold
+_URL_QUERY = tuple(w.encode() for w in URL_QUERY_WORDS)
 
 # Caller fields set through named API arguments; every other key is reported
 # as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
@@ -158,6 +172,47 @@ _RUN_CHARS = bytes(b"a"[0] if i in _RUN_KEEP else b" "[0] for i in range(256))
 
 _RUN_16 = b"a" * 16
 
+# URLs in the JSON (credentials.URL_HINTS says what makes one safe). A tail is
+# "://" and what follows up to whitespace, a quote, "<" or ">", as
+# credentials._generic takes it; an escape's "\\" ends it too (a newline's,
+# a tab's, a return's or a quote's: each ends the tail in the text as well).
+_URL_TAIL = re.compile(rb"(://[^\s\"'<>\\]+)")
+_SCHEME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+# An "@" before the first "/", "?" or "#" after "://": url_password's shape.
+_URL_USERINFO = re.compile(rb"://[^\s/?#\"'<>\\]*@")
+
+
+def _bare_url(parts: list[bytes]) -> bool:
+    """Whether a URL's tail in ``parts`` (``_URL_TAIL.split``) has no scheme's character before it, or only an escape's letter.
+
+    credentials._generic skips the tokens of a URL's tail only after a
+    scheme (``https://``, not ``\\n://`` nor ``"://``).
+    """
+    for i in range(0, len(parts) - 1, 2):
+        before = parts[i]  # never empty: the JSON starts with '{"', and a tail ends before a character outside it
+        if before[-1] not in _SCHEME_BYTES or before[-2:-1] == b"\\":
+            return True
+    return False
+
+
+def _url_hints(tails: bytes) -> bool:
+    """Whether the URLs' tails hold what credentials.URL_HINTS lists, or what _generic looks for in a URL.
+
+    A webhook ("hook"), a query parameter named like a secret ("=" and "sig"
+    or "auth"; the other names are looked for in the whole text), or a
+    rule's hint the other tests do not cover. One regex each: the tails are short.
+    """
+    if _URL_HINT.search(tails) is not None:
+        return True
+    folded = tails.lower()
+    if b"hook" in folded:
+        return True
+    if b"=" in tails:
+        for word in _URL_QUERY:
+            if word in folded:
+                return True
+    return False
+
 
 def _orjson_dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
@@ -232,6 +287,9 @@ class Guard:
         string that is an RFC 3339 UTC timestamp (its two ``:``), and a whole
         string of 64 lowercase hex digits (a digest, as in an import's
         provenance); no rule reports either outside a secret-named key.
+        A URL's "://" and the runs in its tail are let through on the
+        terms credentials.URL_HINTS sets out (a scheme before it, no
+        userinfo, no webhook or query secret, no rule's hint in the tail).
         """
         if "client_op_id" in fields:
             fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}
@@ -251,10 +309,22 @@ class Guard:
             # An escape other than a newline's, a tab's, a return's or a quote's. Those
             # only lengthen a run or add a letter before a word: the tests below stay safe.
             return False
+        url = b"://" in data
         if self.policy != "off":
+            runs = data
+            if url:
+                # A URL's tail may hold runs of 16; a rule's match there starts with one of its hints, looked
+                # for in the tails alone below. Outside the tails, every match is a run of 16 as before.
+                if b"@" in data and _URL_USERINFO.search(data) is not None:
+                    return False
+                parts = _URL_TAIL.split(data)  # the text between the tails, and the tails: one pass
+                if _bare_url(parts):
+                    return False
+                tails = b" ".join(parts[1::2])
+                runs = b" ".join(parts[0::2])
             # Runs of token characters, as "a"s: a substring test finds one of
             # 16 without splitting the text.
-            if _RUN_16 in data.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', data).translate(_RUN_CHARS):
+            if _RUN_16 in runs.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', runs).translate(_RUN_CHARS):
                 return False
             folded = data.lower()
             if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
@@ -265,10 +335,14 @@ class Guard:
             marks = data.translate(None, _NOT_MARKS)  # the record's "A"s, "_"s and "-"s: one pass, then a short string
             if marks and (
                 (b"A" in marks and starts_at(data, b"A", _SPLIT_A))
-                or (b"_" in marks and ends_at(data, b"_", _SPLIT_UNDERSCORE))
-                or (b"-" in marks and ends_at(data, b"-", _SPLIT_DASH))
+                or (b"_" in marks and _SPLIT_UNDERSCORE.search(data) is not None)
+                or (b"-" in marks and _SPLIT_DASH.search(data) is not None)
             ):
                 return False
+            if url and (
+                b"-u " in folded or (b"=" not in data and (b"key" in folded or b"basic" in folded)) or _url_hints(tails)
+            ):  # (with an "=", "key" and "basic" were looked for above)
+                return False  # the colon's hints in the text; _generic's URL checks and the rules' hints in the tails
         keys = len(fields)
         for value in fields.values():
             if type(value) in _NESTED:
@@ -276,14 +350,15 @@ class Guard:
                 if inner is None:
                     return False  # too deep (apply() says so) or a secret-named key
                 keys += inner
-        if self.policy == "off":
-            return True
+        if self.policy == "off" or url:
+            return True  # a URL's colon hints were judged above, with the other colons'
         colons = data.count(b":")
         if colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data)):
             return True
         # More colons than keys: in the text ("Caroline: ...", "at 10:30"). A
-        # colon matters only beside one of COLON_HINTS (credentials.quiet).
-        return not (b"://" in folded or b"-u " in folded or b"key" in folded or b"basic" in folded)
+        # colon matters only beside one of COLON_HINTS (credentials.quiet);
+        # a URL's "://" was judged above.
+        return not (b"-u " in folded or b"key" in folded or b"basic" in folded)
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.

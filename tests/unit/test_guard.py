@@ -470,8 +470,18 @@ FAST_KEYS = st.one_of(
 CODE_BITS = ["x=1", "timeout=30", "key=", "api_key=", "sig=", "Basic", "YWI6Y2Q=", "AKIA", "QX7T", "Z2K9WM4B",
              "ghp_", "sk-", "sk_live_", "xoxb-", "MIIE", "eyJ", "Zq3v9XkL", "R6YD", "\n", "\t", '"', "(", ")", "#",
              "def", "return", "client.get(url,", "==", "://", "a:b", "password", "-"]
+# URLs whose tails hold long runs, with what makes one hold a secret mixed in (issue 31): userinfo, a webhook,
+# query parameters named like secrets, provider prefixes, random tokens, a "://" with no scheme before it.
+URL_BITS = ["https://", "http://", "git+ssh://", "://", " ://", "\n://", "example.com", "db.example.com", "user:", "a:b@",
+            "@", "/", "docs", "page-3", "?", "&", "#", "=", "ref", "notes", "sig", "auth", "signature", "token",
+            "hooks", "webhook", "q8Xr2LmZ0vTn5KfWb7YcJd4HsPa1GeUi", "Zq3v9XkLR6YDQX7TZ2K9WM4B", "AKIA", "ABIA",
+            "ghp_", "glrt-", "shpat_", "eyJ", "SG.", "Q~", "==", "MIIE", "k_live_", "sk-", "bearer ", "key", "-u ",
+            "%2F", "~", "\"", " "]
 FAST_LEAVES = st.one_of(
     st.text(FAST_ALPHABET, max_size=60),
+    st.lists(st.sampled_from(URL_BITS), max_size=16).map("".join),
+    st.builds(lambda a, b, c: f"{a} https://example.com/{b}?{c}", st.sampled_from(WORDS),
+              st.text(B62 + "-_/.~%", min_size=16, max_size=48), st.lists(st.sampled_from(URL_BITS), max_size=6).map("".join)),
     st.lists(st.sampled_from(CODE_BITS), max_size=14).map(" ".join),
     st.lists(st.sampled_from(CODE_BITS), max_size=8).map("".join),
     st.lists(st.sampled_from(WORDS), max_size=30).map(" ".join),
@@ -510,7 +520,10 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
     plain = {"kind": "note", "text": "the deploy moved to friday after the staging fix", "scope": "proj-3",
              "author": "agent-2", "n": 7, "client_op_id": "0b1f6471-1bf0-4dda-aec3-111122223333"}
     assert g.untouched(plain)
-    for changed in ("see <private>pin 1234</private>", "password is hunter2hunter2", "api_key=b c", "see https://x.io",
+    for changed in ("see <private>pin 1234</private>", "password is hunter2hunter2", "api_key=b c", "see ://x.io",
+                    "see https://bob:hunter2x@x.io/a", "https://x.io/hooks/abc", "https://x.io/?sig=1", "https://x.io/?Auth=1",
+                    "go\n://x.io/" + "q8Xr2LmZ0vTn5KfWb7YcJd4HsPa1GeUi", "https://x.io/eyJhbGciOiJIUzI1NiJ9", "https://x.io/a==",
+                    "https://x.io/?t=glrt-" + "x" * 20, "https://x.io/ABIA" + "B" * 16, "x https://x.io/key-abc",
                     "api key: x", "Authorization: Basic x", "curl -u a:b", "run " + "x" * 16, "x sig=abc",
                     "caf\u00e9 au lait", "bell\x07here", "back\\slash", "y " * 2100, "AKIA QX7T", "use ghp_ ab",
                     "a key=v"):
@@ -523,6 +536,10 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
     # conversation turns and times take the fast path.
     for turn in ("Caroline: I went to the support group yesterday.", "we met at 10:30, then: lunch", "note: x"):
         assert g.untouched({**plain, "text": turn}), turn
+    # A URL whose tail holds long runs but no userinfo, webhook, query secret or rule's hint (issue 31).
+    for url in ("see https://example.com/docs/page-12?ref=notes#part-3", "Jon: https://github.com/org/retained-memory/pull/31",
+                "see https://x.io", "a\nhttps://en.wikipedia.org/wiki/Write-ahead_logging\tb"):
+        assert g.untouched({**plain, "text": url}), url
     digest = "99c5aa0cbf6c318315a330dbebfe1cb6769bca8e57da71d7a8e550bd5ec5eaf3"
     provenance = {"seq": 4, "hash": digest, "ts": "2026-11-29T15:24:34.565308Z",
                   "client": {"name": "retained-cli", "version": "0.1.0"}}
@@ -539,6 +556,24 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
     assert not Guard("off").untouched({**plain, "text": "<private>x</private>"})
     for name in credentials._NAMES:  # every secret name find_secrets looks for sends a record to apply()
         assert not g.untouched({**plain, "text": f"the {name.upper()} moved"}), name
+
+
+def test_untouched_with_urls_agrees_with_apply_on_every_corpus_string():
+    """The URL fast path (issue 31) is exact on real formats: every corpus string (secrets and hard benign ones),
+    put in a URL's path, query and fragment and after one, is let through only where apply() changes nothing."""
+    g = Guard("refuse")
+    texts = []
+    for row in load_corpus():
+        for piece in _strings(row["value"]):
+            texts += [f"see https://example.com/docs/{piece}", f"see https://example.com/a?ref={piece}#x",
+                      f"https://example.com/a#{piece} ok", f"see https://example.com/a then {piece}"]
+    fast = 0
+    for text in texts:
+        fields = {"kind": "note", "text": text, "scope": "s"}
+        if g.untouched(fields):
+            fast += 1
+            assert _apply_unchanged(g, fields), text
+    assert fast > len(texts) // 10  # the hard benign strings in URLs do take the fast path
 
 
 def _strings(value: Any) -> list[str]:

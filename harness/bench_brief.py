@@ -22,6 +22,10 @@ the same run so machine noise hits all alike, it times the whole process:
   own and composes their records with its own; the default, 0, leaves the
   case out).
 
+The brief is read in project ``proj-1`` (``RETAINED_SCOPE``), one of the
+five scopes the records are filed under: its records and the unscoped
+checkpoints, as ``retained brief`` reads in a project (issue 26).
+
 Wall time per run (perf_counter around the child) and the child's CPU time
 (user + system, from getrusage). Target (DESIGN): every entry point's median
 wall time <= ``python -c pass`` + 60 ms. It also checks, with ``-X
@@ -61,6 +65,8 @@ WORDS = [
     "review", "merge", "branch", "owner", "deadline", "friday", "decided", "because", "latency",
 ]
 
+PROJECT = "proj-1"  # the scope the brief is read in (RETAINED_SCOPE): one of the five the records are in
+
 
 def _text(rng: random.Random, size: int) -> str:
     words: list[str] = []
@@ -87,7 +93,7 @@ def build_store(directory: Path, records: int, seed: int = 7) -> dict[str, Any]:
             items: list[dict[str, Any]] = []
             for i in range(n):
                 seq = written + i + 1
-                item: dict[str, Any] = {"text": _text(rng, 200), "scope": f"proj-{seq % 5}", "source": "bench"}
+                item: dict[str, Any] = {"text": _text(rng, 200), "scope": f"proj-{seq % 5}", "source": "bench"}  # PROJECT
                 if seq % 997 == 0:
                     item["supersedes"] = [seq - 3]
                 items.append(item)
@@ -197,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
 
         venv_tmp = tempfile.mkdtemp(prefix="bench-brief-venv-") if args.install else None
         env = {k: v for k, v in os.environ.items() if not k.startswith("RETAINED_") and k != "PYTHONDONTWRITEBYTECODE"}
+        # The session's project is one of the five scopes (a fifth of the records), wherever the bench runs: the
+        # brief reads it and the unscoped checkpoints, as it does in a project (docs/capture.md).
+        env["RETAINED_SCOPE"] = PROJECT
         if venv_tmp is not None:
             python = str(install(Path(venv_tmp) / "venv", "bench_brief"))
         else:

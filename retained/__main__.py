@@ -39,8 +39,12 @@ def _brief() -> int | None:
     opts = brief.parse_args(rest)
     if opts is None:
         return None
-    result = session_brief(store_dir(opts["dir"]), opts["budget"], opts["scope"], environ=os.environ, never_fail=True,
-                           project=_project())
+    from retained.capture.scope import read_scope
+
+    project = _project()
+    scope = read_scope(opts["scope"], project, opts["all_scopes"])
+    result = session_brief(store_dir(opts["dir"]), opts["budget"], scope, environ=os.environ, never_fail=True,
+                           project=project)
     try:
         sys.stdout.buffer.write(brief.output(result, "json" if opts["json"] else opts["format"]))
         sys.stdout.flush()
@@ -63,11 +67,10 @@ def _project() -> str | None:
     """The project the session starts in (``retained scope``), for the brief's "last session" part; None when off."""
     import os
 
-    if os.environ.get("RETAINED_CAPTURE", "").strip().lower() in ("0", "off", "false", "no"):
-        return None
-    from retained.capture.scope import identity
+    from retained.capture.scope import project
 
-    return identity(os.getcwd(), os.environ.get("RETAINED_SCOPE") or None).scope
+    found = project(os.environ, os.getcwd())
+    return None if found is None else found.scope
 
 
 def main() -> int:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from retained.index.schema import LINKED_BY, link_targets  # the index's reading of link fields
+from retained.limits import SCOPE_CHARS_MAX
 
 # A kind, scope, source, client or extra field in a header line.
 FIELD_CHARS_MAX = 64
@@ -259,9 +260,20 @@ def search(reply: Mapping[str, Any], *, query: str | None = None, max_tokens: in
     lines.append(tail)
     if reply.get("mode"):
         lines.append(mode_line(reply))
+    if isinstance(reply.get("scope"), str):
+        lines.append(scope_line(reply))
     for notice in reply.get("notices") or ():
         lines.append(f"note: {notice}")
     return "\n".join(lines)
+
+
+def scope_line(reply: Mapping[str, Any]) -> str:
+    """One line saying which scope a read was limited to (``{"scope", "and_unscoped"}``), so no one wonders why
+    records are missing."""
+    name = short(reply["scope"], SCOPE_CHARS_MAX)
+    if reply.get("and_unscoped"):
+        return f'scope: this project\'s ("{name}") and records with no scope; --all-scopes reads every scope'
+    return f'scope: only "{name}"'
 
 
 def mode_line(reply: Mapping[str, Any]) -> str:

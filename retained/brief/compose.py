@@ -269,7 +269,7 @@ class _Brief:
         kind = rec.get("kind")
         if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
             return False
-        return self.scope is None or rec.get("scope") == self.scope
+        return index_schema.scope_admits(self.scope, rec.get("scope"))
 
     # the log, newest first -----------------------------------------------------
 
@@ -352,7 +352,7 @@ class _Brief:
             kind, scope, redacted = row
             if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
                 continue
-            if self.scope is not None and scope != self.scope:
+            if not index_schema.scope_admits(self.scope, scope):
                 continue
             if redacted or "redacts" in found:
                 eligible -= 1
@@ -468,7 +468,7 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
         "status": status,
         "message": message,
         "store": str(directory),
-        "scope": scope,
+        **index_schema.scope_reply(scope),
         "budget": budget,
         "tokens": 0,
         "included": [],
@@ -710,7 +710,7 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
         "status": "ok",
         "message": None,
         "store": str(b.directory),
-        "scope": b.scope,
+        **index_schema.scope_reply(b.scope),
         "budget": b.budget,
         "tokens": tokens,
         "included": entries,
@@ -737,10 +737,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _scope_words(result: dict[str, Any]) -> str:
+    """`` with scope "S"``, `` of project "S" (and records with no scope)``, or nothing (every scope)."""
+    if result.get("scope") is None:
+        return ""
+    if result.get("and_unscoped"):
+        return f' of project "{_short(result["scope"], PATH_CHARS_MAX)}" (and records with no scope)'
+    return f' with scope "{_short(result["scope"], FIELD_CHARS_MAX)}"'
+
+
 def opening_line(result: dict[str, Any]) -> str:
     store = _short(result["store"], PATH_CHARS_MAX)
     shown = len(result["included"])
-    scope = f' with scope "{_short(result["scope"], FIELD_CHARS_MAX)}"' if result.get("scope") is not None else ""
+    scope = _scope_words(result)
     head = result.get("head") or {}
     newest = f"; newest record #{head['seq']} at {head['ts']}" if head.get("seq") and head.get("ts") else ""
     of = f" of {result['eligible']}" if result.get("exact") else ""
@@ -780,8 +789,7 @@ def closing_line(result: dict[str, Any]) -> str:
                      "whole through its index, which the first `retained search` after a pull builds); that count is "
                      "an upper bound")
     if total == 0 and result["eligible"] == 0:
-        scope = f' with scope "{_short(result["scope"])}"' if result.get("scope") is not None else ""
-        line = f"Not shown: 0 records; the store holds no records{scope} to show."
+        line = f"Not shown: 0 records; the store holds no records{_scope_words(result)} to show."
     elif total == 0:
         line = f"Not shown: 0 records; all {result['eligible']} eligible records are above."
     else:
@@ -837,18 +845,19 @@ def parse_args(argv: list[str]) -> dict[str, Any] | None:
     The brief runs at every session start, where importing and building the
     full command line costs more than the brief itself. Only ``--budget N``
     (digits), ``--scope S``, ``--format text|claude|json``, ``--dir D`` (each
-    also as ``--opt=value``) and ``--json`` are taken; anything else (help,
+    also as ``--opt=value``), ``--all-scopes`` and ``--json`` are taken; anything else (help,
     an unknown or malformed option) returns None. Returns ``{"dir", "json",
-    "budget", "scope", "format"}`` with argparse's defaults; a test checks the
+    "all_scopes", "budget", "scope", "format"}`` with argparse's defaults; a test checks the
     two agree.
     """
-    values: dict[str, Any] = {"dir": None, "json": False, "budget": None, "scope": None, "format": "text"}
+    values: dict[str, Any] = {"dir": None, "json": False, "all_scopes": False, "budget": None, "scope": None,
+                              "format": "text"}
     i = 0
     while i < len(argv):
         name, eq, value = argv[i].partition("=")
         key = name[2:] if name.startswith("--") else ""
-        if key == "json" and not eq:
-            values["json"] = True
+        if key in ("json", "all-scopes") and not eq:
+            values[key.replace("-", "_")] = True
             i += 1
             continue
         if key not in ("budget", "scope", "format", "dir"):
@@ -864,7 +873,7 @@ def parse_args(argv: list[str]) -> dict[str, Any] | None:
         if not values["budget"].isdigit():
             return None
         values["budget"] = int(values["budget"])
-    if values["format"] not in ("text", "claude", "json"):
+    if values["format"] not in ("text", "claude", "json") or (values["all_scopes"] and values["scope"] is not None):
         return None
     return values
 

@@ -21,6 +21,7 @@ directly, so the hook stays fast.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 SCOPE_FILE = ".retained-scope"
@@ -127,3 +128,31 @@ def identity(cwd: str | os.PathLike[str], explicit: str | None = None) -> Identi
     if len(scope) > SCOPE_CHARS_MAX:
         scope = "…" + scope[-(SCOPE_CHARS_MAX - 1):]
     return Identity(scope, "directory", f"{start} is not inside a git repository: the directory is the project")
+
+
+OFF_WORDS = ("0", "off", "false", "no")  # RETAINED_CAPTURE values that turn capture, and the project's reads, off
+
+
+def project(environ: Mapping[str, str], cwd: str | os.PathLike[str]) -> Identity | None:
+    """The project a command run in ``cwd`` reads and captures under, or None when ``RETAINED_CAPTURE`` is off.
+
+    The one switch for both: with capture off nothing is filed under the
+    project, so the brief and ``retained search`` read every scope, as before
+    issue 26. ``RETAINED_SCOPE`` names the project explicitly.
+    """
+    if environ.get("RETAINED_CAPTURE", "").strip().lower() in OFF_WORDS:
+        return None
+    return identity(cwd, environ.get("RETAINED_SCOPE") or None)
+
+
+def read_scope(given: str | None, project_scope: str | None, every: bool = False) -> str | None:
+    """The scope ``retained search`` and ``retained brief`` read: ``given`` (``--scope``), else every scope
+    (``every``: ``--all-scopes``, or no ``project_scope``: capture off), else the project's together with the
+    records that have no scope (``index.schema.ProjectScope``)."""
+    if given is not None:
+        return given
+    if every or project_scope is None:
+        return None
+    from retained.index.schema import ProjectScope  # deferred: only a read needs it, never capture's path
+
+    return ProjectScope(project_scope)

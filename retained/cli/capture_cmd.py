@@ -277,11 +277,15 @@ def _import(argv: list[str]) -> int:
 
 
 def cmd_scope(args: argparse.Namespace) -> int:
-    from retained.capture.scope import identity
+    from retained.capture.scope import identity, project
 
     found = identity(args.cwd or os.getcwd(), os.environ.get("RETAINED_SCOPE") or None)
+    # What `retained search` and `retained brief` read here: this scope and the unscoped records, or (capture off) all.
+    reads = "project_and_unscoped" if project(os.environ, args.cwd or os.getcwd()) is not None else "every_scope"
     if args.json:
-        _print_json(found.to_dict())
+        _print_json({**found.to_dict(), "reads": reads})
     else:
-        sys.stdout.write(f"{found.scope}\n  ({found.source}: {found.why})\n")
+        said = ("search and brief read this scope and records with no scope (--all-scopes: every scope)"
+                if reads == "project_and_unscoped" else "search and brief read every scope (RETAINED_CAPTURE is off)")
+        sys.stdout.write(f"{found.scope}\n  ({found.source}: {found.why})\n  {said}\n")
     return 0

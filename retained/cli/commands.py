@@ -24,6 +24,7 @@ import orjson
 from retained import limits, paths, render
 from retained.brief import compose as brief
 from retained.brief.session import session_brief
+from retained.capture.scope import project, read_scope
 from retained.cli import hook_install
 from retained.core import json_input, pool
 from retained.core.anchors import listing_text
@@ -251,12 +252,22 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_scope(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``(the scope search and brief read, the project's scope)``: ``--scope``, else every scope (``--all-scopes``,
+    or capture off), else the project's with the records that have none (``retained scope``; docs/capture.md)."""
+    found = project(os.environ, os.getcwd())
+    project_scope = None if found is None else found.scope
+    return read_scope(args.scope, project_scope, args.all_scopes), project_scope
+
+
 def cmd_search(args: argparse.Namespace) -> int:
+    chosen, _ = _read_scope(args)
     with open_store(args) as store:
-        reply = store.search(
-            args.query, k=args.k, max_tokens=args.max_tokens, scope=args.scope,
+        found = store.search(
+            args.query, k=args.k, max_tokens=args.max_tokens, scope=chosen,
             include_superseded=args.include_superseded, context=args.context,
         )
+    reply = {**found, "scope": chosen, "and_unscoped": args.scope is None and chosen is not None}
 
     emit(args, reply, lambda: render.search(reply))
     return 0
@@ -445,7 +456,9 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    result = session_brief(store_dir(args), args.budget, args.scope, environ=os.environ, never_fail=True)
+    chosen, project_scope = _read_scope(args)
+    result = session_brief(store_dir(args), args.budget, chosen, environ=os.environ, never_fail=True,
+                           project=project_scope)
     sys.stdout.buffer.write(brief.output(result, "json" if args.json else args.format))
     sys.stdout.flush()
     return 0
@@ -458,9 +471,17 @@ BRIEF_EXAMPLE = "retained brief --budget 800 --scope proj-a --format claude"
 def _brief_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, metavar="TOKENS", help="token budget, estimated as UTF-8 bytes / 4 "
                    f"(default {limits.BRIEF_BUDGET_DEFAULT})")
-    p.add_argument("--scope", type=scope, help="only records with this scope")
+    _scope_arguments(p)
     p.add_argument("--format", choices=("text", "claude", "json"), default="text",
                    help="text, claude (the JSON a Claude Code SessionStart hook prints), or json (same as --json)")
+
+
+def _scope_arguments(p: argparse.ArgumentParser) -> None:
+    """``--scope`` and ``--all-scopes`` of the reads that default to the project (``search``, ``brief``)."""
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--scope", type=scope, help="only records with this scope (default: this project's, "
+                       "shown by `retained scope`, and records with no scope)")
+    which.add_argument("--all-scopes", action="store_true", help="read records of every scope, not only this project's")
 
 
 def _brief_args(argv: list[str]) -> argparse.Namespace | None:
@@ -602,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=whole(1, limits.SEARCH_K_MAX), default=limits.SEARCH_K_DEFAULT,
                    help=f"most results to return, 1 to {limits.SEARCH_K_MAX} (default {limits.SEARCH_K_DEFAULT})")
     p.add_argument("--max-tokens", type=whole(1, limits.SEQ_MAX), help="token budget for the results (estimate: utf-8 bytes / 4)")
-    p.add_argument("--scope", type=scope, help="only records with this scope")
+    _scope_arguments(p)
     p.add_argument("--include-superseded", action="store_true", help="also show records a later record superseded")
     p.add_argument("--context", type=whole(0, limits.CONTEXT_MAX), default=0, metavar="N",
                    help="show up to N records of the same scope around each result (within --max-tokens)")

@@ -465,7 +465,7 @@ class Hybrid:
             scores = cache.scores(q, self.context_weight, self.neighbour_weight)
             if scope is not None:
                 allowed = np.zeros(cache.rows, dtype=bool)
-                for (seq,) in db.execute("SELECT seq FROM records WHERE scope = ?", (scope,)):
+                for (seq,) in db.execute(f"SELECT seq FROM records WHERE {index_schema.scope_condition(scope)}", (scope,)):
                     row = cache.row_of.get(seq)
                     if row is not None:
                         allowed[row] = True

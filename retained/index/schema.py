@@ -408,12 +408,40 @@ def links_of(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str,
     return out
 
 
+class ProjectScope(str):
+    """A scope read together with the records that have none: the default read of a project (issue 26).
+
+    What capture files under the project's identity (``retained scope``) and
+    what was written without a scope (``memory_write`` cannot know the
+    session's directory) are both the project's; records of other scopes are
+    not. A plain ``str`` scope admits only records of exactly that scope.
+    """
+
+    __slots__ = ()
+
+
+def scope_admits(scope: str | None, found: Any) -> bool:
+    """Whether a record whose scope is ``found`` passes the filter ``scope`` (None: every scope)."""
+    return scope is None or found == scope or (found is None and isinstance(scope, ProjectScope))
+
+
+def scope_condition(scope: str, column: str = "scope") -> str:
+    """The SQL condition on ``column`` for the filter ``scope`` (one ``?`` for its value)."""
+    return f"({column} = ? OR {column} IS NULL)" if isinstance(scope, ProjectScope) else f"{column} = ?"
+
+
+def scope_reply(scope: str | None) -> dict[str, Any]:
+    """How a reply says which scope it read: ``{"scope", "and_unscoped"}`` (scope None: every scope)."""
+    return {"scope": None if scope is None else str(scope), "and_unscoped": isinstance(scope, ProjectScope)}
+
+
 class Filter:
     """Which records a read admits: the one filter of list, count, search and context.
 
     Always unredacted records, and any of these: ``below`` / ``above``: seq
     bounds (exclusive). ``kind``: equal to one; ``kinds_not``: not in these
-    (a record with no kind never matches). ``scope``; ``client``: the
+    (a record with no kind never matches). ``scope`` (a `ProjectScope` also
+    admits records with no scope); ``client``: the
     writer's name. ``ts_from`` / ``ts_before``: the record's ts from one
     (inclusive) and before the other (exclusive), compared as text (RFC 3339
     times in UTC sort as text). ``include_superseded`` / ``include_retracted``
@@ -422,7 +450,7 @@ class Filter:
     """
 
     __slots__ = ("above", "below", "client", "include_retracted", "include_superseded", "kind", "kinds_not",
-                 "scope", "ts_before", "ts_from")
+                 "no_scope", "scope", "ts_before", "ts_from")
 
     def __init__(self, *, below: int | None = None, above: int | None = None, kind: str | None = None,
                  kinds_not: Sequence[str] = (), scope: str | None = None, client: str | None = None,
@@ -432,6 +460,22 @@ class Filter:
         self.scope, self.client, self.ts_from, self.ts_before = scope, client, ts_from, ts_before
         self.include_superseded = include_superseded and not current
         self.include_retracted = include_retracted and not current
+        self.no_scope = False  # only records with no scope: one of `halves`
+
+    def _copy(self) -> Filter:
+        other = Filter.__new__(Filter)
+        for name in Filter.__slots__:
+            setattr(other, name, getattr(self, name))
+        return other
+
+    def halves(self) -> list[Filter]:
+        """This filter as disjoint filters each SQLite walks in seq order on one index: a `ProjectScope`'s
+        records of the scope and those with no scope (an OR of the two would sort every match); else itself."""
+        if not isinstance(self.scope, ProjectScope):
+            return [self]
+        scoped, unscoped = self._copy(), self._copy()
+        scoped.scope, unscoped.scope, unscoped.no_scope = str(self.scope), None, True
+        return [scoped, unscoped]
 
     def admits(self, seq: int, rec: dict[str, Any]) -> bool:
         """Whether a record read from the log passes the filters `where` puts in SQL (for a reader without
@@ -441,7 +485,7 @@ class Filter:
             return False
         if self.kinds_not and (type(kind) is not str or kind in self.kinds_not):
             return False
-        if self.scope is not None and rec.get("scope") != self.scope:
+        if not scope_admits(self.scope, rec.get("scope")) or (self.no_scope and rec.get("scope") is not None):
             return False
         if self.client is not None and client_name(rec.get("client")) != self.client:
             return False
@@ -462,7 +506,12 @@ class Filter:
         if self.kinds_not:
             where.append(f"{table}kind NOT IN ({', '.join('?' * len(self.kinds_not))})")
             args.extend(self.kinds_not)
-        for condition, value in (("kind = ?", self.kind), ("scope = ?", self.scope), ("client = ?", self.client),
+        if self.scope is not None:
+            where.append(scope_condition(self.scope, table + "scope"))
+            args.append(self.scope)
+        if self.no_scope:
+            where.append(f"{table}scope IS NULL")
+        for condition, value in (("kind = ?", self.kind), ("client = ?", self.client),
                                  ("seq < ?", self.below), ("seq > ?", self.above), ("ts >= ?", self.ts_from),
                                  ("ts < ?", self.ts_before)):
             if value is not None:
@@ -480,8 +529,12 @@ def count_listed(db: sqlite3.Connection, *, below: int | None = None, kind: str 
                  kinds_not: Sequence[str] = (), scope: str | None = None, current: bool = False,
                  listed: Filter | None = None) -> int:
     """How many unredacted records `newest` would list with no limit (same filters)."""
-    cond, args = (listed or Filter(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)).where()
-    return int(db.execute(f"SELECT count(*) FROM records WHERE {cond}", args).fetchone()[0])
+    listed = listed or Filter(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
+    total = 0
+    for half in listed.halves():
+        cond, args = half.where()
+        total += int(db.execute(f"SELECT count(*) FROM records WHERE {cond}", args).fetchone()[0])
+    return total
 
 
 def newest(db: sqlite3.Connection, limit: int, *, below: int | None = None, kind: str | None = None,
@@ -494,6 +547,10 @@ def newest(db: sqlite3.Connection, limit: int, *, below: int | None = None, kind
     page after it), still returned newest first; otherwise the newest.
     """
     listed = listed or Filter(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
+    halves = listed.halves()
+    if len(halves) > 1:
+        rows = sorted((row for half in halves for row in newest(db, limit, listed=half)), reverse=True)
+        return rows[-limit:] if listed.above is not None else rows[:limit]
     cond, args = listed.where()
     if listed.above is not None:
         rows = db.execute(
@@ -523,9 +580,11 @@ def count_below(db: sqlite3.Connection, boundary: int, scope: str | None = None)
         scope_sql, scope_args = "", []
     else:
         total = db.execute("SELECT count(*) FROM records WHERE scope = ? AND seq < ?", (scope, boundary)).fetchone()[0]
+        if isinstance(scope, ProjectScope):  # two walks of records_scope: an OR would gather and dedupe every rowid
+            total += db.execute("SELECT count(*) FROM records WHERE scope IS NULL AND seq < ?", (boundary,)).fetchone()[0]
         # For the two rare kinds, walk records_kind and test the scope row by
         # row (the unary + keeps SQLite from walking every row of the scope).
-        scope_sql, scope_args = " AND +scope = ?", [scope]
+        scope_sql, scope_args = " AND " + scope_condition(scope, "+scope"), [scope]
     unlisted = db.execute(
         f"SELECT count(*) FROM records WHERE kind IS NULL AND seq < ?{scope_sql}", [boundary, *scope_args]
     ).fetchone()[0]

@@ -30,7 +30,8 @@ def test_a_print_session_sends_its_prompt_to_the_stand_in_and_prints_the_scripte
 
 
 def test_the_session_start_hook_installed_by_retained_puts_the_brief_in_the_model_request(cc):
-    cc.retained("write", "the deploy key lives in the vault, never in the repo", "--scope", "infra")
+    # No scope, as memory_write writes: the brief shows it in any project.
+    cc.retained("write", "the deploy key lives in the vault, never in the repo")
     installed = cc.retained("hook", "install", "--claude", "--json")
     settings = json.loads((cc.home / ".claude" / "settings.json").read_text())
     assert "session-start.sh" in json.dumps(settings["hooks"]["SessionStart"]), installed.stdout

@@ -56,7 +56,8 @@ def _echo_last_result(body: dict) -> list[dict]:
 
 
 def test_the_plugin_brings_the_brief_the_tools_and_the_skill_and_writes_land_with_claude_codes_name(cc):
-    cc.retained("write", SEEDED, "--scope", "infra")
+    # Filed under the project the session runs in (as capture files turns): the brief of that project shows it.
+    cc.retained("write", SEEDED, "--scope", json.loads(cc.retained("scope", "--json").stdout)["scope"])
     _install(cc)
 
     # Session 1: the brief is in the first request; a scripted memory_write lands, and its proof goes back to the model.

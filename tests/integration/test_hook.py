@@ -74,7 +74,8 @@ def full_store(tmp_path: Path) -> Path:
     d = tmp_path / "store"
     with Store(d) as s:
         s.checkpoint("release 0.1", summary="the log and the index are done")
-        s.write_batch([{"text": f"note {i}: " + "detail " * 40, "scope": "proj"} for i in range(60)])
+        # No scope, as memory_write writes them: the hook's brief reads them in whatever project it runs.
+        s.write_batch([{"text": f"note {i}: " + "detail " * 40} for i in range(60)])
     return d
 
 

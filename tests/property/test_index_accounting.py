@@ -1,4 +1,4 @@
-"""I2: returned + left out == matched, for any records, query, k, budget and scope."""
+"""I2: returned + left out == matched, for any records, query, k, budget and scope (a project's too)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retained import Store
+from retained.index.schema import ProjectScope
 
 WORDS = ["alpha", "beta", "gamma", "delta", "the", "is", "東京", "café"]
 _text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
@@ -24,7 +25,7 @@ _records = st.lists(
             st.one_of(_text, st.text(max_size=12)),
             st.integers(0, 30),
             st.one_of(st.none(), st.integers(0, 60)),
-            st.sampled_from([None, "a", "b", "c"]),
+            st.sampled_from([None, "a", "b", "c", ProjectScope("a"), ProjectScope("c")]),
             st.booleans(),
             st.booleans(),
         ),
@@ -57,7 +58,8 @@ def test_accounting_identity_holds(records, queries, retract):
             if budget is not None:
                 assert reply["tokens"] <= budget
             for r in reply["results"]:
-                assert scope is None or r["record"].get("scope") == scope
+                found = r["record"].get("scope")
+                assert scope is None or found == scope or (found is None and isinstance(scope, ProjectScope))
                 if not inc_sup:
                     assert "superseded_by" not in r
                 if not inc_ret:

@@ -83,7 +83,7 @@ def test_issue_15_search_answers_from_the_log_when_the_index_cannot_be_opened(st
         s.write("the user prefers dark mode")
         s.search("deploy")
     index = _spoil_index(store_dir)
-    out = run_cli("search", "deploy target", "--json", env_dir=store_dir)
+    out = run_cli("search", "deploy target", "--scope", "proj-a", "--json", env_dir=store_dir)
     assert out.returncode == 0, out.stderr
     reply = json.loads(out.stdout)
     assert [r["record"]["text"] for r in reply["results"]] == ["the deploy target is staging"]

@@ -169,8 +169,8 @@ def test_cli_installs_into_the_project_and_the_installed_command_prints_the_brie
     home, project, store = tmp_path / "home", tmp_path / "project", tmp_path / "store"
     home.mkdir()
     project.mkdir()
-    with Store(store) as s:
-        s.write("the deploy target is staging", scope="proj-a")
+    with Store(store) as s:  # filed under the project, as capture files it (`retained scope` in the project)
+        s.write("the deploy target is staging", scope=str(project.resolve()))
     proc = _cli(home, "hook", "install", "--claude", "--project", str(project), "--dir", str(store))
     assert proc.returncode == 0, proc.stderr
     path = project / ".claude" / "settings.json"

@@ -327,12 +327,12 @@ def test_cli_search_rebuild_and_verify(store_dir):
     assert run_cli("write", "deploy target is prod", "--supersedes", "1", env_dir=store_dir).returncode == 0
     r = run_cli("write", "x", "--supersedes", "9", env_dir=store_dir)
     assert r.returncode == 2 and "no record with seq 9" in r.stderr
-    r = run_cli("search", "deploy target", "--json", env_dir=store_dir)
+    r = run_cli("search", "deploy target", "--scope", "p", "--json", env_dir=store_dir)
     import json
 
     reply = json.loads(r.stdout)
     assert reply["returned"] == 1 and reply["left_out"]["superseded"] == 1
-    r = run_cli("search", "deploy", "--include-superseded", "-k", "1", env_dir=store_dir)
+    r = run_cli("search", "deploy", "--scope", "p", "--include-superseded", "-k", "1", env_dir=store_dir)
     assert r.returncode == 0 and "1 beyond k" in r.stdout
     r = run_cli("get", "1", env_dir=store_dir)
     assert "superseded_by=#2" in r.stdout

@@ -235,3 +235,24 @@ def test_link_targets_reads_link_fields_as_the_index_stores_them() -> None:
     assert index_schema.link_targets(3) == [3]
     assert index_schema.link_targets([1, 0, -2, "4", 5, True]) == [1, 5]
     assert index_schema.link_targets(None) == [] and index_schema.link_targets("7") == []
+
+
+def test_a_project_scope_admits_its_records_and_those_with_no_scope_in_every_query(store_dir: Path) -> None:
+    s = Store(store_dir)
+    for i in range(1, 13):  # 1..12: scope a, then none, then b, in turn
+        s.write(f"note {i}", scope=("a", None, "b")[i % 3 - 1])
+    s.search("note")  # catch the index up
+    db = s.index.connection()
+    project = index_schema.ProjectScope("a")
+    wanted = [seq for seq in range(12, 0, -1) if seq % 3 in (1, 2)]  # scope a (1, 4, ...) and none (2, 5, ...)
+    assert [r[0] for r in index_schema.newest(db, 100, scope=project)] == wanted
+    assert [r[0] for r in index_schema.newest(db, 3, scope=project)] == wanted[:3]
+    assert index_schema.count_listed(db, scope=project) == len(wanted)
+    assert index_schema.count_below(db, 13, project) == (len(wanted), 0)
+    assert index_schema.count_below(db, 6, project) == (4, 0)
+    page = index_schema.Filter(scope=project, above=4)  # the page after seq 4: the nearest above it, newest first
+    assert [r[0] for r in index_schema.newest(db, 3, listed=page)] == [8, 7, 5]
+    assert [r[0] for r in index_schema.newest(db, 100, scope="a")] == [10, 7, 4, 1]  # a plain scope: only its own
+    records = {r["seq"]: r["record"] for r in s.get(list(range(1, 13)))}
+    assert [q for q in range(12, 0, -1) if index_schema.Filter(scope=project).admits(q, records[q])] == wanted
+    s.close()

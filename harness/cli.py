@@ -148,8 +148,8 @@ def run_bench(argv: list[str]) -> int:
         print("\n".join(found) if found else "no benchmarks yet (harness/bench_*.py with main(argv))")
         return 0
     if argv[:1] in (["-h"], ["--help"]):
-        print(f"usage: {PROG} bench [--list] [NAME [ARGS...]]\n"
-              "runs every harness/bench_NAME.py with main(argv), or only NAME with ARGS")
+        print(f"usage: {PROG} bench [--list] [--only NAME,NAME] [--json] [NAME [ARGS...]]\n"
+              "runs every harness/bench_NAME.py with main(argv) (or those --only names), or only NAME with ARGS")
         return 0
     if argv and not argv[0].startswith("-"):
         name = argv[0].removeprefix("bench_")
@@ -162,6 +162,17 @@ def run_bench(argv: list[str]) -> int:
     if not found:
         print("harness bench: no benchmarks yet (harness/bench_*.py with main(argv))", file=sys.stderr)
         return 0
+    if "--only" in argv:
+        # --only a,b: just those benchmarks (a published table can be made from the ones it needs).
+        at = argv.index("--only")
+        names = set(argv[at + 1].split(",")) if at + 1 < len(argv) else set()
+        unknown = sorted(names - set(found))
+        if not names or unknown:
+            print(f"harness bench: --only takes names from {', '.join(found)}; not known: {', '.join(unknown) or '(none given)'}",
+                  file=sys.stderr)
+            return USAGE_ERROR
+        found = {k: v for k, v in found.items() if k in names}
+        argv = argv[:at] + argv[at + 2:]
     if "--json" in argv:
         return _bench_all_json(found, argv)
     status = 0

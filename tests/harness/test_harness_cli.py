@@ -108,3 +108,16 @@ def test_the_readme_table_is_the_one_bench_table_makes_from_the_stored_run(capsy
     table = readme[readme.index("-->", start) + 3: readme.index("<!-- end of the produced table -->")].strip()
     assert cli.bench_table([str(ROOT / source)]) == 0
     assert capsys.readouterr().out.strip() == table
+
+
+def test_bench_only_runs_the_named_benchmarks_and_refuses_unknown_names(capsys) -> None:
+    """``bench --only group --json``: one document holding only that benchmark, and the run's load before and after."""
+    argv = ["--only", "group", "--json", "--threads", "2", "--per-thread", "5", "--runs", "1"]
+    assert cli.run_bench(argv) == 0
+    document = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(document["benchmarks"]) == ["group"]
+    assert document["benchmarks"]["group"]["every_acknowledged_record_present"] is True
+    assert "--only" not in document["arguments"]
+    assert len(document["machine"]["loadavg_before"]) == 3 and len(document["machine"]["loadavg_after"]) == 3
+    assert cli.run_bench(["--only", "group,no_such", "--json"]) == 2
+    assert "no_such" in capsys.readouterr().err

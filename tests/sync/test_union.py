@@ -140,7 +140,7 @@ def test_get_reads_another_stores_record_by_seq_with_its_origin(seaweed, tmp_pat
         assert b.get([1])[0]["record"]["text"] == "b's own"
     shown = run_cli("--dir", str(tmp_path / "b"), "get", "2", "--from", sid)
     assert shown.returncode == 0 and "second of a" in shown.stdout
-    found = run_cli("--dir", str(tmp_path / "b"), "search", "second")
+    found = run_cli("--dir", str(tmp_path / "b"), "search", "second", "--all-scopes")  # its scope is not this project's
     assert found.returncode == 0 and f"from=desk/{sid[:8]}" in found.stdout
     missing = run_cli("--dir", str(tmp_path / "b"), "get", "1", "--from", "0" * 32)
     assert missing.returncode == 2 and "run `retained sync`" in missing.stderr and "store_id" in missing.stderr

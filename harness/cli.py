@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import pkgutil
+import re
 import shlex
 import signal
 import sys
@@ -305,6 +306,30 @@ def _compare(result: Any, value: Any, base: Any, how: str) -> str:
     return f"{value / base:.2f}x" if base else ""
 
 
+_TARGET = re.compile(r"^(<=|>=) \+?([0-9][0-9,.]*)\s*(x|ms|us|/s)?")
+
+
+def _verdict(value: Any, compared: str, target: str) -> str:
+    """The target cell with whether this run met it: a ratio target ("<= 1.5x") is judged on the
+    "vs baseline" cell, a difference ("<= +60 ms") on that cell's difference, any other on the value."""
+    found = _TARGET.match(target)
+    if not found:
+        return target
+    op, bound = found.group(1), float(found.group(2).replace(",", ""))
+    unit = found.group(3) or ""
+    if unit == "x" or target.startswith(("<= +", ">= +")):
+        try:
+            figure = float(compared.rstrip("x").lstrip("+"))
+        except ValueError:
+            return target
+    elif isinstance(value, (int, float)):
+        figure = float(value)
+    else:
+        return target
+    met = figure <= bound if op == "<=" else figure >= bound
+    return f"{target} {'met' if met else 'NOT met'}"
+
+
 def bench_table(argv: list[str]) -> int:
     """``bench --table RESULTS.json``: a Markdown table of the headline figures of a ``bench --json`` run."""
     if not argv:
@@ -325,7 +350,8 @@ def bench_table(argv: list[str]) -> int:
         if value is None:
             continue
         base = _dig(result, base_path) if base_path else None
-        print(f"| {what} | {value} | {'' if base is None else base} | {_compare(result, value, base, how)} | {target} |")
+        compared = _compare(result, value, base, how)
+        print(f"| {what} | {value} | {'' if base is None else base} | {compared} | {_verdict(value, compared, target)} |")
     for name, result in benches.items():
         if "error" in result:
             print(f"| {name}: failed | {result['error']} | | | |")

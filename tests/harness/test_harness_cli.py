@@ -79,7 +79,8 @@ def test_bench_table_is_made_from_a_real_bench_json_run(tmp_path, capsys) -> Non
     assert cells[1] == str(group["on"]["writes_per_s"]["median"])
     assert cells[2] == str(group["off"]["writes_per_s"]["median"])
     assert cells[3] == f"{group['ratio_writes_per_s']['median']:.2f}x"
-    assert cells[4] == ">= 4x"
+    met = group["ratio_writes_per_s"]["median"] >= 4
+    assert cells[4] == f">= 4x {'met' if met else 'NOT met'}"
     # Rows of benchmarks that did not run are left out, not filled with blanks.
     assert "verify" not in table and "brief" not in table
 
@@ -95,8 +96,16 @@ def test_bench_table_differences_and_list_paths(tmp_path, capsys) -> None:
     results.write_text(json.dumps(document), encoding="utf-8")
     assert cli.bench_table([str(results)]) == 0
     table = capsys.readouterr().out
-    assert "| 30.5 | 10.0 | +20.5 | <= +60 ms |" in table
-    assert "| 4.0 | 2.0 | 2.00x | <= 10 ms |" in table
+    assert "| 30.5 | 10.0 | +20.5 | <= +60 ms met |" in table
+    assert "| 4.0 | 2.0 | 2.00x | <= 10 ms met |" in table
+    # A target missed says so in its cell: a difference over its bound, a value over its bound.
+    document["benchmarks"]["brief"]["wall_ms"]["script_indexed"]["median"] = 80.5
+    document["benchmarks"]["search"]["bench_search"][1]["search_ms"]["p50"] = 12.0
+    results.write_text(json.dumps(document), encoding="utf-8")
+    assert cli.bench_table([str(results)]) == 0
+    table = capsys.readouterr().out
+    assert "| 80.5 | 10.0 | +70.5 | <= +60 ms NOT met |" in table
+    assert "| 12.0 | 2.0 | 6.00x | <= 10 ms NOT met |" in table
 
 
 def test_the_readme_table_is_the_one_bench_table_makes_from_the_stored_run(capsys) -> None:

@@ -344,11 +344,7 @@ class Store:
         return self._wants
 
     def follow(self) -> None:
-        """Embed the records without a vector on a background thread, now (a long-lived process that starts).
-
-        Returns at once; nothing when vectors are not wanted or there is no
-        store yet. ``close`` stops the thread between two records.
-        """
+        """Embed records without a vector on a background thread (returns at once; ``close`` stops it between two)."""
         if self.log.exists() and self.wants_vectors():
             self.hybrid.kick()
 
@@ -364,8 +360,8 @@ class Store:
         context: int = 0,
     ) -> Found:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
-        if self._follow and self.log.exists() and self.wants_vectors():
-            self.hybrid.kick()  # a long-lived process embeds what is missing (an existing store) in the background
+        if self._follow:
+            self.follow()  # a long-lived process embeds what is missing (an existing store) in the background
         options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
         reply = self.index_access.search(query, **options)
@@ -376,14 +372,9 @@ class Store:
         return reply
 
     def rebuild(self, progress: Any = None, *, workers: int = 0) -> dict[str, Any]:
-        """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``.
-
-        ``workers``: worker processes a large log's ranges may be indexed in
-        (``retained.core.pool``); 0, the default, starts none.
-
-        Raises:
-            IndexError_ (code index_unavailable): the index file cannot be opened; the message names it and the fix.
-        """
+        """Drop the index and rebuild it from the log; ``progress(done_bytes, total_bytes)``; ``workers``: processes
+        a large log's ranges may be indexed in (``retained.core.pool``; 0 starts none). Raises IndexError_
+        (index_unavailable) when the index file cannot be opened; the message names it and the fix."""
         return self.index_access.rebuild(progress, workers=workers)
 
     def embed(self, *, backfill: bool = False, progress: Any = None) -> dict[str, Any]:

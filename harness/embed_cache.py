@@ -39,6 +39,11 @@ class CachedEmbedder:
         return self.inner.dim
 
     @property
+    def batch_size(self) -> int | None:
+        """The inner embedder's texts per call (the embedded model's is 1), so a backfill calls it alike."""
+        return getattr(self.inner, "batch_size", None)
+
+    @property
     def breaker(self) -> Any:
         return self.inner.breaker
 

@@ -14,21 +14,27 @@ from the records and their vectors, so a rebuilt index gives the same links.
 
 - the subject words agree (``query.same_subject``, the test a write's reply
   uses to propose a supersedes), or
-- with vectors, their cosine is at least ``COSINE_MIN`` (the two say nearly
-  the same thing), or at least ``COSINE_NEAR`` with each the other's nearest
-  among the results: a correction that shares few words with the original
-  is still the record closest to it (thresholds from the pairs of
-  harness/data/corrections.json: docs/retrieval.md). Between two turns of a
-  conversation only when one speaker said both: turns about one topic are
-  close by cosine, and on LoCoMo linking them across speakers moved later
-  turns above the answer (held-out recall@1 0.377 against 0.414).
+- with vectors, their cosine is at least ``COSINE_NEAR``: the two say
+  nearly the same thing, though a correction may share few words with the
+  original (threshold from the pairs of harness/data/corrections.json:
+  docs/retrieval.md).
+
+Either test needs more evidence than the two records alone; each of these
+cut links the LoCoMo conversations' later turns made above the answer
+(docs/retrieval.md):
+
+- with vectors, the two are each the other's nearest among the results
+  (two turns of a conversation by ``MARGIN`` at least over each one's next
+  nearest: one speaker's turns on a topic are all close to each other);
+- a record that asks something (a "?" in its text) neither corrects nor is
+  corrected: a question states no fact;
+- two turns of a conversation are a pair only when one speaker said both.
 
 Records of different subjects pass neither test and keep their relevance
-order; a result moves only above an older result it may correct and at most
-``MOVE_RANKS_MAX`` places (comparable relevance: on LoCoMo, unbounded moves
-cost recall, docs/retrieval.md), so nothing else changes place relative to
-the rest. Retractions, redactions and
-checkpoints are never part of a pair.
+order. A newer result changes place only with an older result it may
+correct, from at most ``MOVE_RANKS_MAX`` places below it (comparable
+relevance): the two swap, and every result between them keeps its place.
+Retractions, redactions and checkpoints are never part of a pair.
 """
 
 from __future__ import annotations
@@ -41,10 +47,10 @@ if TYPE_CHECKING:
 
 from retained.index import documents, query
 
-COSINE_MIN = 0.92  # two records' vectors this close say the same about one subject (docs/retrieval.md)
-COSINE_NEAR = 0.87  # closer than this and each other's nearest among the results: the same subject (likewise)
+COSINE_NEAR = 0.87  # closer than this and each other's nearest among the results: the same subject (docs/retrieval.md)
+MARGIN = 0.01  # two turns are each other's nearest by at least this much over each one's next nearest (likewise)
 SKIP_KINDS = ("retract", "redaction", "checkpoint")
-MOVE_RANKS_MAX = 3  # "comparable relevance": a newer result moves above an older one at most this many places
+MOVE_RANKS_MAX = 3  # "comparable relevance": a newer result swaps with an older one at most this many places above
 
 
 def _text(entry: Entry) -> str | None:
@@ -61,7 +67,9 @@ def may_correct(
 ) -> bool:
     """Whether result ``newer`` may correct result ``older`` (same scope, later, same subject).
 
-    ``mutual``: each is the other's nearest among the results (by cosine).
+    ``cosine``: of the two records' vectors, None when either has none.
+    ``mutual``: each is the other's nearest among the results (by cosine;
+    for two turns, by ``MARGIN`` at least). With a cosine, no pair without it.
     ``subjects``: the caller's cache of subject words by text, for one list of results.
     """
     if newer["seq"] <= older["seq"]:
@@ -69,10 +77,16 @@ def may_correct(
     a, b = _text(older), _text(newer)
     if a is None or b is None or (older["record"].get("scope") != newer["record"].get("scope")):
         return False
+    if "?" in a or "?" in b:  # a question states no fact: it neither corrects nor is corrected
+        return False
     said = (documents.turn(older["record"]), documents.turn(newer["record"]))
-    across = said[0] is not None and said[1] is not None and said[0][0] != said[1][0]  # two speakers' turns
-    if cosine is not None and not across and (cosine >= COSINE_MIN or (mutual and cosine >= COSINE_NEAR)):
-        return True
+    if said[0] is not None and said[1] is not None and said[0][0] != said[1][0]:  # two speakers' turns
+        return False
+    if cosine is not None:
+        if not mutual:
+            return False
+        if cosine >= COSINE_NEAR:
+            return True
     if subjects is None:
         return query.same_subject(query.subject(a), query.subject(b))
     if a not in subjects:
@@ -86,7 +100,7 @@ def newer_first(
     results: list[Entry], cosine: Callable[[int, int], float | None] | None = None,
     asked: list[str] | str | None = None, subjects: dict[str, frozenset[str]] | None = None,
 ) -> int:
-    """Put each result that may correct an earlier-ranked older one just above it; mark both. Returns the moves.
+    """Swap each result that may correct an earlier-ranked older one with it; mark both. Returns the moves.
 
     ``cosine(seq_a, seq_b)`` gives the cosine of two records' vectors, or
     None when either has none (lexical search passes no function).
@@ -113,20 +127,19 @@ def newer_first(
             if newer["seq"] <= older["seq"]:
                 continue
             c = cosine(older["seq"], newer["seq"]) if cosine is not None else None
-            mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
-            if may_correct(older, newer, c, mutual, subjects):
+            if may_correct(older, newer, c, _mutual(nearest, older, newer), subjects):
                 _link(older, newer)
                 if wanted is None:
                     wanted = set(query.terms(str(asked)))
                 if wanted and _answers_as_asked(wanted, older) and _lacks_a_value(wanted, newer):
                     continue
-                results.insert(i, results.pop(j))
+                results[i], results[j] = newer, older  # the results between the two keep their places
                 moves += 1
                 break
         else:
             i += 1
             continue
-        # The moved record now stands at i: look again from it (it may correct something older still).
+        # The newer record now stands at i: look again from it (it may correct something older still).
         if moves > len(results) ** 2:
             break
     _mark_pairs_in_order(results, cosine, nearest, subjects)
@@ -143,26 +156,39 @@ def _lacks_a_value(wanted: set[str], entry: Entry) -> bool:
     return any(any(ch.isdigit() for ch in term) for term in wanted - set(query.terms(_text(entry) or "")))
 
 
-def _nearest(results: list[Entry], cosine: Callable[[int, int], float | None] | None) -> dict[int, int]:
-    """Each result's nearest other result by cosine (seq to seq); empty without vectors."""
+def _nearest(results: list[Entry], cosine: Callable[[int, int], float | None] | None) -> dict[int, tuple[int, float, float]]:
+    """Each result's nearest other result by cosine: seq to (its seq, their cosine, the next nearest's); empty without vectors."""
     if cosine is None:
         return {}
-    best: dict[int, tuple[float, int]] = {}
+    best: dict[int, list[float]] = {}  # seq: [cosine, seq, next cosine]
     seqs = [r["seq"] for r in results if _text(r) is not None]
     for i, a in enumerate(seqs):
         for b in seqs[i + 1:]:
             c = cosine(a, b)
             if c is None:
                 continue
-            if c > best.get(a, (-2.0, 0))[0]:
-                best[a] = (c, b)
-            if c > best.get(b, (-2.0, 0))[0]:
-                best[b] = (c, a)
-    return {a: b for a, (_, b) in best.items()}
+            for x, y in ((a, b), (b, a)):
+                top = best.setdefault(x, [-2.0, 0, -2.0])
+                if c > top[0]:
+                    top[:] = [c, y, top[0]]
+                elif c > top[2]:
+                    top[2] = c
+    return {a: (int(t[1]), t[0], t[2]) for a, t in best.items()}
+
+
+def _mutual(nearest: dict[int, tuple[int, float, float]], older: Entry, newer: Entry) -> bool:
+    """Whether the two are each other's nearest among the results; two turns by ``MARGIN`` at least."""
+    a, b = nearest.get(older["seq"]), nearest.get(newer["seq"])
+    if a is None or b is None or a[0] != newer["seq"] or b[0] != older["seq"]:
+        return False
+    if documents.turn(older["record"]) is None or documents.turn(newer["record"]) is None:
+        return True
+    return a[1] - a[2] >= MARGIN and b[1] - b[2] >= MARGIN
 
 
 def _mark_pairs_in_order(
-    results: list[Entry], cosine: Callable[[int, int], float | None] | None, nearest: dict[int, int],
+    results: list[Entry], cosine: Callable[[int, int], float | None] | None,
+    nearest: dict[int, tuple[int, float, float]],
     subjects: dict[str, frozenset[str]] | None = None,
 ) -> None:
     """Mark the pairs already in date order too, so a reply names every older record a result may replace."""
@@ -170,8 +196,7 @@ def _mark_pairs_in_order(
         for older in results[i + 1:]:
             if older["seq"] < newer["seq"] and older["seq"] not in newer.get("may_correct", ()):
                 c = cosine(older["seq"], newer["seq"]) if cosine is not None else None
-                mutual = nearest.get(older["seq"]) == newer["seq"] and nearest.get(newer["seq"]) == older["seq"]
-                if may_correct(older, newer, c, mutual, subjects):
+                if may_correct(older, newer, c, _mutual(nearest, older, newer), subjects):
                     _link(older, newer)
 
 
@@ -184,4 +209,4 @@ def _link(older: Entry, newer: Entry) -> None:
         older["may_be_corrected_by"].append(newer["seq"])
 
 
-__all__ = ["COSINE_MIN", "COSINE_NEAR", "may_correct", "newer_first"]
+__all__ = ["COSINE_NEAR", "MARGIN", "may_correct", "newer_first"]

@@ -462,8 +462,63 @@ def test_vectors_link_two_turns_only_when_one_speaker_said_both():
 
     older, same, other = (turn(1, "Sam", "we met at the lake"), turn(5, "Sam", "lovely evening by the water"),
                           turn(6, "Alex", "lovely evening by the water"))
-    assert corrections.may_correct(older, same, 0.95)
-    assert not corrections.may_correct(older, other, 0.95)
+    assert corrections.may_correct(older, same, 0.95, mutual=True)
+    assert not corrections.may_correct(older, other, 0.95, mutual=True)
+    # Nor by their words: what one speaker says does not correct what the other said.
+    assert corrections.may_correct(turn(1, "Sam", "the team dinner is at Luigi's"),
+                                   turn(9, "Sam", "the team dinner moved to Sakura"), None)
+    assert not corrections.may_correct(turn(1, "Sam", "the team dinner is at Luigi's"),
+                                       turn(9, "Alex", "the team dinner moved to Sakura"), None)
+
+
+def test_with_vectors_a_pair_is_each_others_nearest_and_two_turns_stand_out_from_the_rest():
+    """A high cosine alone links nothing: one speaker's turns on a topic are all close to each other."""
+    from retained.index import corrections
+
+    def turn(seq: int, text: str, speaker: str | None = "Sam") -> dict:
+        rec = {"seq": seq, "text": text, "kind": "note", **({"speaker": speaker} if speaker else {})}
+        return {"seq": seq, "offset": 0, "length": 0, "record": rec}
+
+    def ranked(cosines: dict[tuple[int, int], float], speaker: str | None = "Sam") -> list[dict]:
+        results = [turn(3, "the standup is at nine", speaker), turn(5, "standup moved to half past nine", speaker),
+                   turn(1, "the standup room is on floor two", speaker)]
+        corrections.newer_first(results, lambda a, b: cosines.get((min(a, b), max(a, b))), "when is standup")
+        return results
+
+    # 3 and 5 each other's nearest by 0.05: the newer swaps with the older.
+    assert [r["seq"] for r in ranked({(3, 5): 0.95, (1, 3): 0.90, (1, 5): 0.89})] == [5, 3, 1]
+    # 1 is nearer to 3 than 5 is: 5 is not 3's nearest, so it does not correct it and the order stays.
+    plain = ranked({(3, 5): 0.95, (1, 3): 0.96, (1, 5): 0.89})
+    assert [r["seq"] for r in plain] == [3, 5, 1] and "may_correct" not in plain[1]
+    # Each other's nearest, but by less than MARGIN: for turns that is no pair; for notes it is.
+    close = {(3, 5): 0.95, (1, 3): 0.945, (1, 5): 0.90}
+    assert [r["seq"] for r in ranked(close)] == [3, 5, 1]
+    assert [r["seq"] for r in ranked(close, speaker=None)] == [5, 3, 1]
+
+
+def test_a_question_neither_corrects_nor_is_corrected():
+    from retained.index import corrections
+
+    def entry(seq: int, text: str) -> dict:
+        return {"seq": seq, "offset": 0, "length": 0, "record": {"seq": seq, "text": text, "kind": "note"}}
+
+    fact, fix = entry(2, "The API timeout is 30 seconds."), entry(8, "The API timeout is 60 seconds.")
+    assert corrections.may_correct(fact, fix, None)
+    assert not corrections.may_correct(fact, entry(8, "Is the API timeout still 30 seconds?"), None)
+    assert not corrections.may_correct(entry(2, "What is the API timeout in seconds?"), fix, None)
+
+
+def test_a_correction_swaps_with_what_it_corrects_and_the_results_between_keep_their_places():
+    from retained.index import corrections
+
+    def entry(seq: int, text: str) -> dict:
+        return {"seq": seq, "offset": 0, "length": 0, "record": {"seq": seq, "text": text, "kind": "note"}}
+
+    results = [entry(2, "The API timeout is 30 seconds."), entry(3, "lunch is at noon"),
+               entry(4, "the office opens at eight"), entry(9, "The API timeout is 60 seconds.")]
+    assert corrections.newer_first(results, None, "api timeout") == 1
+    assert [r["seq"] for r in results] == [9, 3, 4, 2]
+    assert results[0]["may_correct"] == [2] and results[3]["may_be_corrected_by"] == [9]
 
 
 def test_a_budget_smaller_than_the_best_result_returns_it_cut_in_hybrid_search_too(parts: Any) -> None:

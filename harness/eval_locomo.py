@@ -183,7 +183,8 @@ class Stores:
         return out
 
 
-    def rank_semantic(self, k: int = SESSION_K, cache: Path | None = None) -> dict[str, tuple[list[str], float, float]]:
+    def rank_semantic(self, k: int = SESSION_K, cache: Path | None = None,
+                      step_off: dict[str, Any] | None = None) -> dict[str, tuple[list[str], float, float]]:
         """Each question through ``Store.search`` with the embedded model (retained[semantic]) and no setting.
 
         Each store is backfilled first (``Store.embed(backfill=True)``: a
@@ -192,8 +193,12 @@ class Stores:
         hybrid (the model missing or turned off). ``cache``: a vector cache
         file (harness/embed_cache.py) in front of the model, so a second run
         costs no model time (the backfill's rate is then the cache's).
+        ``step_off``: filled with each question's ranking with the
+        newer-first step off (``Hybrid.newer_first``), asked alternately
+        with the step on, on the same stores and vectors.
         """
-        out = {}
+        out: dict[str, tuple[list[str], float, float]] = {}
+        off: dict[str, Any] = step_off if step_off is not None else {}
         self.backfill = {"records": 0, "s": 0.0, "cpu_s": 0.0}
         for conv, store in self.stores.items():
             if cache is not None and store.hybrid.embedder is not None:
@@ -205,13 +210,17 @@ class Stores:
             self.backfill["s"] += time.perf_counter() - t0
             self.backfill["cpu_s"] += time.process_time() - c0
             self.backfill["records"] += done["embedded"]
-            for q in (q for q in self.questions if q["conv"] == conv):
-                t1, c1 = time.perf_counter(), time.process_time()
-                reply = store.search(q["question"], k=k)
-                ms, cpu = (time.perf_counter() - t1) * 1000, (time.process_time() - c1) * 1000
-                if reply["mode"] != "hybrid":
-                    raise SystemExit(f"eval_locomo: conversation {conv}: search was {reply['mode']}: {reply['mode_reason']}")
-                out[q["qid"]] = ([self.dia[conv][r["seq"]] for r in reply["results"]], ms, cpu)
+            asked = [q for q in self.questions if q["conv"] == conv]
+            for n, q in enumerate(asked):
+                for on in ((True, False) if n % 2 else (False, True)) if step_off is not None else (True,):
+                    store.hybrid.newer_first = on
+                    t1, c1 = time.perf_counter(), time.process_time()
+                    reply = store.search(q["question"], k=k)
+                    ms, cpu = (time.perf_counter() - t1) * 1000, (time.process_time() - c1) * 1000
+                    if reply["mode"] != "hybrid":
+                        raise SystemExit(f"eval_locomo: conversation {conv}: search was {reply['mode']}: {reply['mode_reason']}")
+                    (out if on else off)[q["qid"]] = ([self.dia[conv][r["seq"]] for r in reply["results"]], ms, cpu)
+            store.hybrid.newer_first = True
         return out
 
 
@@ -247,7 +256,8 @@ def run(data: Path = DEFAULT_DATA, *, workdir: Path | None = None, only: list[st
     """The product path: real stores, real records, ``Index.search`` with the default ranking.
 
     With ``semantic``, also ``Store.search`` with the embedded model on the
-    same stores in the same run (under ``"semantic"``), and the backfill's rate.
+    same stores in the same run (under ``"semantic"``; with the newer-first step off, asked
+    alternately, under ``"semantic_step_off"``), and the backfill's rate.
     """
     with Stores(data, workdir, only) as s:
         ranked = s.rank()
@@ -257,10 +267,13 @@ def run(data: Path = DEFAULT_DATA, *, workdir: Path | None = None, only: list[st
         out["write_s"] = round(s.write_s, 2)
         out["ranking"] = dataclasses.asdict(RANKING)
         if semantic:
-            out["semantic"] = {**halves(s.questions, s.rank_semantic(cache=cache)),
+            off: dict[str, Any] = {}
+            out["semantic"] = {**halves(s.questions, s.rank_semantic(cache=cache, step_off=off)),
                                "path": "Store.write + Store.embed(backfill=True) + Store.search (retained[semantic])",
                                "backfill": {**s.backfill, "records_per_s": round(s.backfill["records"] / s.backfill["s"], 1),
                                             "s": round(s.backfill["s"], 1), "cpu_s": round(s.backfill["cpu_s"], 1)}}
+            out["semantic_step_off"] = {**halves(s.questions, off),
+                                        "path": "the same, Hybrid.newer_first off, asked alternately with it on"}
     return out
 
 
@@ -447,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--newer-first", action="store_true",
                    help="apply Store.search's newer-first step (retained.index.corrections) to each reply")
     p.add_argument("--semantic", action="store_true",
-                   help="also Store.search with the embedded model (retained[semantic]) on the same stores")
+                   help="also Store.search with the embedded model (retained[semantic]) on the same stores, with the"
+                        " newer-first step on and off alternately")
     p.add_argument("--embed-cache", type=Path, default=None,
                    help="with --semantic: a vector cache file in front of the embedded model (harness/embed_cache.py)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
@@ -498,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
         for part in ("tune", "test", "all"):
             if part in rep["semantic"]:
                 print(_line(f"{part} semantic", rep["semantic"][part]))
+        for part in ("tune", "test", "all"):
+            if part in rep["semantic_step_off"]:
+                print(_line(f"{part} sem. off", rep["semantic_step_off"][part]))
     for cat, v in rep["all"]["by_category"].items():
         print(f"  {cat:14s} n={v['n']:4d}  " + "  ".join(f"r@{k} {v[f'r@{k}']:.3f}" for k in KS)
               + "  sessions " + "  ".join(f"R@{k} {v[f'R@{k}']:.3f}" for k in KS))

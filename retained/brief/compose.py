@@ -229,13 +229,13 @@ def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] 
 
 
 class _Brief:
-    def __init__(self, directory: Path, budget: int, scope: str | None, scan_bytes_max: int,
+    def __init__(self, directory: Path, budget: int, scope: str | None, and_unscoped: bool, scan_bytes_max: int,
                  origin: dict[str, Any] | None = None) -> None:
         self.directory = directory
         self.origin = origin  # None: this store; else the pulled store whose mirror this reads
         self.scan_bytes_max = scan_bytes_max
         self.budget = budget
-        self.scope = scope
+        self.scope, self.and_unscoped = scope, and_unscoped
         self.log = LogReader(directory)
         self.checkpoints: list[_Candidate] = []
         self.notes: list[_Candidate] = []
@@ -269,7 +269,7 @@ class _Brief:
         kind = rec.get("kind")
         if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
             return False
-        return index_schema.scope_admits(self.scope, rec.get("scope"))
+        return index_schema.scope_admits(self.scope, rec.get("scope"), self.and_unscoped)
 
     # the log, newest first -----------------------------------------------------
 
@@ -326,7 +326,7 @@ class _Brief:
         if db is None:
             raise InvariantBroken("brief: the index's counts were asked for without an open index")
         # Rows with no string kind (redacted lines) and bookkeeping rows are not eligible.
-        total, not_eligible = index_schema.count_below(db, boundary, self.scope)
+        total, not_eligible = index_schema.count_below(db, boundary, self.scope, self.and_unscoped)
         eligible = total - not_eligible
 
         # Flags: the index's links, plus those of the records the scan read
@@ -352,7 +352,7 @@ class _Brief:
             kind, scope, redacted = row
             if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
                 continue
-            if not index_schema.scope_admits(self.scope, scope):
+            if not index_schema.scope_admits(self.scope, scope, self.and_unscoped):
                 continue
             if redacted or "redacts" in found:
                 eligible -= 1
@@ -380,8 +380,9 @@ class _Brief:
             raise StoreDamaged(f"{self.log.path} is gone while the brief reads it")
         with f:
             while not self._full(group):
-                rows = index_schema.newest(db, PAGE_ROWS, below=below, kind=kind, kinds_not=kinds_not,
-                                           scope=self.scope, current=True)
+                rows = index_schema.newest(db, PAGE_ROWS, index_schema.Filter(
+                    below=below, kind=kind, kinds_not=kinds_not, scope=self.scope, and_unscoped=self.and_unscoped,
+                    current=True))
                 for seq, offset, length, h in rows:
                     below = seq
                     if seq in flagged:
@@ -463,12 +464,13 @@ class _Brief:
         return [*shown_cp, *shown_notes], used[0], limit[0]
 
 
-def _status(directory: Path, status: str, message: str, budget: int, scope: str | None) -> dict[str, Any]:
+def _status(directory: Path, status: str, message: str, budget: int, scope: str | None,
+            and_unscoped: bool) -> dict[str, Any]:
     return {
         "status": status,
         "message": message,
         "store": str(directory),
-        **index_schema.scope_reply(scope),
+        **index_schema.scope_reply(scope, and_unscoped),
         "budget": budget,
         "tokens": 0,
         "included": [],
@@ -487,11 +489,11 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
 
 
 def unavailable(store_dir: str | os.PathLike[str], reason: str, *, budget: int = DEFAULT_BUDGET,
-                scope: str | None = None) -> dict[str, Any]:
+                scope: str | None = None, and_unscoped: bool = False) -> dict[str, Any]:
     """The result for a store the brief could not read (for callers that catch errors themselves)."""
     directory = Path(store_dir).expanduser()
     return _status(directory, "unreadable", f"the store at {_short(str(directory), PATH_CHARS_MAX)} could not be read "
-                   f"({_short(reason, 200)}); nothing to show", budget, scope)
+                   f"({_short(reason, 200)}); nothing to show", budget, scope, and_unscoped)
 
 
 def build_brief(
@@ -499,6 +501,7 @@ def build_brief(
     budget: int = DEFAULT_BUDGET,
     scope: str | None = None,
     *,
+    and_unscoped: bool = False,
     scan_bytes_max: int = SCAN_BYTES_MAX,
     anchor_dir: str | os.PathLike[str] | None = None,
     project: str | None = None,
@@ -511,6 +514,7 @@ def build_brief(
     "source"?, "supersedes"?, "text", "body", "cut", "tokens"}``, ``cut``
     being null or ``{"shown_bytes", "total_bytes"}``), ``dropped`` (counts by
     reason), ``eligible``, ``exact``, ``tokens``, ``budget``, ``scope``,
+    ``and_unscoped`` (with ``scope``, the records with no scope are read too),
     ``limit`` (``budget`` or ``output_cap`` when one of them ended the list),
     ``head`` (newest record's seq and ts), ``index`` (its state and how the
     counts were made) and ``skipped`` (lines of the part read that are not
@@ -543,8 +547,10 @@ def build_brief(
     try:
         if not directory.is_dir():
             if directory.exists():
-                return _status(directory, "unreadable", f"{shown_dir} is not a directory; no brief", budget, scope)
-            return _status(directory, "absent", f"no store at {shown_dir} (nothing recorded yet)", budget, scope)
+                return _status(directory, "unreadable", f"{shown_dir} is not a directory; no brief", budget, scope,
+                               and_unscoped)
+            return _status(directory, "absent", f"no store at {shown_dir} (nothing recorded yet)", budget, scope,
+                           and_unscoped)
         log_path = directory / LOG_NAME
         if log_path.is_dir():
             raise StoreDamaged(f"{log_path} is a directory, not a log file")
@@ -554,17 +560,17 @@ def build_brief(
             size = 0
         pulled = sync_layout.pulled(directory)
         if size == 0 and not pulled:
-            return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope)
+            return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope, and_unscoped)
         last = None
         if project is not None:
             from retained.capture import recent
 
             last = recent.last_session(directory, project, budget // recent.SHARE)
             budget -= last["tokens"] if last else 0
-        builder, index, counts = _read(directory, size, budget, scope, scan_bytes_max, None)
+        builder, index, counts = _read(directory, size, budget, scope, and_unscoped, scan_bytes_max, None)
         read = _newest_pulled(directory, pulled)
         pulled_scan = min(scan_bytes_max, PULLED_SCAN_BYTES_MAX)
-        others = [_read_pulled(directory, p, budget, scope, pulled_scan) if p["store_id"] in read
+        others = [_read_pulled(directory, p, budget, scope, and_unscoped, pulled_scan) if p["store_id"] in read
                   else _not_read(p, "skipped", True) for p in pulled]
         result = _build(builder, index, counts, others)
         if anchor_dir is not None and builder.tail is not None:
@@ -575,7 +581,7 @@ def build_brief(
     except (OSError, StoreDamaged) as exc:
         reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
         return _status(directory, "unreadable", f"the store at {shown_dir} could not be read ({_short(reason, 200)}); "
-                       "nothing to show", budget, scope)
+                       "nothing to show", budget, scope, and_unscoped)
 
 
 def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int, str, int]) -> dict[str, Any]:
@@ -587,13 +593,13 @@ def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int
     return {"file": done["file"], "store_id": done["store_id"]}
 
 
-def _read(directory: Path, size: int, budget: int, scope: str | None, scan_bytes_max: int,
+def _read(directory: Path, size: int, budget: int, scope: str | None, and_unscoped: bool, scan_bytes_max: int,
           origin: dict[str, Any] | None) -> tuple[_Brief, IndexView, dict[str, Any]]:
     """One store's candidates (in the builder) and counts (``_count``), through its index when it can be used.
 
     The index is closed on return (its state and reason stay).
     """
-    builder = _Brief(directory, budget, scope, scan_bytes_max, origin)
+    builder = _Brief(directory, budget, scope, and_unscoped, scan_bytes_max, origin)
     index = IndexView(directory, builder.log, size)
     try:
         try:
@@ -602,7 +608,7 @@ def _read(directory: Path, size: int, budget: int, scope: str | None, scan_bytes
             # The index failed mid-read (a table missing, a page corrupt):
             # start again from the log alone.
             index.give_up("unusable", f"index cannot be read ({_short(str(exc), 200)})")
-            builder = _Brief(directory, budget, scope, scan_bytes_max, origin)
+            builder = _Brief(directory, budget, scope, and_unscoped, scan_bytes_max, origin)
             counts = _count(builder, index, size)
     finally:
         index.close()
@@ -658,7 +664,7 @@ def _not_read(meta: dict[str, Any], key: str, why: object) -> tuple[dict[str, An
     return part, None, counts
 
 
-def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str | None,
+def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str | None, and_unscoped: bool,
                  scan_bytes_max: int) -> tuple[dict[str, Any], _Brief | None, dict[str, Any]]:
     """A pulled store's part: ``(its entry in "pulled", its builder, its counts)``, or no builder when it cannot be read.
 
@@ -672,7 +678,7 @@ def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str 
     part = dict(meta, machine=_short(str(meta.get("machine")), FIELD_CHARS_MAX))
     try:
         size = (mdir / LOG_NAME).stat().st_size
-        builder, _, counts = _read(mdir, size, budget, scope, scan_bytes_max, origin)
+        builder, _, counts = _read(mdir, size, budget, scope, and_unscoped, scan_bytes_max, origin)
     except (OSError, StoreDamaged) as exc:
         return _not_read(meta, "error", _short(exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}", 200))
     part["eligible"] = sum(counts[name] or 0 for name in ("visible", "superseded", "retracted", "not_read"))
@@ -710,7 +716,7 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
         "status": "ok",
         "message": None,
         "store": str(b.directory),
-        **index_schema.scope_reply(b.scope),
+        **index_schema.scope_reply(b.scope, b.and_unscoped),
         "budget": b.budget,
         "tokens": tokens,
         "included": entries,

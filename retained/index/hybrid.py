@@ -444,6 +444,7 @@ class Hybrid:
         *,
         limit: int,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
     ) -> list[tuple[int, float]]:
@@ -465,7 +466,7 @@ class Hybrid:
             scores = cache.scores(q, self.context_weight, self.neighbour_weight)
             if scope is not None:
                 allowed = np.zeros(cache.rows, dtype=bool)
-                for (seq,) in db.execute(f"SELECT seq FROM records WHERE {index_schema.scope_condition(scope)}", (scope,)):
+                for (seq,) in db.execute(f"SELECT seq FROM records WHERE {index_schema.scope_condition(and_unscoped)}", (scope,)):
                     row = cache.row_of.get(seq)
                     if row is not None:
                         allowed[row] = True
@@ -513,6 +514,7 @@ class Hybrid:
         k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
         mode: str = "auto",
@@ -527,7 +529,8 @@ class Hybrid:
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
-        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        opts: dict[str, Any] = {"scope": scope, "and_unscoped": and_unscoped, "include_superseded": include_superseded,
+                                "include_retracted": include_retracted}
         reason = "lexical search was asked for" if mode == "lexical" else self.why_lexical()
         info: dict[str, Any] = {"model": self.model}
         query_vec = None
@@ -600,11 +603,13 @@ class Hybrid:
         info: dict[str, Any],
         context: int,
         scope: str | None,
+        and_unscoped: bool,
         include_superseded: bool,
         include_retracted: bool,
     ) -> Found:
         check_search_args(text, k, max_tokens, context)
-        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        opts: dict[str, Any] = {"scope": scope, "and_unscoped": and_unscoped, "include_superseded": include_superseded,
+                                "include_retracted": include_retracted}
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
         caught = counts["index"]

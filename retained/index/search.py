@@ -270,12 +270,10 @@ class Search:
     def ranking(self) -> Ranking:
         return self.index.ranking
 
-    def _ranked_rows(
-        self, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
-    ) -> list[tuple[int, float, int, int, str]]:
+    def _ranked_rows(self, expr: str, limit: int, shown: Filter) -> list[tuple[int, float, int, int, str]]:
         w = ", ".join(str(x) for x in WEIGHTS)
         db = self.connection()
-        if scope is None:
+        if shown.scope is None:
             # Rank in FTS5 alone and drop hidden rows afterwards: asking for
             # as many extra rows as there are flagged matches guarantees
             # `limit` visible ones, and flagged records are few.
@@ -293,7 +291,6 @@ class Search:
                 "SELECT seq, offset, length, hash, superseded, retracted, redacted FROM records"
                 f" WHERE seq IN ({','.join(str(seq) for seq, _ in ranked)})"
             )} if ranked else {}
-            shown = Filter(include_superseded=include_superseded, include_retracted=include_retracted)
             for seq, score in ranked:
                 m = meta.get(seq)
                 if m is None or ((m[3] or m[4] or m[5]) and shown.hides(m[3], m[4], m[5])):
@@ -302,8 +299,7 @@ class Search:
                 if len(out) == limit:
                     break
             return out
-        cond, args = Filter(scope=scope, include_superseded=include_superseded,
-                            include_retracted=include_retracted).where("m.")
+        cond, args = shown.where("m.")
         # The subquery with CROSS JOIN keeps SQLite from driving the join from
         # `records` and scanning the whole FTS5 table per row (DESIGN, "the
         # fast path").
@@ -320,6 +316,7 @@ class Search:
         *,
         limit: int = 100,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
         with_matched: bool = False,
@@ -335,7 +332,9 @@ class Search:
         if not found or limit <= 0:
             return []
         with self._mutex:
-            rows = self._top(found, " OR ".join(found), limit, scope, include_superseded, include_retracted)
+            rows = self._top(found, " OR ".join(found), limit, Filter(
+                scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
+                include_retracted=include_retracted))
         if with_matched:
             return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
@@ -381,8 +380,7 @@ class Search:
         return kept, [term for _, term in sized], counts
 
     def _top(
-        self, found: list[str], expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool,
-        subjects: dict[str, frozenset[str]] | None = None,
+        self, found: list[str], expr: str, limit: int, shown: Filter, subjects: dict[str, frozenset[str]] | None = None,
     ) -> list[tuple[int, float, int, int, str, bool]]:
         """The best `limit` visible rows, best first: ``(seq, score, offset, length, hash, matched)``.
 
@@ -390,7 +388,7 @@ class Search:
         coverage, then the conversation, then recency. Scores are
         lower-is-better, like bm25. ``matched`` is False for a reply that
         reached the list only through the turn it answers. ``found``: the
-        query's terms, ``expr`` their OR; ``subjects`` as in `search`.
+        query's terms, ``expr`` their OR; ``shown``: the rows admitted; ``subjects`` as in `search`.
         """
         r = self.ranking
         terms, matching, counts = self._rank_terms(found)
@@ -402,7 +400,7 @@ class Search:
             rank_expr = "(" + " OR ".join(terms) + ") AND (" + " OR ".join(matching) + ")"
         else:
             rank_expr = " OR ".join(terms) if terms else expr
-        rows = self._ranked_rows(rank_expr, max(limit, r.rerank_n), scope, include_superseded, include_retracted)
+        rows = self._ranked_rows(rank_expr, max(limit, r.rerank_n), shown)
         if not rows:
             return []
         cand = {row[0]: _Candidate(row, -row[1]) for row in rows}
@@ -422,7 +420,7 @@ class Search:
         for seq, c in cand.items():
             c.good += weigh(seq, c.turn)
         if near:
-            self._neighbours(cand, weigh, include_superseded, include_retracted)
+            self._neighbours(cand, weigh, shown)
         if talk and r.session_credit:
             _session_gain(cand, r.session_credit, r.session_window)
         ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
@@ -455,9 +453,7 @@ class Search:
                 cover.setdefault(rowid, set()).add(i)
         return cover
 
-    def _neighbours(
-        self, cand: dict[int, _Candidate], weigh: _Weigher, include_superseded: bool, include_retracted: bool
-    ) -> None:
+    def _neighbours(self, cand: dict[int, _Candidate], weigh: _Weigher, shown: Filter) -> None:
         """Read each candidate turn with its neighbours in its scope (issue 18), in place.
 
         A turn that asks something passes ``reply_credit`` of its score to the
@@ -465,7 +461,7 @@ class Search:
         passes ``prev_credit`` of its score to the turn before it, when the
         other speaker said it and it asked nothing (what the turn reacts to).
         A neighbour that gains joins the candidates, scored by the query terms
-        it contains.
+        it contains; one ``shown`` hides (`Filter.hides`) does not.
         """
         r = self.ranking
         db = self.connection()
@@ -482,7 +478,6 @@ class Search:
             f" WHERE seq IN ({','.join(str(x) for x in sorted(near))})"
         )}
         fresh: dict[int, _Candidate] = {}
-        shown = Filter(include_superseded=include_superseded, include_retracted=include_retracted)
 
         def neighbour(seq: int, step: int) -> _Candidate | None:
             scope = places[seq][0]
@@ -544,14 +539,14 @@ class Search:
                 c.asks = "?" in text
                 c.text = text
 
-    def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
-        """(matches, superseded only, retracted only, both) among unredacted records.
+    def _count(self, expr: str, shown: Filter) -> tuple[int, int, int, int]:
+        """(matches, superseded only, retracted only, both) among unredacted records of ``shown``'s scope.
 
         Redacted records are not matches: their words are gone from the log.
         Counting joins only the flags, never ranks: far cheaper than bm25.
         """
         db = self.connection()
-        if scope is None:
+        if shown.scope is None:
             # Count in FTS5 alone (no join per row) and look only at the few
             # flagged records, instead of joining every match to `records`.
             total = db.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (expr,)).fetchone()[0]
@@ -565,7 +560,7 @@ class Search:
                 (expr,),
             ).fetchone()
             return int(total) - int(red), int(sup), int(ret), int(both)
-        cond, args = Filter(scope=scope).where("m.")
+        cond, args = Filter(scope=shown.scope, and_unscoped=shown.and_unscoped).where("m.")
         sql = (
             "SELECT count(*), coalesce(sum(m.superseded AND NOT m.retracted), 0),"
             " coalesce(sum(m.retracted AND NOT m.superseded), 0), coalesce(sum(m.superseded AND m.retracted), 0)"
@@ -582,6 +577,7 @@ class Search:
         k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
@@ -609,7 +605,7 @@ class Search:
         a ``context`` count of what was included and what the budget left out.
 
         ``subjects`` gains the ranking's subject words of the results, by text
-        (for ``corrections.newer_first``).
+        (for ``corrections.newer_first``). ``scope`` and ``and_unscoped``: `Filter`'s.
 
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
@@ -620,14 +616,16 @@ class Search:
         expr = " OR ".join(found) if found else None  # query.build's expression, from the terms _top needs too
         total = sup_only = ret_only = both = 0
         top: list[tuple[int, float, int, int, str, bool]] = []
+        shown = Filter(scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
+                       include_retracted=include_retracted)
         if expr is not None:
             with self._mutex, transaction(self.connection()):  # one snapshot for the count and the ranking
-                total, sup_only, ret_only, both = self._count(expr, scope)
+                total, sup_only, ret_only, both = self._count(expr, shown)
                 hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
                 hidden_ret = 0 if include_retracted else ret_only + both
                 visible = total - hidden_sup - hidden_ret
                 if visible > 0 and k > 0:
-                    top = self._top(found, expr, k, scope, include_superseded, include_retracted, subjects)
+                    top = self._top(found, expr, k, shown, subjects)
         total += sum(1 for row in top if not row[5])  # replies that no query word matched
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both

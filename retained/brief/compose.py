@@ -1,77 +1,16 @@
-"""The session-start brief: what the store holds, within a token budget.
+"""The session-start brief: what the store holds, within a token budget, and what it left out (docs/brief.md).
 
 ``build_brief(store_dir, budget, scope)`` returns the brief as a dict and
-``render_text(result)`` the text a session-start hook prints. The brief lists
-checkpoints first, then other records, each group newest first (checkpoints
-take at most half the budget while other records wait); it leaves out
-superseded, retracted and redacted records and says how many records it did
-not show, and why (invariant I2).
-
-It reads only what it prints, through ``brief.reader`` (the one module that
-keeps the brief's start-up budget). The log is read backwards from its end
-(``LogReader.lines_reverse``), and only as far as it must:
-
-- When the index file exists and its high-water mark still matches the log,
-  only the part of the log the index has not reached yet is read; records
-  older than that are found through the index (checkpoints by kind, the rest
-  by seq, both newest first) and read from the log by offset, each checked
-  against its indexed hash. The "not shown" counts are then exact: they come
-  from cheap aggregates over the index (row counts through its b-trees, and
-  the small ``links`` table for superseded, retracted and redacted records),
-  combined with the links of the records read from the log.
-- Without a usable index (missing, corrupt, built from another log, or more
-  than ``SCAN_BYTES_MAX`` behind the log) the log is read backwards up to
-  ``SCAN_BYTES_MAX`` bytes (past that only to finish a line). When that
-  reaches the start of the log the counts are exact; otherwise the records
-  older than the oldest one read are reported as ``not_read``: a count of
-  seq numbers, which includes any superseded, retracted, bookkeeping or
-  other-scope records among them, so it is an upper bound on what the brief
-  left out of those.
-
-Stores pulled by ``retained sync`` (``mirrors/<store id>/`` beside the
-store, named by ``sync.layout.pulled``: one directory listing when there are
-none) are read the same way, each from its mirror (the verified log and its
-own index), with the same budget and scope; their candidates join this
-store's, each group merged newest first by the records' ``ts``, and are
-composed within the one budget. A pulled record's entry carries ``origin``
-(``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``),
-and its block shows ``from=MACHINE/STOREID8``. The counts below cover the
-union; ``pulled`` lists each pulled store read with what it had
-(``eligible``, ``shown``, ``not_read``) or why it could not be read
-(``error``, its records then counted as ``not_read``). Records are read
-from at most ``sync.layout.PULLED_READ_MAX`` pulled stores, those whose
-mirror changed last (each costs about what this store's part costs;
-without a usable index, its newest ``PULLED_SCAN_BYTES_MAX`` bytes); the
-others are counted in ``pulled_skipped`` (``stores``, and their
-``records``, counted as ``not_read``), so the output stays within its cap
-however many stores were pulled.
-
-It takes no lock, writes nothing but its anchor (the index is opened
-read-only, though SQLite may create its ``-wal`` and ``-shm`` files), never
-builds or catches up the index, and imports neither ``mcp`` nor
-``portalocker``. It reads the index through ``retained.index.schema`` (the
-schema's one definition, standard library only), never through
-``retained.index.writer``, whose query parser it would not use.
-
-Token estimate: a record's block (its header line, its text and body, and a
-cut marker if any) costs ``schema.estimate_tokens`` of it, ``ceil(UTF-8
-bytes / 4)`` tokens, as a search result does; ``tokens`` is the
-sum over the records shown, and ``budget`` bounds it. The opening and closing
-lines are outside the budget and short (their fields are truncated). Besides
-the budget, the records shown never take more than ``OUTPUT_BYTES_MAX`` bytes
-in any output form (text, hook JSON, ``--json``), so every form stays under
-the 10,000 characters Claude Code keeps of a SessionStart hook's output,
-whatever the budget asked for.
-
-Accounting: ``eligible`` counts the records the brief could show: chained,
-unredacted records with a string ``kind`` other than the store's bookkeeping
-kinds (``retract``, ``redaction``), in ``scope`` when one is given.
-``len(included) + sum(dropped.values()) == eligible`` always, where
-``dropped`` holds ``over_budget`` (eligible and current, past the budget or
-the output cap), ``superseded``, ``retracted`` (a record both superseded and
-retracted counts as retracted), ``unreadable`` (the index points at a line
-that no longer holds the record) and ``not_read`` (see above; 0 when the
-counts are exact).
+``render_text(result)`` the text a session-start hook prints: checkpoints,
+then other records, each group newest first, and how many records were not
+shown and why (I2: ``len(included) + sum(dropped.values()) == eligible``).
+It reads the log backwards through ``brief.reader`` (the one module that
+keeps the brief's start-up budget) down to the index's mark, the older
+records through ``index.schema`` (never ``index.writer``); without a usable
+index at most ``SCAN_BYTES_MAX`` bytes, the rest counted as ``not_read``.
+The stores ``retained sync`` pulled are read alike (at most
+``sync.layout.PULLED_READ_MAX``) and share the budget and the output cap
+(``OUTPUT_BYTES_MAX``). It takes no lock and writes nothing but its anchor.
 """
 
 from __future__ import annotations

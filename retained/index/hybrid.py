@@ -1,59 +1,19 @@
-"""Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF.
+"""Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF (docs/embeddings.md).
 
-What it owns: the ``vectors`` table in the index file (one row per record
-and model: the record's seq and chain hash, the model name, the dimension and
-the L2-normalised float32 vector; its DDL is ``schema.VECTORS_SCHEMA``),
-a ``vectors_meta`` table, and the search
-that fuses ``Index.ranked`` (bm25) with a cosine ranking over those vectors.
-It never writes the log and never writes the index's own tables; the index's
-``rebuild`` leaves these tables alone, and a vector whose hash no longer
-matches the index's record is ignored and replaced (a restored log, a
-redaction).
-
-Optional part, never a single point of failure (DESIGN "Embeddings"):
-
-- Writes never wait for an embedder, and neither does a search: it embeds
-  its query and nothing else. Vectors follow the append: ``kick()`` wakes a
-  background thread (long-lived processes: the MCP server, the viewer) that
-  embeds what is missing, and ``backfill()`` (``retained embed --backfill``)
-  embeds everything missing with progress. Records still without a vector
-  are ranked by their words alone, and every reply counts them.
-- Vectors are kept per model. A change of ``RETAINED_EMBED_MODEL`` is seen at
-  once: the old model's vectors are never ranked with the new one's, and the
-  records without a vector for the configured model are counted.
-- Every search reply says ``mode`` ("hybrid" or "lexical") and, when lexical,
-  ``mode_reason``: embeddings off, numpy missing, the embedder unreachable or
-  timed out, the breaker open, or too many records without a vector; and
-  ``without_vectors``: how many of the ranked matches had no vector (every
-  visible match when lexical; in hybrid mode the lexical candidates still
-  waiting for theirs).
-
-Dense scores: the cosine of the query with each record's vector, read in
-context: the cosines are centred on their mean, then with ``context_weight``
-gamma > 0 a turn gains gamma times the previous turn's score in the same
-scope (a reply means little without what it answers), and with
-``neighbour_weight`` beta > 0 beta times the better score of its two
-neighbouring turns. Only turns of a conversation (records with a speaker
-field, ``documents.turn``) are read in context; notes are not, so the same
-defaults serve a store of notes and a conversation (issue 18). Both are
-computed at query time from the stored vectors (nothing is re-embedded).
-
-Fusion (``vectors.rrf``): ``score = 1 / (60 + lexical rank) + w / (60 + dense
-rank)`` over the lexical top ``LEXICAL_N`` and the dense top ``DENSE_N``, with
-the dense weight ``w`` a setting (default ``DENSE_WEIGHT``), and the first
-``keep_lexical`` lexical results kept at the head in their order (default
-``KEEP_LEXICAL``). At k = 60 neighbouring ranks score within 1/3,700 of each
-other, so any dense list reorders the lexical head; on LoCoMo the lexical
-first result is right about twice as often as the dense one, and fusing the
-head cost recall@1 (docs/retrieval.md). The defaults of w, m, gamma and beta
-were chosen on half of the LoCoMo conversations by harness/eval_hybrid.py and
-reported on the other half.
-
-Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
-records that reached the fused top k through the dense ranking alone (cosine
-similarity has no "no match", so a dense candidate counts once it is chosen);
-``returned`` plus every ``left_out`` count equals ``total_matches``, as in
-lexical mode.
+What it owns: the ``vectors`` and ``vectors_meta`` tables in the index file
+(one row per record and model: seq, chain hash, model, dimension, the
+L2-normalised float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and the
+search that fuses ``Index.ranked`` (bm25) with the cosine ranking of
+``dense.Matrix`` (``vectors.rrf``, the first ``keep_lexical`` lexical results
+kept at the head). It never writes the log or the index's own tables; a
+vector whose hash no longer matches its record is ignored and replaced.
+Optional, never a single point of failure (DESIGN "Embeddings"): writes and
+searches never wait for an embedder (a search embeds only its query;
+``kick()`` and ``backfill()`` fill the rest), and every reply says ``mode``,
+``mode_reason`` and ``without_vectors``. In hybrid mode the matches are the
+lexical ones plus the records that reached the top k through the vectors
+alone, so I2 holds as in lexical mode. How the defaults were chosen:
+docs/retrieval.md.
 """
 
 from __future__ import annotations

@@ -433,15 +433,11 @@ class Hybrid:
                 scores = np.where(allowed, scores, -np.inf)
             top = vectors.top_scores(scores, 4 * limit)
             seqs = [int(cache.seqs[r]) for r, _ in top]
-            where = ["redacted = 0"]
-            if not include_superseded:
-                where.append("superseded = 0")
-            if not include_retracted:
-                where.append("retracted = 0")
+            shown, _ = index_schema.Filter(include_superseded=include_superseded, include_retracted=include_retracted).where()
             ok: dict[int, str] = {}
             for start in range(0, len(seqs), 500):
                 chunk = seqs[start : start + 500]
-                sql = f"SELECT seq, hash FROM records WHERE seq IN ({','.join('?' * len(chunk))}) AND {' AND '.join(where)}"
+                sql = f"SELECT seq, hash FROM records WHERE seq IN ({','.join('?' * len(chunk))}) AND {shown}"
                 ok.update(db.execute(sql, chunk).fetchall())
         out = []
         for (row, score), seq in zip(top, seqs, strict=True):
@@ -721,16 +717,17 @@ def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
             passage_prefix=settings.get("RETAINED_EMBED_PASSAGE_PREFIX", ""),
             send_input_type=settings.get("RETAINED_EMBED_INPUT_TYPE", "").strip().lower() in ("1", "true", "yes"),
         )
-        return Hybrid(
-            index,
-            embedder,
-            dense_weight=weight,
-            keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
-            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
-            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
-        )
+        return _tuned(index, embedder, settings, weight)
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+def _tuned(index: Index, embedder: Any, settings: Mapping[str, str], dense_weight: float) -> Hybrid:
+    """A `Hybrid` over ``embedder`` with the ranking's settings (``RETAINED_EMBED_*``), else their defaults."""
+    return Hybrid(index, embedder, dense_weight=dense_weight,
+                  keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
+                  context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
+                  neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT))
 
 
 OFF_REASON = (
@@ -748,14 +745,7 @@ def _local(index: Index, settings: Mapping[str, str]) -> Hybrid:
         return Hybrid(index, None, off_reason=OFF_REASON)
     try:
         embedder = local.LocalEmbedder(threads=_whole(settings, "RETAINED_EMBED_THREADS", local.THREADS) or 1)
-        return Hybrid(
-            index,
-            embedder,
-            dense_weight=_number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT),
-            keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
-            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
-            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
-        )
+        return _tuned(index, embedder, settings, _number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT))
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
 

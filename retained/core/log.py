@@ -696,12 +696,15 @@ class Log:
             req.woken = woken
             self._queue.append(req)
             self._leading = True
+        interrupted = None
         if woken is not None:
-            woken.acquire()
+            interrupted = _wait(woken)
             if req.done:
                 # A leader wrote it (or failed it) while this thread waited: wake the next caller it wrote for.
                 if req.after is not None:
                     req.after.woken.release()  # type: ignore[union-attr]  # every caller in a chain has a latch
+                if interrupted is not None:
+                    raise interrupted
                 return
             # Otherwise the lead was handed to this caller: it writes what is
             # queued, itself included, and nobody waits on its latch any more.
@@ -726,6 +729,8 @@ class Log:
             _wake(waiting)
             if heir is not None and heir.woken is not None:
                 heir.woken.release()
+        if interrupted is not None:
+            raise interrupted
 
     def _wake_durable(self) -> None:
         """Wake the callers whose records a previous group made durable."""
@@ -1043,6 +1048,23 @@ class Log:
         fsync_dir(self.directory)
         # Every cached fact (descriptor, tail, offsets) belonged to the old file.
         self._forget_file()
+
+
+def _wait(latch: threading.Lock) -> BaseException | None:
+    """Acquire ``latch``; what a signal handler raised meanwhile (the main thread's Ctrl-C) is returned once it is held.
+
+    Whoever the latch is released to has a duty: wake the next caller of its
+    group, or lead. A caller that left on an interrupt would leave them
+    waiting for ever; it leaves once its group is written, and raises then.
+    """
+    interrupted = None
+    while True:
+        try:
+            latch.acquire()
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller once the latch is held
+            interrupted = interrupted or exc
+            continue
+        return interrupted
 
 
 def _wake(waiting: list[_Request]) -> None:

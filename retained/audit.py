@@ -146,6 +146,10 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     index: dict[str, Any] = {"findings": []}
 
     def check(lines: Any) -> None:
+        # Whether vectors are checked too (which loads their modules): asked
+        # here, while any worker processes classify the first ranges, not
+        # after the walk, when this process alone would still be working.
+        store.wants_vectors()
         index.update(checked=verify_index(store, index, lines, (size, head_seq)))
 
     from retained.core import chain  # here: a write's permission_notices needs none of the walk's modules

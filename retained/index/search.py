@@ -17,7 +17,6 @@ the connection, its lock, catch-up and the checked reads from the log.
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
 import threading
@@ -753,8 +752,9 @@ class Search:
         For a write's reply, after its acknowledgement: records it may
         correct, so the writer can decide to supersede them. One statement
         over the index finds the earlier rows of each of the text's rare
-        words (`_hits_sql`), and a second the visible ones of the scope among
-        those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
+        words not looked up since the index last changed (`_hits_sql`,
+        `_Recent.rows_of`), and a second, prepared once, the visible ones of
+        the scope among those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
         at least two of the text's rare words (its first `RELATED_TERMS`
         content words, less those matching `RELATED_TERM_ROWS` rows or more)
         and at least half of the shorter record's (`_same_subject`), most
@@ -789,27 +789,26 @@ class Search:
         with self._mutex:
             terms = [t for t in words if t not in recent.common]
             db = self.connection()
-            sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
-            hits = db.execute(sql, args).fetchone()
-            if not recent.covers(hits[0] or 0, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
+            top, rows = recent.rows_of(db, terms, seq)
+            if not recent.covers(top, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
                 self.catch_up_now(stop=before)
                 recent.clear()
-                hits = db.execute(sql, args).fetchone()
-            shared: collections.Counter[str] = collections.Counter()
+                top, rows = recent.rows_of(db, terms, seq)
+            shared: dict[int, int] = {}
             rare = []
-            for term, rows in zip(terms, hits[1:], strict=True):
-                got = rows.split(",") if rows else []
+            for term, got in zip(terms, rows, strict=True):
                 if len(got) >= RELATED_TERM_ROWS:
                     recent.learn(term)
                 else:
                     rare.append(term)
-                    shared.update(got)
+                    for r in got:
+                        shared[r] = shared.get(r, 0) + 1
             found = []
-            # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms: well within one IN list.
+            # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms.
             best = [r for r, n in shared.items() if n >= 2]
             if best:
-                for r in db.execute(_CANDIDATES_SQL.format(",".join(best), _BOOKKEEPING), (scope,)):
-                    n = shared[str(r[0])]
+                for r in db.execute(_CANDIDATES_SQL, (f"[{','.join(map(str, best))}]", scope)):
+                    n = shared[r[0]]
                     if _same_subject(n, len(rare), _words_of(r[5])):
                         found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
             found += recent.compare(rare, scope)
@@ -879,17 +878,22 @@ def _hits_sql(n: int) -> str:
     return f"SELECT (SELECT max(seq) FROM records){each}"
 
 
-# The second: of the rows sharing two rare terms or more (a list of seqs in
-# the IN), those visible in the scope (the parameter), each with its place in
-# the log (to read its text) and FTS5's count of its words (``fts_docsize``).
+def _hits(db: sqlite3.Connection, terms: list[str], seq: int) -> tuple[Any, ...]:
+    """`_hits_sql`'s row: the index's highest seq, then each term's rows before ``seq`` as a tuple of seqs."""
+    row = db.execute(_hits_sql(len(terms)), [x for t in terms for x in (t, seq)]).fetchone()
+    return (row[0], *(tuple(map(int, r.split(","))) if r else () for r in row[1:]))
+
+
+# The second: of the rows sharing two rare terms or more (their seqs as a
+# JSON list, the first parameter: one statement text, prepared once), those
+# visible in the scope (the second), each with its place in the log (to read
+# its text) and FTS5's count of its words (``fts_docsize``).
 _CANDIDATES_SQL = (
     "SELECT m.seq, m.ts, m.offset, m.length, m.hash, d.sz FROM records AS m LEFT JOIN fts_docsize AS d ON d.id = m.seq"
-    " WHERE m.seq IN ({}) AND m.scope IS ? AND NOT (m.superseded OR m.retracted OR m.redacted)"
-    " AND ifnull(m.kind, '') NOT IN ({})"
+    " WHERE m.seq IN (SELECT value FROM json_each(?)) AND m.scope IS ?"
+    " AND NOT (m.superseded OR m.retracted OR m.redacted)"
+    f" AND ifnull(m.kind, '') NOT IN ({', '.join(repr(k) for k in sorted(BOOKKEEPING_KINDS))})"
 )
-
-
-_BOOKKEEPING = ", ".join(f"'{k}'" for k in sorted(BOOKKEEPING_KINDS))
 
 
 def _words_of(sizes: bytes | None) -> int:
@@ -931,7 +935,11 @@ class _Recent:
     """What an index's related steps remember between calls (under the index's lock).
 
     ``common``: the terms found to match `RELATED_TERM_ROWS` rows or more,
-    left out of later statements (at most `RELATED_COMMON_MAX`). ``seen``:
+    left out of later statements (at most `RELATED_COMMON_MAX`). ``rows``:
+    each term's earlier rows in the index as last looked up (`rows_of`),
+    while the index's highest seq stays ``rows_top`` (its rows cannot change
+    below it without a new record above it; at most `RELATED_COMMON_MAX`
+    terms). ``seen``:
     the records the steps saw since the index last caught up, with their
     rare terms, their count of content words and their scope, compared in
     memory with each new one (`compare`) until the index holds them (and
@@ -942,12 +950,35 @@ class _Recent:
         # Guards ``seen`` against `expect`, which runs without the index's lock.
         self.lock = threading.Lock()
         self.common: set[str] = set()
+        self.rows: dict[str, tuple[int, ...]] = {}
+        self.rows_top: int | None = None
         self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
         self.by_term: dict[str, list[int]] = {}
 
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
             self.common.add(term)
+
+    def rows_of(self, db: sqlite3.Connection, terms: list[str], seq: int) -> tuple[int, list[tuple[int, ...]]]:
+        """``(the index's highest seq, each term's rows before seq)``: one statement (`_hits_sql`) for the terms not
+        looked up since the index last changed (a second, for every term, when it just did)."""
+        ask = [t for t in terms if t not in self.rows]
+        got = _hits(db, ask, seq)
+        top = got[0] or 0
+        if top != self.rows_top or top >= seq:
+            # The index changed since the rows were looked up (or holds this
+            # record already, so that rows before seq are not all it holds).
+            self.rows = {}
+            self.rows_top = top if top < seq else None
+            if len(ask) < len(terms):
+                ask, got = terms, _hits(db, terms, seq)
+                top = got[0] or 0
+        found = dict(zip(ask, got[1:], strict=True))
+        if self.rows_top is not None and top == self.rows_top:
+            if len(self.rows) + len(found) > RELATED_COMMON_MAX:
+                self.rows = {}
+            self.rows.update(found)
+        return top, [found[t] if t in found else self.rows[t] for t in terms]
 
     def expect(self, seq: int, scope: str | None) -> None:
         """Count record ``seq`` as seen before its step has run (without the index's lock: one dict operation).
@@ -990,6 +1021,8 @@ class _Recent:
         with self.lock:
             self.seen = {}
             self.by_term = {}
+            self.rows = {}
+            self.rows_top = None
 
     def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
         """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""

@@ -61,7 +61,10 @@ RELATED_TEXT_CHARS = 2000
 RELATED_TERM_ROWS = 32
 RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
 # Records a process's related steps compare in memory before the index must
-# catch up with them (`_Recent`): the catch-up then indexes them in one go.
+# catch up with them (`_Recent`): the catch-up then indexes them in one go,
+# and the terms' rows remembered (`_Recent.rows_of`) are looked up again.
+# Not more: a term common among them but not yet in the index would count as
+# rare (at 1024, LoCoMo writes name earlier records half as often again).
 RELATED_RECENT_MAX = 256
 # While a process's writes run at once (the HTTP server's handlers), their
 # steps run in any order: a record this close behind a new one, not seen yet,
@@ -954,6 +957,8 @@ class _Recent:
         self.rows_top: int | None = None
         self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
         self.by_term: dict[str, list[int]] = {}
+        # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
+        self.low, self.high = limits.SEQ_MAX, 0
 
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
@@ -992,6 +997,7 @@ class _Recent:
         """
         with self.lock:
             self.seen.setdefault(seq, (frozenset(), 0, None, scope))
+            self.low, self.high = min(self.low, seq), max(self.high, seq)
 
     def covers(self, top: int, seq: int, concurrent: bool = False) -> bool:
         """Whether every record after the index's highest (``top``) and before ``seq`` is one seen here.
@@ -1001,14 +1007,17 @@ class _Recent:
         """
         with self.lock:
             seen = self.seen
-            if seen and min(seen) <= top:
+            if seen and self.low <= top:
                 self.seen = seen = {s: v for s, v in seen.items() if s > top}
                 self.by_term = {}
                 for s, (terms, _, _, _) in seen.items():
                     for t in terms:
                         self.by_term.setdefault(t, []).append(s)
+                self.low, self.high = min(seen, default=limits.SEQ_MAX), max(seen, default=0)
             if len(seen) >= RELATED_RECENT_MAX:
                 return False
+            if top < self.low and self.high < seq and len(seen) == seq - 1 - top:
+                return True  # every seq between them seen (the one write of a process, in order)
             missing = next((s for s in range(top + 1, seq) if s not in seen), None)
             # With other writes of this process under way, a recent record
             # neither seen nor expected is likely one whose step has not
@@ -1021,6 +1030,7 @@ class _Recent:
         with self.lock:
             self.seen = {}
             self.by_term = {}
+            self.low, self.high = limits.SEQ_MAX, 0
             self.rows = {}
             self.rows_top = None
 
@@ -1045,6 +1055,7 @@ class _Recent:
                 self.seen.pop(seq, None)
                 return
             self.seen[seq] = (frozenset(rare), words, found, scope)
+            self.low, self.high = min(self.low, seq), max(self.high, seq)
             for t in rare:
                 self.by_term.setdefault(t, []).append(seq)
 

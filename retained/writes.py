@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -171,6 +172,15 @@ class Related:
     def __init__(self) -> None:
         self.running = 0
         self._counting = threading.Lock()
+        # After the first step (the index open), a lone write's terms are looked up beside its fsync (`ahead`).
+        self.warm = False
+        self._worker: ThreadPoolExecutor | None = None
+
+    def ahead(self, index: Callable[[], Index], text: str) -> None:
+        """``Search.look_ahead`` for ``text`` on this Store's one worker thread, while the write is made durable."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="retained-related")
+        self._worker.submit(_look_ahead, index, text)
 
     def write(self, append: Callable[[], WriteProof], index: Callable[[], Index], text: str, scope: str | None,
               links: bool, kept: str | None, related: bool) -> WriteProof:
@@ -178,12 +188,16 @@ class Related:
         if related:
             with self._counting:
                 self.running += 1
+                alone = self.running == 1
+            if alone and self.warm:
+                self.ahead(index, text)
         try:
             proof = append()
             if kept:
                 proof["notices"] = [*proof.get("notices", ()), kept]
             if related and not proof.get("duplicate"):
                 found = hint(index, proof, text, scope, links, self.running > 1)
+                self.warm = True
                 if kept and found.get("notices"):
                     found["notices"] = [*proof["notices"], *found["notices"]]
                 proof.update(cast("WriteProof", found))  # related, notices
@@ -192,6 +206,13 @@ class Related:
             if related:
                 with self._counting:
                     self.running -= 1
+
+
+def _look_ahead(index: Callable[[], Index], text: str) -> None:
+    try:
+        index().searcher.look_ahead(text)
+    except (sqlite3.Error, OSError, RetainedError):
+        pass  # the step after the acknowledgement looks them up itself
 
 
 def hint(index: Callable[[], Index], proof: Mapping[str, Any], text: str, scope: str | None, links: bool,

@@ -778,18 +778,13 @@ class Search:
         or `RELATED_RECENT_MAX` records wait, and only when at most
         `RELATED_CATCH_UP_BYTES` of the log wait for it.
         """
-        recent = self.__dict__.get("_related_recent")
-        if recent is None:
-            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        recent = self._recent()
         if not links:
             recent.expect(seq, scope)
         if limit <= 0:
             return []
-        # The first words of a long text are enough to say what it is about,
-        # and reading no further keeps a 4 MB write as cheap here as a short one.
-        head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
-        words = query.terms(head)[:RELATED_TERMS]
         with self._mutex:
+            words = recent.terms_of(text)
             terms = [t for t in words if t not in recent.common]
             db = self.connection()
             top, rows = recent.rows_of(db, terms, seq)
@@ -829,6 +824,29 @@ class Search:
             if type(said) is str:
                 out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
         return out
+
+    def look_ahead(self, text: str) -> None:
+        """Look up the rows of ``text``'s terms for `related` before its record is durable (``Related.write``).
+
+        Run beside the write's fsync: the terms' rows go to what the related
+        steps remember (`_Recent.rows_of`, kept while the index does not
+        change), so the step after the acknowledgement finds them there. It
+        changes no answer, and gives way when another thread holds the index.
+        """
+        recent = self._recent()
+        if not self._mutex.acquire(blocking=False):
+            return
+        try:
+            words = recent.terms_of(text)
+            recent.rows_of(self.connection(), [t for t in words if t not in recent.common], limits.SEQ_MAX)
+        finally:
+            self._mutex.release()
+
+    def _recent(self) -> _Recent:
+        recent = self.__dict__.get("_related_recent")
+        if recent is None:
+            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        return recent
 
     def _backlog(self, db: Any, stop: int | None) -> int:
         """Bytes of the log before ``stop`` (its end when None) the index has not read yet."""
@@ -955,6 +973,7 @@ class _Recent:
         self.common: set[str] = set()
         self.rows: dict[str, tuple[int, ...]] = {}
         self.rows_top: int | None = None
+        self.last: tuple[str | None, list[str]] = (None, [])
         self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
         self.by_term: dict[str, list[int]] = {}
         # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
@@ -963,6 +982,17 @@ class _Recent:
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
             self.common.add(term)
+
+    def terms_of(self, text: str) -> list[str]:
+        """The terms the related step looks up for ``text`` (the last text's kept, for `Search.look_ahead`).
+
+        The first words of a long text are enough to say what it is about,
+        and reading no further keeps a 4 MB write as cheap here as a short one.
+        """
+        head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
+        if self.last[0] != head:
+            self.last = (head, query.terms(head)[:RELATED_TERMS])
+        return self.last[1]
 
     def rows_of(self, db: sqlite3.Connection, terms: list[str], seq: int) -> tuple[int, list[tuple[int, ...]]]:
         """``(the index's highest seq, each term's rows before seq)``: one statement (`_hits_sql`) for the terms not
@@ -1016,7 +1046,7 @@ class _Recent:
                 self.low, self.high = min(seen, default=limits.SEQ_MAX), max(seen, default=0)
             if len(seen) >= RELATED_RECENT_MAX:
                 return False
-            if top < self.low and self.high < seq and len(seen) == seq - 1 - top:
+            if top < self.low and self.high <= seq and len(seen) - (seq in seen) == seq - 1 - top:
                 return True  # every seq between them seen (the one write of a process, in order)
             missing = next((s for s in range(top + 1, seq) if s not in seen), None)
             # With other writes of this process under way, a recent record

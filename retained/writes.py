@@ -11,7 +11,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -20,6 +19,8 @@ from retained.core import anchors, record
 from retained.errors import RECORD_LIMIT_SETTING, InvalidRecord, NotFound, RecordTooLarge, RetainedError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from retained.audit import Parts
     from retained.index.writer import Index
     from retained.replies import Entry, Notes, WriteProof
@@ -172,26 +173,20 @@ class Related:
     def __init__(self) -> None:
         self.running = 0
         self._counting = threading.Lock()
-        # After the first step (the index open), a lone write's terms are looked up beside its fsync (`ahead`).
+        # After the first step (the index open), a lone write's terms are looked up beside its fsync.
         self.warm = False
-        self._worker: ThreadPoolExecutor | None = None
-
-    def ahead(self, index: Callable[[], Index], text: str) -> None:
-        """``Search.look_ahead`` for ``text`` on this Store's one worker thread, while the write is made durable."""
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="retained-related")
-        self._worker.submit(_look_ahead, index, text)
 
     def write(self, append: Callable[[], WriteProof], index: Callable[[], Index], text: str, scope: str | None,
               links: bool, kept: str | None, related: bool) -> WriteProof:
         """``append()``'s proof with ``kept`` (``scope_of``'s notice) and, if ``related``, the related records (``hint``)."""
+        ahead = None
         if related:
             with self._counting:
                 self.running += 1
                 alone = self.running == 1
-            if alone and self.warm:
-                self.ahead(index, text)
         try:
+            if related and alone and self.warm:
+                ahead = look_ahead(index, text)
             proof = append()
             if kept:
                 proof["notices"] = [*proof.get("notices", ()), kept]
@@ -203,16 +198,20 @@ class Related:
                 proof.update(cast("WriteProof", found))  # related, notices
             return proof
         finally:
+            # The look-ahead ends with the write: never left to run on a store closed after it.
+            if ahead is not None and not ahead.cancel():
+                ahead.result()
             if related:
                 with self._counting:
                     self.running -= 1
 
 
-def _look_ahead(index: Callable[[], Index], text: str) -> None:
+def look_ahead(index: Callable[[], Index], text: str) -> Future[None] | None:
+    """``Search.look_ahead`` (its terms' rows looked up on a worker thread), or None when the index cannot."""
     try:
-        index().searcher.look_ahead(text)
+        return index().searcher.look_ahead(text)
     except (sqlite3.Error, OSError, RetainedError):
-        pass  # the step after the acknowledgement looks them up itself
+        return None
 
 
 def hint(index: Callable[[], Index], proof: Mapping[str, Any], text: str, scope: str | None, links: bool,

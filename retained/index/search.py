@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import functools
 import math
+import queue
+import sqlite3
 import threading
 from bisect import bisect_left, bisect_right
+from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -34,9 +37,7 @@ from retained.index.documents import cut_to_fit, estimate_tokens, replies, turn
 from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, read_mark, transaction
 
 if TYPE_CHECKING:
-    import sqlite3
-    import threading
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from retained.core.log import Log
     from retained.replies import ContextCount, Entry, Found, Links
@@ -75,6 +76,7 @@ RELATED_IN_FLIGHT = 64
 # answers from the index as it is and leaves them to the next read (a new
 # process's write after another's 4 MB record would otherwise index it first).
 RELATED_CATCH_UP_BYTES = 1024 * 1024
+WORKER_IDLE_S = 1.0  # the related step's look-ahead thread ends after this long without a write (`_Worker`)
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -825,20 +827,29 @@ class Search:
                 out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
         return out
 
-    def look_ahead(self, text: str) -> None:
-        """Look up the rows of ``text``'s terms for `related` before its record is durable (``Related.write``).
+    def look_ahead(self, text: str) -> Future[None]:
+        """Look up the rows of ``text``'s terms for `related` on a worker thread, while its record is made durable.
 
-        Run beside the write's fsync: the terms' rows go to what the related
-        steps remember (`_Recent.rows_of`, kept while the index does not
-        change), so the step after the acknowledgement finds them there. It
-        changes no answer, and gives way when another thread holds the index.
+        The terms' rows go to what the related steps remember
+        (`_Recent.rows_of`, kept while the index does not change), so the
+        step after the acknowledgement finds them there. It changes no
+        answer, and gives way when another thread holds the index. The
+        caller waits for it (or cancels it) before its write returns.
         """
+        worker = self.__dict__.get("_related_worker")
+        if worker is None:
+            worker = self.__dict__.setdefault("_related_worker", _Worker())
+        return worker.submit(self._look_ahead_now, text)
+
+    def _look_ahead_now(self, text: str) -> None:
         recent = self._recent()
         if not self._mutex.acquire(blocking=False):
             return
         try:
             words = recent.terms_of(text)
             recent.rows_of(self.connection(), [t for t in words if t not in recent.common], limits.SEQ_MAX)
+        except sqlite3.Error:
+            pass  # the step after the acknowledgement looks them up itself
         finally:
             self._mutex.release()
 
@@ -1088,6 +1099,44 @@ class _Recent:
             self.low, self.high = min(self.low, seq), max(self.high, seq)
             for t in rare:
                 self.by_term.setdefault(t, []).append(seq)
+
+
+class _Worker:
+    """One thread that runs the jobs given it in turn, and ends after `WORKER_IDLE_S` without one.
+
+    Not a lasting pool: a process with more than one thread makes its
+    verify and rebuild workers by spawn rather than fork (``core.pool``).
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Future[None], Callable[[str], None], str]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[[str], None], arg: str) -> Future[None]:
+        done: Future[None] = Future()
+        with self.lock:
+            self.jobs.put((done, job, arg))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="retained-related", daemon=True)
+                self.thread.start()
+        return done
+
+    def _run(self) -> None:
+        while True:
+            try:
+                done, job, arg = self.jobs.get(timeout=WORKER_IDLE_S)
+            except queue.Empty:
+                with self.lock:
+                    if self.jobs.empty():
+                        self.thread = None
+                        return
+                continue
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(job(arg))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller, which waits for it
+                    done.set_exception(exc)
 
 
 def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:

@@ -186,7 +186,7 @@ class Related:
                 alone = self.running == 1
         try:
             if related and alone and self.warm:
-                ahead = look_ahead(index, text)
+                ahead = look_ahead(index, text, scope)
             proof = append()
             if kept:
                 proof["notices"] = [*proof.get("notices", ()), kept]
@@ -206,10 +206,10 @@ class Related:
                     self.running -= 1
 
 
-def look_ahead(index: Callable[[], Index], text: str) -> Future[None] | None:
+def look_ahead(index: Callable[[], Index], text: str, scope: str | None) -> Future[None] | None:
     """``Search.look_ahead`` (its terms' rows looked up on a worker thread), or None when the index cannot."""
     try:
-        return index().searcher.look_ahead(text)
+        return index().searcher.look_ahead(text, scope)
     except (sqlite3.Error, OSError, RetainedError):
         return None
 

@@ -794,40 +794,59 @@ class Search:
                 self.catch_up_now(stop=before)
                 recent.clear()
                 top, rows = recent.rows_of(db, terms, seq)
-            shared: dict[int, int] = {}
-            rare = []
-            for term, got in zip(terms, rows, strict=True):
-                if len(got) >= RELATED_TERM_ROWS:
-                    recent.learn(term)
-                else:
-                    rare.append(term)
-                    for r in got:
-                        shared[r] = shared.get(r, 0) + 1
-            found = []
-            # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms.
-            best = [r for r, n in shared.items() if n >= 2]
-            if best:
-                for r in db.execute(_CANDIDATES_SQL, (f"[{','.join(map(str, best))}]", scope)):
-                    n = shared[r[0]]
-                    if _same_subject(n, len(rare), _words_of(r[5])):
-                        found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
-            found += recent.compare(rare, scope)
+            key = (tuple(words), scope, top)
+            if recent.ahead is not None and recent.ahead[0] == key:
+                _, rare, found, known = recent.ahead  # looked up ahead, the index unchanged since
+            else:
+                rare, found = self._from_index(db, recent, terms, rows, scope)
+                known = {}
+            recent.ahead = None
+            found = found + recent.compare(rare, scope)
             chosen = [f for _, _, f in sorted(found, key=lambda x: (-x[0], -x[1]))[:limit]]
             recent.add(seq, rare, len(words), _Found(seq, ts, _cut(text[: RELATED_CHARS + 1]), None), scope, links)
-        places = [(f.place[0], f.place[1]) for f in chosen if f.place is not None]
-        lines = iter(self.log.read_many(places) if places else ())
+        texts = {**known, **self._texts([f for f in chosen if f.place is not None and f.seq not in known])}
         out = []
         for f in chosen:
-            said: Any = f.text
-            if f.place is not None:
-                offset, _, h = f.place
-                line = make_line(offset, next(lines))
-                said = line.record.get("text") if line.chained and line.seq == f.seq and line.hash == h else None
-            if type(said) is str:
+            said = f.text if f.place is None else texts.get(f.seq)
+            if said is not None:
                 out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
         return out
 
-    def look_ahead(self, text: str) -> Future[None]:
+    def _from_index(self, db: sqlite3.Connection, recent: _Recent, terms: list[str], rows: list[tuple[int, ...]],
+                    scope: str | None) -> tuple[list[str], list[tuple[int, int, _Found]]]:
+        """``(the rare terms, (shared, seq, found) for each indexed record on their subject)``, from each term's rows."""
+        shared: dict[int, int] = {}
+        rare = []
+        for term, got in zip(terms, rows, strict=True):
+            if len(got) >= RELATED_TERM_ROWS:
+                recent.learn(term)
+            else:
+                rare.append(term)
+                for r in got:
+                    shared[r] = shared.get(r, 0) + 1
+        found = []
+        # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms.
+        best = [r for r, n in shared.items() if n >= 2]
+        if best:
+            for r in db.execute(_CANDIDATES_SQL, (f"[{','.join(map(str, best))}]", scope)):
+                n = shared[r[0]]
+                if _same_subject(n, len(rare), _words_of(r[5])):
+                    found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
+        return rare, found
+
+    def _texts(self, chosen: list[_Found]) -> dict[int, str | None]:
+        """Each record's text from the log (one open file), None for a line that is not the record indexed."""
+        if not chosen:
+            return {}
+        out: dict[int, str | None] = {}
+        for f, raw in zip(chosen, self.log.read_many([(f.place[0], f.place[1]) for f in chosen if f.place]), strict=True):
+            offset, _, h = f.place or (0, 0, "")
+            line = make_line(offset, raw)
+            said = line.record.get("text") if line.chained and line.seq == f.seq and line.hash == h else None
+            out[f.seq] = said if type(said) is str else None
+        return out
+
+    def look_ahead(self, text: str, scope: str | None = None) -> Future[None]:
         """Look up the rows of ``text``'s terms for `related` on a worker thread, while its record is made durable.
 
         The terms' rows go to what the related steps remember
@@ -839,16 +858,23 @@ class Search:
         worker = self.__dict__.get("_related_worker")
         if worker is None:
             worker = self.__dict__.setdefault("_related_worker", _Worker())
-        return worker.submit(self._look_ahead_now, text)
+        return worker.submit(self._look_ahead_now, text, scope)
 
-    def _look_ahead_now(self, text: str) -> None:
+    def _look_ahead_now(self, text: str, scope: str | None) -> None:
         recent = self._recent()
         if not self._mutex.acquire(blocking=False):
             return
         try:
             words = recent.terms_of(text)
-            recent.rows_of(self.connection(), [t for t in words if t not in recent.common], limits.SEQ_MAX)
-        except sqlite3.Error:
+            db = self.connection()
+            terms = [t for t in words if t not in recent.common]
+            top, rows = recent.rows_of(db, terms, limits.SEQ_MAX)
+            if recent.rows_top == top:
+                rare, found = self._from_index(db, recent, terms, rows, scope)
+                # The texts of those the step is likeliest to name: the most shared, the newest.
+                likely = [f for _, _, f in sorted(found, key=lambda x: (-x[0], -x[1]))[:RELATED_MAX]]
+                recent.ahead = ((tuple(words), scope, top), rare, found, self._texts(likely))
+        except (sqlite3.Error, OSError):
             pass  # the step after the acknowledgement looks them up itself
         finally:
             self._mutex.release()
@@ -985,6 +1011,9 @@ class _Recent:
         self.rows: dict[str, tuple[int, ...]] = {}
         self.rows_top: int | None = None
         self.last: tuple[str | None, list[str]] = (None, [])
+        # What a look-ahead found in the index for the next step (`Search.look_ahead`): its key (the words,
+        # the scope, the index's highest seq), the rare terms, the records on their subject and their texts.
+        self.ahead: tuple[tuple[Any, ...], list[str], list[tuple[int, int, _Found]], dict[int, str | None]] | None = None
         self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
         self.by_term: dict[str, list[int]] = {}
         # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
@@ -1074,6 +1103,7 @@ class _Recent:
             self.low, self.high = limits.SEQ_MAX, 0
             self.rows = {}
             self.rows_top = None
+            self.ahead = None
 
     def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
         """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""
@@ -1109,14 +1139,14 @@ class _Worker:
     """
 
     def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[tuple[Future[None], Callable[[str], None], str]] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[tuple[Future[None], Callable[..., None], tuple[Any, ...]]] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
 
-    def submit(self, job: Callable[[str], None], arg: str) -> Future[None]:
+    def submit(self, job: Callable[..., None], *args: Any) -> Future[None]:
         done: Future[None] = Future()
         with self.lock:
-            self.jobs.put((done, job, arg))
+            self.jobs.put((done, job, args))
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="retained-related", daemon=True)
                 self.thread.start()
@@ -1125,7 +1155,7 @@ class _Worker:
     def _run(self) -> None:
         while True:
             try:
-                done, job, arg = self.jobs.get(timeout=WORKER_IDLE_S)
+                done, job, args = self.jobs.get(timeout=WORKER_IDLE_S)
             except queue.Empty:
                 with self.lock:
                     if self.jobs.empty():
@@ -1134,7 +1164,7 @@ class _Worker:
                 continue
             if done.set_running_or_notify_cancel():
                 try:
-                    done.set_result(job(arg))
+                    done.set_result(job(*args))
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller, which waits for it
                     done.set_exception(exc)
 

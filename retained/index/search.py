@@ -17,11 +17,13 @@ the connection, its lock, catch-up and the checked reads from the log.
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
+import queue
+import sqlite3
 import threading
 from bisect import bisect_left, bisect_right
+from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -35,9 +37,7 @@ from retained.index.documents import cut_to_fit, estimate_tokens, replies, turn
 from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, read_mark, transaction
 
 if TYPE_CHECKING:
-    import sqlite3
-    import threading
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from retained.core.log import Log
     from retained.replies import ContextCount, Entry, Found, Links
@@ -62,7 +62,10 @@ RELATED_TEXT_CHARS = 2000
 RELATED_TERM_ROWS = 32
 RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
 # Records a process's related steps compare in memory before the index must
-# catch up with them (`_Recent`): the catch-up then indexes them in one go.
+# catch up with them (`_Recent`): the catch-up then indexes them in one go,
+# and the terms' rows remembered (`_Recent.rows_of`) are looked up again.
+# Not more: a term common among them but not yet in the index would count as
+# rare (at 1024, LoCoMo writes name earlier records half as often again).
 RELATED_RECENT_MAX = 256
 # While a process's writes run at once (the HTTP server's handlers), their
 # steps run in any order: a record this close behind a new one, not seen yet,
@@ -73,6 +76,7 @@ RELATED_IN_FLIGHT = 64
 # answers from the index as it is and leaves them to the next read (a new
 # process's write after another's 4 MB record would otherwise index it first).
 RELATED_CATCH_UP_BYTES = 1024 * 1024
+WORKER_IDLE_S = 1.0  # the related step's look-ahead thread ends after this long without a write (`_Worker`)
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -751,8 +755,9 @@ class Search:
         For a write's reply, after its acknowledgement: records it may
         correct, so the writer can decide to supersede them. One statement
         over the index finds the earlier rows of each of the text's rare
-        words (`_hits_sql`), and a second the visible ones of the scope among
-        those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
+        words not looked up since the index last changed (`_hits_sql`,
+        `_Recent.rows_of`), and a second, prepared once, the visible ones of
+        the scope among those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
         at least two of the text's rare words (its first `RELATED_TERMS`
         content words, less those matching `RELATED_TERM_ROWS` rows or more)
         and at least half of the shorter record's (`_same_subject`), most
@@ -773,58 +778,110 @@ class Search:
         or `RELATED_RECENT_MAX` records wait, and only when at most
         `RELATED_CATCH_UP_BYTES` of the log wait for it.
         """
-        recent = self.__dict__.get("_related_recent")
-        if recent is None:
-            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        recent = self._recent()
         if not links:
             recent.expect(seq, scope)
         if limit <= 0:
             return []
-        # The first words of a long text are enough to say what it is about,
-        # and reading no further keeps a 4 MB write as cheap here as a short one.
-        head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
-        words = query.terms(head)[:RELATED_TERMS]
         with self._mutex:
+            words = recent.terms_of(text)
             terms = [t for t in words if t not in recent.common]
             db = self.connection()
-            sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
-            hits = db.execute(sql, args).fetchone()
-            if not recent.covers(hits[0] or 0, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
+            top, rows = recent.rows_of(db, terms, seq)
+            if not recent.covers(top, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
                 self.catch_up_now(stop=before)
                 recent.clear()
-                hits = db.execute(sql, args).fetchone()
-            shared: collections.Counter[str] = collections.Counter()
-            rare = []
-            for term, rows in zip(terms, hits[1:], strict=True):
-                got = rows.split(",") if rows else []
-                if len(got) >= RELATED_TERM_ROWS:
-                    recent.learn(term)
-                else:
-                    rare.append(term)
-                    shared.update(got)
-            found = []
-            # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms: well within one IN list.
-            best = [r for r, n in shared.items() if n >= 2]
-            if best:
-                for r in db.execute(_CANDIDATES_SQL.format(",".join(best), _BOOKKEEPING), (scope,)):
-                    n = shared[str(r[0])]
-                    if _same_subject(n, len(rare), _words_of(r[5])):
-                        found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
-            found += recent.compare(rare, scope)
+                top, rows = recent.rows_of(db, terms, seq)
+            key = (tuple(words), scope, top)
+            if recent.ahead is not None and recent.ahead[0] == key:
+                _, rare, found, known = recent.ahead  # looked up ahead, the index unchanged since
+            else:
+                rare, found = self._from_index(db, recent, terms, rows, scope)
+                known = {}
+            recent.ahead = None
+            found = found + recent.compare(rare, scope)
             chosen = [f for _, _, f in sorted(found, key=lambda x: (-x[0], -x[1]))[:limit]]
             recent.add(seq, rare, len(words), _Found(seq, ts, _cut(text[: RELATED_CHARS + 1]), None), scope, links)
-        places = [(f.place[0], f.place[1]) for f in chosen if f.place is not None]
-        lines = iter(self.log.read_many(places) if places else ())
+        texts = {**known, **self._texts([f for f in chosen if f.place is not None and f.seq not in known])}
         out = []
         for f in chosen:
-            said: Any = f.text
-            if f.place is not None:
-                offset, _, h = f.place
-                line = make_line(offset, next(lines))
-                said = line.record.get("text") if line.chained and line.seq == f.seq and line.hash == h else None
-            if type(said) is str:
+            said = f.text if f.place is None else texts.get(f.seq)
+            if said is not None:
                 out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
         return out
+
+    def _from_index(self, db: sqlite3.Connection, recent: _Recent, terms: list[str], rows: list[tuple[int, ...]],
+                    scope: str | None) -> tuple[list[str], list[tuple[int, int, _Found]]]:
+        """``(the rare terms, (shared, seq, found) for each indexed record on their subject)``, from each term's rows."""
+        shared: dict[int, int] = {}
+        rare = []
+        for term, got in zip(terms, rows, strict=True):
+            if len(got) >= RELATED_TERM_ROWS:
+                recent.learn(term)
+            else:
+                rare.append(term)
+                for r in got:
+                    shared[r] = shared.get(r, 0) + 1
+        found = []
+        # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms.
+        best = [r for r, n in shared.items() if n >= 2]
+        if best:
+            for r in db.execute(_CANDIDATES_SQL, (f"[{','.join(map(str, best))}]", scope)):
+                n = shared[r[0]]
+                if _same_subject(n, len(rare), _words_of(r[5])):
+                    found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
+        return rare, found
+
+    def _texts(self, chosen: list[_Found]) -> dict[int, str | None]:
+        """Each record's text from the log (one open file), None for a line that is not the record indexed."""
+        if not chosen:
+            return {}
+        out: dict[int, str | None] = {}
+        for f, raw in zip(chosen, self.log.read_many([(f.place[0], f.place[1]) for f in chosen if f.place]), strict=True):
+            offset, _, h = f.place or (0, 0, "")
+            line = make_line(offset, raw)
+            said = line.record.get("text") if line.chained and line.seq == f.seq and line.hash == h else None
+            out[f.seq] = said if type(said) is str else None
+        return out
+
+    def look_ahead(self, text: str, scope: str | None = None) -> Future[None]:
+        """Look up the rows of ``text``'s terms for `related` on a worker thread, while its record is made durable.
+
+        The terms' rows go to what the related steps remember
+        (`_Recent.rows_of`, kept while the index does not change), so the
+        step after the acknowledgement finds them there. It changes no
+        answer, and gives way when another thread holds the index. The
+        caller waits for it (or cancels it) before its write returns.
+        """
+        worker = self.__dict__.get("_related_worker")
+        if worker is None:
+            worker = self.__dict__.setdefault("_related_worker", _Worker())
+        return worker.submit(self._look_ahead_now, text, scope)
+
+    def _look_ahead_now(self, text: str, scope: str | None) -> None:
+        recent = self._recent()
+        if not self._mutex.acquire(blocking=False):
+            return
+        try:
+            words = recent.terms_of(text)
+            db = self.connection()
+            terms = [t for t in words if t not in recent.common]
+            top, rows = recent.rows_of(db, terms, limits.SEQ_MAX)
+            if recent.rows_top == top:
+                rare, found = self._from_index(db, recent, terms, rows, scope)
+                # The texts of those the step is likeliest to name: the most shared, the newest.
+                likely = [f for _, _, f in sorted(found, key=lambda x: (-x[0], -x[1]))[:RELATED_MAX]]
+                recent.ahead = ((tuple(words), scope, top), rare, found, self._texts(likely))
+        except (sqlite3.Error, OSError):
+            pass  # the step after the acknowledgement looks them up itself
+        finally:
+            self._mutex.release()
+
+    def _recent(self) -> _Recent:
+        recent = self.__dict__.get("_related_recent")
+        if recent is None:
+            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        return recent
 
     def _backlog(self, db: Any, stop: int | None) -> int:
         """Bytes of the log before ``stop`` (its end when None) the index has not read yet."""
@@ -877,17 +934,22 @@ def _hits_sql(n: int) -> str:
     return f"SELECT (SELECT max(seq) FROM records){each}"
 
 
-# The second: of the rows sharing two rare terms or more (a list of seqs in
-# the IN), those visible in the scope (the parameter), each with its place in
-# the log (to read its text) and FTS5's count of its words (``fts_docsize``).
+def _hits(db: sqlite3.Connection, terms: list[str], seq: int) -> tuple[Any, ...]:
+    """`_hits_sql`'s row: the index's highest seq, then each term's rows before ``seq`` as a tuple of seqs."""
+    row = db.execute(_hits_sql(len(terms)), [x for t in terms for x in (t, seq)]).fetchone()
+    return (row[0], *(tuple(map(int, r.split(","))) if r else () for r in row[1:]))
+
+
+# The second: of the rows sharing two rare terms or more (their seqs as a
+# JSON list, the first parameter: one statement text, prepared once), those
+# visible in the scope (the second), each with its place in the log (to read
+# its text) and FTS5's count of its words (``fts_docsize``).
 _CANDIDATES_SQL = (
     "SELECT m.seq, m.ts, m.offset, m.length, m.hash, d.sz FROM records AS m LEFT JOIN fts_docsize AS d ON d.id = m.seq"
-    " WHERE m.seq IN ({}) AND m.scope IS ? AND NOT (m.superseded OR m.retracted OR m.redacted)"
-    " AND ifnull(m.kind, '') NOT IN ({})"
+    " WHERE m.seq IN (SELECT value FROM json_each(?)) AND m.scope IS ?"
+    " AND NOT (m.superseded OR m.retracted OR m.redacted)"
+    f" AND ifnull(m.kind, '') NOT IN ({', '.join(repr(k) for k in sorted(BOOKKEEPING_KINDS))})"
 )
-
-
-_BOOKKEEPING = ", ".join(f"'{k}'" for k in sorted(BOOKKEEPING_KINDS))
 
 
 def _words_of(sizes: bytes | None) -> int:
@@ -929,7 +991,11 @@ class _Recent:
     """What an index's related steps remember between calls (under the index's lock).
 
     ``common``: the terms found to match `RELATED_TERM_ROWS` rows or more,
-    left out of later statements (at most `RELATED_COMMON_MAX`). ``seen``:
+    left out of later statements (at most `RELATED_COMMON_MAX`). ``rows``:
+    each term's earlier rows in the index as last looked up (`rows_of`),
+    while the index's highest seq stays ``rows_top`` (its rows cannot change
+    below it without a new record above it; at most `RELATED_COMMON_MAX`
+    terms). ``seen``:
     the records the steps saw since the index last caught up, with their
     rare terms, their count of content words and their scope, compared in
     memory with each new one (`compare`) until the index holds them (and
@@ -940,12 +1006,52 @@ class _Recent:
         # Guards ``seen`` against `expect`, which runs without the index's lock.
         self.lock = threading.Lock()
         self.common: set[str] = set()
+        self.rows: dict[str, tuple[int, ...]] = {}
+        self.rows_top: int | None = None
+        self.last: tuple[str | None, list[str]] = (None, [])
+        # What a look-ahead found in the index for the next step (`Search.look_ahead`): its key (the words,
+        # the scope, the index's highest seq), the rare terms, the records on their subject and their texts.
+        self.ahead: tuple[tuple[Any, ...], list[str], list[tuple[int, int, _Found]], dict[int, str | None]] | None = None
         self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
         self.by_term: dict[str, list[int]] = {}
+        # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
+        self.low, self.high = limits.SEQ_MAX, 0
 
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
             self.common.add(term)
+
+    def terms_of(self, text: str) -> list[str]:
+        """The terms the related step looks up for ``text`` (the last text's kept, for `Search.look_ahead`).
+
+        The first words of a long text are enough to say what it is about,
+        and reading no further keeps a 4 MB write as cheap here as a short one.
+        """
+        head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
+        if self.last[0] != head:
+            self.last = (head, query.terms(head)[:RELATED_TERMS])
+        return self.last[1]
+
+    def rows_of(self, db: sqlite3.Connection, terms: list[str], seq: int) -> tuple[int, list[tuple[int, ...]]]:
+        """``(the index's highest seq, each term's rows before seq)``: one statement (`_hits_sql`) for the terms not
+        looked up since the index last changed (a second, for every term, when it just did)."""
+        ask = [t for t in terms if t not in self.rows]
+        got = _hits(db, ask, seq)
+        top = got[0] or 0
+        if top != self.rows_top or top >= seq:
+            # The index changed since the rows were looked up (or holds this
+            # record already, so that rows before seq are not all it holds).
+            self.rows = {}
+            self.rows_top = top if top < seq else None
+            if len(ask) < len(terms):
+                ask, got = terms, _hits(db, terms, seq)
+                top = got[0] or 0
+        found = dict(zip(ask, got[1:], strict=True))
+        if self.rows_top is not None and top == self.rows_top:
+            if len(self.rows) + len(found) > RELATED_COMMON_MAX:
+                self.rows = {}
+            self.rows.update(found)
+        return top, [found[t] if t in found else self.rows[t] for t in terms]
 
     def expect(self, seq: int, scope: str | None) -> None:
         """Count record ``seq`` as seen before its step has run (without the index's lock: one dict operation).
@@ -959,6 +1065,7 @@ class _Recent:
         """
         with self.lock:
             self.seen.setdefault(seq, (frozenset(), 0, None, scope))
+            self.low, self.high = min(self.low, seq), max(self.high, seq)
 
     def covers(self, top: int, seq: int, concurrent: bool = False) -> bool:
         """Whether every record after the index's highest (``top``) and before ``seq`` is one seen here.
@@ -968,14 +1075,17 @@ class _Recent:
         """
         with self.lock:
             seen = self.seen
-            if seen and min(seen) <= top:
+            if seen and self.low <= top:
                 self.seen = seen = {s: v for s, v in seen.items() if s > top}
                 self.by_term = {}
                 for s, (terms, _, _, _) in seen.items():
                     for t in terms:
                         self.by_term.setdefault(t, []).append(s)
+                self.low, self.high = min(seen, default=limits.SEQ_MAX), max(seen, default=0)
             if len(seen) >= RELATED_RECENT_MAX:
                 return False
+            if top < self.low and self.high <= seq and len(seen) - (seq in seen) == seq - 1 - top:
+                return True  # every seq between them seen (the one write of a process, in order)
             missing = next((s for s in range(top + 1, seq) if s not in seen), None)
             # With other writes of this process under way, a recent record
             # neither seen nor expected is likely one whose step has not
@@ -988,6 +1098,10 @@ class _Recent:
         with self.lock:
             self.seen = {}
             self.by_term = {}
+            self.low, self.high = limits.SEQ_MAX, 0
+            self.rows = {}
+            self.rows_top = None
+            self.ahead = None
 
     def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
         """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""
@@ -1010,8 +1124,47 @@ class _Recent:
                 self.seen.pop(seq, None)
                 return
             self.seen[seq] = (frozenset(rare), words, found, scope)
+            self.low, self.high = min(self.low, seq), max(self.high, seq)
             for t in rare:
                 self.by_term.setdefault(t, []).append(seq)
+
+
+class _Worker:
+    """One thread that runs the jobs given it in turn, and ends after `WORKER_IDLE_S` without one.
+
+    Not a lasting pool: a process with more than one thread makes its
+    verify and rebuild workers by spawn rather than fork (``core.pool``).
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Future[None], Callable[..., None], tuple[Any, ...]]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[..., None], *args: Any) -> Future[None]:
+        done: Future[None] = Future()
+        with self.lock:
+            self.jobs.put((done, job, args))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="retained-related", daemon=True)
+                self.thread.start()
+        return done
+
+    def _run(self) -> None:
+        while True:
+            try:
+                done, job, args = self.jobs.get(timeout=WORKER_IDLE_S)
+            except queue.Empty:
+                with self.lock:
+                    if self.jobs.empty():
+                        self.thread = None
+                        return
+                continue
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(job(*args))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller, which waits for it
+                    done.set_exception(exc)
 
 
 def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:

@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.whole_process import REPO, RUN_WAIT_S, against_pass, install, say
+from harness.whole_process import REPO, RUN_WAIT_S, against_pass, fill, install, say
 from harness.whole_process import run as _run
 
 TARGET_OVER_PASS_MS = 60.0
@@ -84,27 +84,18 @@ def build_store(directory: Path, records: int, seed: int = 7) -> dict[str, Any]:
     from retained import Store
 
     rng = random.Random(seed)
+
+    def make(seq: int) -> dict[str, Any]:
+        item: dict[str, Any] = {"text": _text(rng, 200), "scope": f"proj-{seq % 5}", "source": "bench"}  # PROJECT
+        if seq > 2000 and seq % 10000 == 2000:  # a checkpoint ends the batch after each 10,000th record
+            return {"kind": "checkpoint", "text": f"checkpoint after {seq - 2000} records", "summary": _text(rng, 200)}
+        if seq % 997 == 0:
+            item["supersedes"] = [seq - 3]
+        return item
+
     t0 = time.perf_counter()
     with Store(directory) as store:
-        written = 0
-        batch = 2000
-        while written < records:
-            n = min(batch, records - written)
-            items: list[dict[str, Any]] = []
-            for i in range(n):
-                seq = written + i + 1
-                item: dict[str, Any] = {"text": _text(rng, 200), "scope": f"proj-{seq % 5}", "source": "bench"}  # PROJECT
-                if seq % 997 == 0:
-                    item["supersedes"] = [seq - 3]
-                items.append(item)
-            if written and written % 10000 == 0 and n > 1:
-                # Checkpoints go through their own call; keep the count exact.
-                items.pop()
-                store.write_batch(items)
-                store.checkpoint(f"checkpoint after {written} records", summary=_text(rng, 200), scope=None)
-            else:
-                store.write_batch(items)
-            written += n
+        fill(store, records, make)
         store.forget([records // 2, records // 3], "bench: wrong")
         t1 = time.perf_counter()
         store.rebuild()

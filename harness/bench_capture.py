@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench_brief import _text
-from harness.whole_process import REPO, RUN_WAIT_S, against_pass, install, say
+from harness.whole_process import REPO, RUN_WAIT_S, against_pass, fill, install, say
 from harness.whole_process import run as _run
 
 TARGET_OVER_PASS_MS = 60.0
@@ -48,18 +48,16 @@ def build_store(directory: Path, records: int, seed: int = 11) -> dict[str, Any]
     from retained import Store
 
     rng = random.Random(seed)
+
+    def make(seq: int) -> dict[str, Any]:
+        session = f"old-{(seq - 1) // 1000}"
+        return {"text": _text(rng, 200), "kind": "turn", "scope": str(REPO), "source": "claude-code:UserPromptSubmit",
+                "client_op_id": f"cap:claude-code:{session}:p-{seq - 1}:user",
+                "fields": {"session": session, "speaker": "user", "event": "UserPromptSubmit"}}
+
     t0 = time.perf_counter()
     with Store(directory) as store:
-        written = 0
-        while written < records:
-            n = min(2000, records - written)
-            store.write_batch([
-                {"text": _text(rng, 200), "kind": "turn", "scope": str(REPO), "source": "claude-code:UserPromptSubmit",
-                 "client_op_id": f"cap:claude-code:old-{(written + i) // 1000}:p-{written + i}:user",
-                 "fields": {"session": f"old-{(written + i) // 1000}", "speaker": "user", "event": "UserPromptSubmit"}}
-                for i in range(n)
-            ])
-            written += n
+        fill(store, records, make)
         head = store.head()
     return {"write_s": round(time.perf_counter() - t0, 2), "head_seq": head["seq"], "log_bytes": head["bytes"]}
 

@@ -1,7 +1,10 @@
 """Verify and rebuild at 10k and 100k records: seconds and peak memory, to show memory flat in log size.
 
 For each size a valid chained log is written in one pass (lines sealed with
-``record.seal`` exactly as an append would, without the per-record fsync).
+``record.seal`` exactly as an append would, without the per-record fsync);
+each text is 40 words of a 31-word vocabulary, or with ``--texts turns`` a
+conversation turn (harness/turns.py), whose larger vocabulary and shorter
+lines change what FTS5 and the per-line work cost against each other.
 Each measurement runs in a fresh child process so its peak RSS is its own:
 
 - ``rebuild``: ``Store.rebuild(workers=...)`` (``Index.rebuild``
@@ -38,7 +41,7 @@ parent's and, separately, the largest worker's. Seconds and RSS come from a run 
 second run under ``tracemalloc`` (slower, so its time is not reported).
 Targets (DESIGN): verify <= 1.5 s, rebuild <= 6 s at 100k; memory flat.
 
-    python -m harness bench verify [--records 100000] [--json]
+    python -m harness bench verify [--records 100000] [--texts words|turns] [--json]
     python harness/bench_verify.py --records 20000
 """
 
@@ -58,6 +61,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.figures import spread
+from harness.turns import locomo_turns
 from retained.core import record
 
 REPO = Path(__file__).resolve().parent.parent
@@ -179,15 +183,21 @@ print(json.dumps(out))
 """
 
 
-def build_log(directory: Path, n: int) -> int:
+def build_log(directory: Path, n: int, texts: str = "words") -> int:
+    """A chained log of ``n`` records: 40 words of a 31-word vocabulary each (``words``), or conversation turns (``turns``)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     prev = record.ZERO_HASH
+    turns = locomo_turns(n)[0] if texts == "turns" else None
     with open(directory / "log.jsonl", "wb") as f:
         for seq in range(1, n + 1):
-            words = " ".join(WORDS[(seq * 7 + j * 3) % len(WORDS)] for j in range(40))
-            content = record.make_content(
-                text=f"{words} #{seq}", scope=f"proj-{seq % 23}", fields={"author": WORDS[seq % len(WORDS)], "n": seq}
-            )
+            if turns is not None:
+                speaker, _, said = turns[seq - 1].partition(": ")
+                content = record.make_content(text=said, scope=f"proj-{seq % 23}", fields={"speaker": speaker, "n": seq})
+            else:
+                words = " ".join(WORDS[(seq * 7 + j * 3) % len(WORDS)] for j in range(40))
+                content = record.make_content(
+                    text=f"{words} #{seq}", scope=f"proj-{seq % 23}", fields={"author": WORDS[seq % len(WORDS)], "n": seq}
+                )
             sealed = record.seal(content, seq=seq, prev=prev, ts="2026-11-29T12:00:00.000000Z", client=CLIENT)
             f.write(sealed.line)
             prev = sealed.hash
@@ -216,7 +226,7 @@ def measure(op: str, directory: Path) -> dict[str, Any]:
 
 
 
-def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dict[str, Any]:
+def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3, texts: str = "words") -> dict[str, Any]:
     runs = []
     ratios: dict[str, list[float]] = {"verify_over_parse_hash": [], "rebuild_over_fts_bare": [], "rebuild_over_fts_from_log": [],
                                       "stats_over_parse_hash": []}
@@ -225,7 +235,7 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
         for n in sizes:
             d = Path(tmp) / f"s{n}"
             t0 = time.perf_counter()
-            log_bytes = build_log(d, n)
+            log_bytes = build_log(d, n, texts)
             generate_s = time.perf_counter() - t0
             row: dict[str, Any] = {"records": n, "log_bytes": log_bytes, "generate_s": round(generate_s, 2)}
             row["parse_baseline"] = measure("parse", d)
@@ -284,6 +294,7 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3) -> dic
         "summary": verdict,
         "method": "each operation in a fresh child process; time and RSS untraced, heap peak from a tracemalloc run; "
         "verify and rebuild against their bare floors alternately, several rounds",
+        "texts": texts if texts == "words" else f"turns: {locomo_turns(1)[1]}",
         "cpus": os.cpu_count(),
         "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
@@ -298,10 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=100_000, help="the large size; the small one is a tenth (default 100000)")
     p.add_argument("--dir", type=Path, help="make the temporary stores under DIR")
     p.add_argument("--rounds", type=int, default=3, help="rounds of verify and rebuild against their floors (default 3)")
+    p.add_argument("--texts", choices=("words", "turns"), default="words",
+                   help="each record's text: 40 words of a 31-word vocabulary (default, as published) or a "
+                   "conversation turn (LoCoMo's, or generated of the same shape; harness/turns.py)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args, _ = p.parse_known_args(argv)
     sizes = [max(1, args.records // 10), args.records]
-    r = bench(sizes, args.dir, args.rounds)
+    r = bench(sizes, args.dir, args.rounds, args.texts)
     if args.json:
         print(json.dumps(r))
     else:

@@ -1,4 +1,4 @@
-"""What the whole-process benchmarks share (``bench brief``, ``bench capture``): one timed run, a fresh install, the figures against ``python -c pass``.
+"""What the whole-process benchmarks share (``bench brief``, ``bench capture``): a filled store, a timed run, an install, the figures over ``python -c pass``.
 
 Each such benchmark times whole processes, alternating with ``python -c
 pass`` in the same run (the interpreter's own start-up, the floor), and
@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,27 @@ def run(argv: list[str], env: dict[str, str], stdin: bytes | None = None) -> tup
     if proc.returncode != 0:
         raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-500:]}")
     return wall, cpu, proc.stdout
+
+
+def fill(store: Any, records: int, make: Callable[[int], dict[str, Any]], batch: int = 2000) -> None:
+    """Write ``make(seq)`` for seq 1 .. ``records`` into ``store`` through ``write_batch``, ``batch`` items at a time.
+
+    An item of kind ``checkpoint`` (the store's own kind) goes through
+    ``store.checkpoint(text, summary=...)`` in its place instead.
+    """
+    items: list[dict[str, Any]] = []
+    for seq in range(1, records + 1):
+        item = make(seq)
+        if item.get("kind") == "checkpoint":
+            if items:
+                store.write_batch(items)
+                items = []
+            store.checkpoint(item["text"], summary=item.get("summary"))
+        else:
+            items.append(item)
+        if items and (len(items) == batch or seq == records):
+            store.write_batch(items)
+            items = []
 
 
 def summary(values: list[float]) -> dict[str, float]:

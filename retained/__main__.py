@@ -42,9 +42,9 @@ def _brief() -> int | None:
     from retained.capture.scope import read_scope
 
     project = _project()
-    scope = read_scope(opts["scope"], project, opts["all_scopes"])
-    result = session_brief(store_dir(opts["dir"]), opts["budget"], scope, environ=os.environ, never_fail=True,
-                           project=project)
+    scope, and_unscoped = read_scope(opts["scope"], project, opts["all_scopes"])
+    result = session_brief(store_dir(opts["dir"]), opts["budget"], scope, and_unscoped=and_unscoped,
+                           environ=os.environ, never_fail=True, project=project)
     try:
         sys.stdout.buffer.write(brief.output(result, "json" if opts["json"] else opts["format"]))
         sys.stdout.flush()

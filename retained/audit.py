@@ -145,7 +145,16 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     # findings follow the chain's.
     index: dict[str, Any] = {"findings": []}
 
+    vectors: dict[str, Any] = {}
+
     def check(lines: Any) -> None:
+        # The vectors' counts (and the modules they need) here, while any
+        # worker processes classify the first ranges, not after the walk,
+        # when this process alone would still be working. Only when their
+        # catch-up has nothing to rebuild: a replaced log is the index
+        # check's to report first, so then they wait for the end, as before.
+        if log.exists() and _wants_vectors(store) and _index_state(store) == "ok":
+            vectors["report"] = _vectors(store)
         index.update(checked=verify_index(store, index, lines, (size, head_seq)))
 
     from retained.core import chain  # here: a write's permission_notices needs none of the walk's modules
@@ -172,14 +181,33 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
         report["findings"].extend(loaded.problems)
     report["ok"] = not report["findings"]
     report["index"] = index["checked"]
-    if store.wants_vectors() or store.embed_settings.get("RETAINED_EMBED_MODEL"):
-        # Records without a current vector are reported, not failures: they
-        # are backfilled, and search says when it is lexical because of them.
-        try:
-            report["vectors"] = store.index_access.hybrid.verify()
-        except (RetainedError, sqlite3.Error) as exc:
-            report["vectors"] = {"error": str(exc)}
+    if _wants_vectors(store):
+        report["vectors"] = vectors["report"] if "report" in vectors else _vectors(store)
     return report
+
+
+def _wants_vectors(store: Parts) -> bool:
+    return store.wants_vectors() or bool(store.embed_settings.get("RETAINED_EMBED_MODEL"))
+
+
+def _vectors(store: Parts) -> dict[str, Any]:
+    """The vectors part of the report (``Hybrid.verify``).
+
+    Records without a current vector are reported, not failures: they are
+    backfilled, and search says when it is lexical because of them.
+    """
+    try:
+        return store.index_access.hybrid.verify()
+    except (RetainedError, sqlite3.Error) as exc:
+        return {"error": str(exc)}
+
+
+def _index_state(store: Parts) -> str | None:
+    """The index's state against the log without catching it up (``Index.status``), None when it cannot be read."""
+    try:
+        return cast(str, store.index_access.index.status()["state"])
+    except (RetainedError, sqlite3.Error, OSError):
+        return None
 
 
 def _may_hold_erased(store: Parts, report: Report, redacted: list[int]) -> None:

@@ -24,8 +24,6 @@ from retained.limits import SCOPE_CHARS_MAX
 
 # A kind, scope, source, client or extra field in a header line.
 FIELD_CHARS_MAX = 64
-# A record's text in a short listing (one line per record: the MCP tools' text).
-PREVIEW_CHARS = 160
 # Findings a verify report lists in text; the structured report has all.
 FINDINGS_SHOWN = 20
 # Scopes the stats text names; the structured stats have all.

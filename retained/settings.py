@@ -1,23 +1,4 @@
-"""Store settings from the environment: read only by the edges (CLI, server, hooks).
-
-| variable | what | default |
-|---|---|---|
-| ``RETAINED_DIR`` | the store directory (read by ``retained.paths.store_dir``) | ``~/.retained`` |
-| ``RETAINED_SECRETS`` | write guard policy: refuse, redact or off | refuse |
-| ``RETAINED_SECRETS_ALLOW`` | a file of literal values never taken for secrets, one per line | none |
-| ``RETAINED_RECORD_BYTES_MAX`` | largest encoded record, bytes | 16 MiB |
-| ``RETAINED_LOCK_WAIT_S`` | how long a writer waits for the lock | 10 |
-| ``RETAINED_GROUP_COMMIT`` | threads of one process share fsyncs: on or off | on |
-| ``RETAINED_RELATED`` | ``memory_write`` and ``retained write`` name earlier records of the same subject: on or off | on |
-| ``RETAINED_EMBED_*`` | embeddings (see ``retained.index.hybrid.SETTINGS``) | off |
-| ``RETAINED_ANCHOR_DIR`` | where heads are anchored outside the store (``off``: nowhere); see ``retained.core.anchors`` | ``$XDG_STATE_HOME/retained`` |
-| ``RETAINED_ANCHOR_EVERY`` | a write records the head when this many records were written since the last it recorded | 1000 |
-| ``RETAINED_ANCHOR_EVERY_S`` | ... or when this many seconds passed | 300 |
-| ``RETAINED_HTTP_HEADER_TIMEOUT_S`` | seconds an HTTP request's headers may take to arrive | 10 |
-| ``RETAINED_HTTP_CONNECTIONS_MAX`` | open HTTP connections in all | 512 |
-| ``RETAINED_HTTP_CLIENT_CONNECTIONS_MAX`` | open HTTP connections from one address | 64 |
-| ``RETAINED_HTTP_SESSION_IDLE_S`` | seconds an MCP session over HTTP may stay idle before it is closed | 600 |
-"""
+"""Settings from the environment (``RETAINED_*``, each with its default: docs/settings.md), read only by the edges (CLI, server, hooks)."""
 
 from __future__ import annotations
 

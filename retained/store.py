@@ -355,6 +355,7 @@ class Store:
         k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
@@ -362,7 +363,7 @@ class Store:
         """Ranked records with the I2 accounting (see ``Index.search``); ``context`` neighbours per result."""
         if self._follow:
             self.follow()  # a long-lived process embeds what is missing (an existing store) in the background
-        options = {"k": k, "max_tokens": max_tokens, "scope": scope, "context": context,
+        options = {"k": k, "max_tokens": max_tokens, "scope": scope, "and_unscoped": and_unscoped, "context": context,
                    "include_superseded": include_superseded, "include_retracted": include_retracted}
         reply = self.index_access.search(query, **options)
         if os.path.isdir(os.path.join(self.directory, "mirrors")):  # stores pulled by `retained sync` (sync/union.py)

@@ -19,6 +19,8 @@ from retained.core import anchors, record
 from retained.errors import RECORD_LIMIT_SETTING, InvalidRecord, NotFound, RecordTooLarge, RetainedError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from retained.audit import Parts
     from retained.index.writer import Index
     from retained.replies import Entry, Notes, WriteProof
@@ -171,27 +173,45 @@ class Related:
     def __init__(self) -> None:
         self.running = 0
         self._counting = threading.Lock()
+        # After the first step (the index open), a lone write's terms are looked up beside its fsync.
+        self.warm = False
 
     def write(self, append: Callable[[], WriteProof], index: Callable[[], Index], text: str, scope: str | None,
               links: bool, kept: str | None, related: bool) -> WriteProof:
         """``append()``'s proof with ``kept`` (``scope_of``'s notice) and, if ``related``, the related records (``hint``)."""
+        ahead = None
         if related:
             with self._counting:
                 self.running += 1
+                alone = self.running == 1
         try:
+            if related and alone and self.warm:
+                ahead = look_ahead(index, text, scope)
             proof = append()
             if kept:
                 proof["notices"] = [*proof.get("notices", ()), kept]
             if related and not proof.get("duplicate"):
                 found = hint(index, proof, text, scope, links, self.running > 1)
+                self.warm = True
                 if kept and found.get("notices"):
                     found["notices"] = [*proof["notices"], *found["notices"]]
                 proof.update(cast("WriteProof", found))  # related, notices
             return proof
         finally:
+            # The look-ahead ends with the write: never left to run on a store closed after it.
+            if ahead is not None and not ahead.cancel():
+                ahead.result()
             if related:
                 with self._counting:
                     self.running -= 1
+
+
+def look_ahead(index: Callable[[], Index], text: str, scope: str | None) -> Future[None] | None:
+    """``Search.look_ahead`` (its terms' rows looked up on a worker thread), or None when the index cannot."""
+    try:
+        return index().searcher.look_ahead(text, scope)
+    except (sqlite3.Error, OSError, RetainedError):
+        return None
 
 
 def hint(index: Callable[[], Index], proof: Mapping[str, Any], text: str, scope: str | None, links: bool,

@@ -1,77 +1,16 @@
-"""The session-start brief: what the store holds, within a token budget.
+"""The session-start brief: what the store holds, within a token budget, and what it left out (docs/brief.md).
 
 ``build_brief(store_dir, budget, scope)`` returns the brief as a dict and
-``render_text(result)`` the text a session-start hook prints. The brief lists
-checkpoints first, then other records, each group newest first (checkpoints
-take at most half the budget while other records wait); it leaves out
-superseded, retracted and redacted records and says how many records it did
-not show, and why (invariant I2).
-
-It reads only what it prints, through ``brief.reader`` (the one module that
-keeps the brief's start-up budget). The log is read backwards from its end
-(``LogReader.lines_reverse``), and only as far as it must:
-
-- When the index file exists and its high-water mark still matches the log,
-  only the part of the log the index has not reached yet is read; records
-  older than that are found through the index (checkpoints by kind, the rest
-  by seq, both newest first) and read from the log by offset, each checked
-  against its indexed hash. The "not shown" counts are then exact: they come
-  from cheap aggregates over the index (row counts through its b-trees, and
-  the small ``links`` table for superseded, retracted and redacted records),
-  combined with the links of the records read from the log.
-- Without a usable index (missing, corrupt, built from another log, or more
-  than ``SCAN_BYTES_MAX`` behind the log) the log is read backwards up to
-  ``SCAN_BYTES_MAX`` bytes (past that only to finish a line). When that
-  reaches the start of the log the counts are exact; otherwise the records
-  older than the oldest one read are reported as ``not_read``: a count of
-  seq numbers, which includes any superseded, retracted, bookkeeping or
-  other-scope records among them, so it is an upper bound on what the brief
-  left out of those.
-
-Stores pulled by ``retained sync`` (``mirrors/<store id>/`` beside the
-store, named by ``sync.layout.pulled``: one directory listing when there are
-none) are read the same way, each from its mirror (the verified log and its
-own index), with the same budget and scope; their candidates join this
-store's, each group merged newest first by the records' ``ts``, and are
-composed within the one budget. A pulled record's entry carries ``origin``
-(``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``),
-and its block shows ``from=MACHINE/STOREID8``. The counts below cover the
-union; ``pulled`` lists each pulled store read with what it had
-(``eligible``, ``shown``, ``not_read``) or why it could not be read
-(``error``, its records then counted as ``not_read``). Records are read
-from at most ``sync.layout.PULLED_READ_MAX`` pulled stores, those whose
-mirror changed last (each costs about what this store's part costs;
-without a usable index, its newest ``PULLED_SCAN_BYTES_MAX`` bytes); the
-others are counted in ``pulled_skipped`` (``stores``, and their
-``records``, counted as ``not_read``), so the output stays within its cap
-however many stores were pulled.
-
-It takes no lock, writes nothing but its anchor (the index is opened
-read-only, though SQLite may create its ``-wal`` and ``-shm`` files), never
-builds or catches up the index, and imports neither ``mcp`` nor
-``portalocker``. It reads the index through ``retained.index.schema`` (the
-schema's one definition, standard library only), never through
-``retained.index.writer``, whose query parser it would not use.
-
-Token estimate: a record's block (its header line, its text and body, and a
-cut marker if any) costs ``schema.estimate_tokens`` of it, ``ceil(UTF-8
-bytes / 4)`` tokens, as a search result does; ``tokens`` is the
-sum over the records shown, and ``budget`` bounds it. The opening and closing
-lines are outside the budget and short (their fields are truncated). Besides
-the budget, the records shown never take more than ``OUTPUT_BYTES_MAX`` bytes
-in any output form (text, hook JSON, ``--json``), so every form stays under
-the 10,000 characters Claude Code keeps of a SessionStart hook's output,
-whatever the budget asked for.
-
-Accounting: ``eligible`` counts the records the brief could show: chained,
-unredacted records with a string ``kind`` other than the store's bookkeeping
-kinds (``retract``, ``redaction``), in ``scope`` when one is given.
-``len(included) + sum(dropped.values()) == eligible`` always, where
-``dropped`` holds ``over_budget`` (eligible and current, past the budget or
-the output cap), ``superseded``, ``retracted`` (a record both superseded and
-retracted counts as retracted), ``unreadable`` (the index points at a line
-that no longer holds the record) and ``not_read`` (see above; 0 when the
-counts are exact).
+``render_text(result)`` the text a session-start hook prints: checkpoints,
+then other records, each group newest first, and how many records were not
+shown and why (I2: ``len(included) + sum(dropped.values()) == eligible``).
+It reads the log backwards through ``brief.reader`` (the one module that
+keeps the brief's start-up budget) down to the index's mark, the older
+records through ``index.schema`` (never ``index.writer``); without a usable
+index at most ``SCAN_BYTES_MAX`` bytes, the rest counted as ``not_read``.
+The stores ``retained sync`` pulled are read alike (at most
+``sync.layout.PULLED_READ_MAX``) and share the budget and the output cap
+(``OUTPUT_BYTES_MAX``). It takes no lock and writes nothing but its anchor.
 """
 
 from __future__ import annotations
@@ -229,13 +168,13 @@ def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] 
 
 
 class _Brief:
-    def __init__(self, directory: Path, budget: int, scope: str | None, scan_bytes_max: int,
+    def __init__(self, directory: Path, budget: int, scope: str | None, and_unscoped: bool, scan_bytes_max: int,
                  origin: dict[str, Any] | None = None) -> None:
         self.directory = directory
         self.origin = origin  # None: this store; else the pulled store whose mirror this reads
         self.scan_bytes_max = scan_bytes_max
         self.budget = budget
-        self.scope = scope
+        self.scope, self.and_unscoped = scope, and_unscoped
         self.log = LogReader(directory)
         self.checkpoints: list[_Candidate] = []
         self.notes: list[_Candidate] = []
@@ -269,7 +208,7 @@ class _Brief:
         kind = rec.get("kind")
         if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
             return False
-        return index_schema.scope_admits(self.scope, rec.get("scope"))
+        return index_schema.scope_admits(self.scope, rec.get("scope"), self.and_unscoped)
 
     # the log, newest first -----------------------------------------------------
 
@@ -326,7 +265,7 @@ class _Brief:
         if db is None:
             raise InvariantBroken("brief: the index's counts were asked for without an open index")
         # Rows with no string kind (redacted lines) and bookkeeping rows are not eligible.
-        total, not_eligible = index_schema.count_below(db, boundary, self.scope)
+        total, not_eligible = index_schema.count_below(db, boundary, self.scope, self.and_unscoped)
         eligible = total - not_eligible
 
         # Flags: the index's links, plus those of the records the scan read
@@ -352,7 +291,7 @@ class _Brief:
             kind, scope, redacted = row
             if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
                 continue
-            if not index_schema.scope_admits(self.scope, scope):
+            if not index_schema.scope_admits(self.scope, scope, self.and_unscoped):
                 continue
             if redacted or "redacts" in found:
                 eligible -= 1
@@ -380,8 +319,9 @@ class _Brief:
             raise StoreDamaged(f"{self.log.path} is gone while the brief reads it")
         with f:
             while not self._full(group):
-                rows = index_schema.newest(db, PAGE_ROWS, below=below, kind=kind, kinds_not=kinds_not,
-                                           scope=self.scope, current=True)
+                rows = index_schema.newest(db, PAGE_ROWS, index_schema.Filter(
+                    below=below, kind=kind, kinds_not=kinds_not, scope=self.scope, and_unscoped=self.and_unscoped,
+                    current=True))
                 for seq, offset, length, h in rows:
                     below = seq
                     if seq in flagged:
@@ -463,12 +403,13 @@ class _Brief:
         return [*shown_cp, *shown_notes], used[0], limit[0]
 
 
-def _status(directory: Path, status: str, message: str, budget: int, scope: str | None) -> dict[str, Any]:
+def _status(directory: Path, status: str, message: str, budget: int, scope: str | None,
+            and_unscoped: bool) -> dict[str, Any]:
     return {
         "status": status,
         "message": message,
         "store": str(directory),
-        **index_schema.scope_reply(scope),
+        **index_schema.scope_reply(scope, and_unscoped),
         "budget": budget,
         "tokens": 0,
         "included": [],
@@ -487,11 +428,11 @@ def _status(directory: Path, status: str, message: str, budget: int, scope: str 
 
 
 def unavailable(store_dir: str | os.PathLike[str], reason: str, *, budget: int = DEFAULT_BUDGET,
-                scope: str | None = None) -> dict[str, Any]:
+                scope: str | None = None, and_unscoped: bool = False) -> dict[str, Any]:
     """The result for a store the brief could not read (for callers that catch errors themselves)."""
     directory = Path(store_dir).expanduser()
     return _status(directory, "unreadable", f"the store at {_short(str(directory), PATH_CHARS_MAX)} could not be read "
-                   f"({_short(reason, 200)}); nothing to show", budget, scope)
+                   f"({_short(reason, 200)}); nothing to show", budget, scope, and_unscoped)
 
 
 def build_brief(
@@ -499,6 +440,7 @@ def build_brief(
     budget: int = DEFAULT_BUDGET,
     scope: str | None = None,
     *,
+    and_unscoped: bool = False,
     scan_bytes_max: int = SCAN_BYTES_MAX,
     anchor_dir: str | os.PathLike[str] | None = None,
     project: str | None = None,
@@ -511,6 +453,7 @@ def build_brief(
     "source"?, "supersedes"?, "text", "body", "cut", "tokens"}``, ``cut``
     being null or ``{"shown_bytes", "total_bytes"}``), ``dropped`` (counts by
     reason), ``eligible``, ``exact``, ``tokens``, ``budget``, ``scope``,
+    ``and_unscoped`` (with ``scope``, the records with no scope are read too),
     ``limit`` (``budget`` or ``output_cap`` when one of them ended the list),
     ``head`` (newest record's seq and ts), ``index`` (its state and how the
     counts were made) and ``skipped`` (lines of the part read that are not
@@ -543,8 +486,10 @@ def build_brief(
     try:
         if not directory.is_dir():
             if directory.exists():
-                return _status(directory, "unreadable", f"{shown_dir} is not a directory; no brief", budget, scope)
-            return _status(directory, "absent", f"no store at {shown_dir} (nothing recorded yet)", budget, scope)
+                return _status(directory, "unreadable", f"{shown_dir} is not a directory; no brief", budget, scope,
+                               and_unscoped)
+            return _status(directory, "absent", f"no store at {shown_dir} (nothing recorded yet)", budget, scope,
+                           and_unscoped)
         log_path = directory / LOG_NAME
         if log_path.is_dir():
             raise StoreDamaged(f"{log_path} is a directory, not a log file")
@@ -554,17 +499,17 @@ def build_brief(
             size = 0
         pulled = sync_layout.pulled(directory)
         if size == 0 and not pulled:
-            return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope)
+            return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope, and_unscoped)
         last = None
         if project is not None:
             from retained.capture import recent
 
             last = recent.last_session(directory, project, budget // recent.SHARE)
             budget -= last["tokens"] if last else 0
-        builder, index, counts = _read(directory, size, budget, scope, scan_bytes_max, None)
+        builder, index, counts = _read(directory, size, budget, scope, and_unscoped, scan_bytes_max, None)
         read = _newest_pulled(directory, pulled)
         pulled_scan = min(scan_bytes_max, PULLED_SCAN_BYTES_MAX)
-        others = [_read_pulled(directory, p, budget, scope, pulled_scan) if p["store_id"] in read
+        others = [_read_pulled(directory, p, budget, scope, and_unscoped, pulled_scan) if p["store_id"] in read
                   else _not_read(p, "skipped", True) for p in pulled]
         result = _build(builder, index, counts, others)
         if anchor_dir is not None and builder.tail is not None:
@@ -575,7 +520,7 @@ def build_brief(
     except (OSError, StoreDamaged) as exc:
         reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
         return _status(directory, "unreadable", f"the store at {shown_dir} could not be read ({_short(reason, 200)}); "
-                       "nothing to show", budget, scope)
+                       "nothing to show", budget, scope, and_unscoped)
 
 
 def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int, str, int]) -> dict[str, Any]:
@@ -587,13 +532,13 @@ def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int
     return {"file": done["file"], "store_id": done["store_id"]}
 
 
-def _read(directory: Path, size: int, budget: int, scope: str | None, scan_bytes_max: int,
+def _read(directory: Path, size: int, budget: int, scope: str | None, and_unscoped: bool, scan_bytes_max: int,
           origin: dict[str, Any] | None) -> tuple[_Brief, IndexView, dict[str, Any]]:
     """One store's candidates (in the builder) and counts (``_count``), through its index when it can be used.
 
     The index is closed on return (its state and reason stay).
     """
-    builder = _Brief(directory, budget, scope, scan_bytes_max, origin)
+    builder = _Brief(directory, budget, scope, and_unscoped, scan_bytes_max, origin)
     index = IndexView(directory, builder.log, size)
     try:
         try:
@@ -602,7 +547,7 @@ def _read(directory: Path, size: int, budget: int, scope: str | None, scan_bytes
             # The index failed mid-read (a table missing, a page corrupt):
             # start again from the log alone.
             index.give_up("unusable", f"index cannot be read ({_short(str(exc), 200)})")
-            builder = _Brief(directory, budget, scope, scan_bytes_max, origin)
+            builder = _Brief(directory, budget, scope, and_unscoped, scan_bytes_max, origin)
             counts = _count(builder, index, size)
     finally:
         index.close()
@@ -658,7 +603,7 @@ def _not_read(meta: dict[str, Any], key: str, why: object) -> tuple[dict[str, An
     return part, None, counts
 
 
-def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str | None,
+def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str | None, and_unscoped: bool,
                  scan_bytes_max: int) -> tuple[dict[str, Any], _Brief | None, dict[str, Any]]:
     """A pulled store's part: ``(its entry in "pulled", its builder, its counts)``, or no builder when it cannot be read.
 
@@ -672,7 +617,7 @@ def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str 
     part = dict(meta, machine=_short(str(meta.get("machine")), FIELD_CHARS_MAX))
     try:
         size = (mdir / LOG_NAME).stat().st_size
-        builder, _, counts = _read(mdir, size, budget, scope, scan_bytes_max, origin)
+        builder, _, counts = _read(mdir, size, budget, scope, and_unscoped, scan_bytes_max, origin)
     except (OSError, StoreDamaged) as exc:
         return _not_read(meta, "error", _short(exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}", 200))
     part["eligible"] = sum(counts[name] or 0 for name in ("visible", "superseded", "retracted", "not_read"))
@@ -710,7 +655,7 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
         "status": "ok",
         "message": None,
         "store": str(b.directory),
-        **index_schema.scope_reply(b.scope),
+        **index_schema.scope_reply(b.scope, b.and_unscoped),
         "budget": b.budget,
         "tokens": tokens,
         "included": entries,

@@ -131,12 +131,8 @@ class LogReader:
 
     def lines_reverse(self, stop: int) -> Iterator[Line]:
         """Every line before ``stop``, newest first (a torn tail first, if any)."""
-        f = self.open()
-        if f is None:
-            return
-        with f:
-            for offset, raw in segments_reverse(f, stop):
-                yield line(offset, raw)
+        for offset, raw in self.raw_reverse(stop):
+            yield line(offset, raw)
 
     def raw_reverse(self, stop: int) -> Iterator[tuple[int, bytes]]:
         """``(offset, raw bytes)`` of every line before ``stop``, newest first, unclassified: for a caller

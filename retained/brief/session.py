@@ -26,6 +26,7 @@ def session_brief(
     budget: int | None = None,
     scope: str | None = None,
     *,
+    and_unscoped: bool = False,
     anchor_dir: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     never_fail: bool = False,
@@ -33,6 +34,7 @@ def session_brief(
 ) -> dict[str, Any]:
     """The brief of the store at ``directory`` (see ``compose.build_brief``); ``budget`` None is the default.
 
+    ``and_unscoped``: with ``scope``, the records with no scope too (``index.schema.Filter``).
     ``environ``: the settings an edge read (``os.environ``); the anchor
     directory comes from them (``anchors.dir_from``) unless ``anchor_dir``
     is given. ``project``: the project the session starts in (``retained
@@ -47,10 +49,12 @@ def session_brief(
             from retained.core.anchors import dir_from
 
             anchor_dir = dir_from(environ)
-        return compose.build_brief(directory, budget, scope, anchor_dir=anchor_dir, project=project)
+        return compose.build_brief(directory, budget, scope, and_unscoped=and_unscoped, anchor_dir=anchor_dir,
+                                   project=project)
     except InvalidRecord:
         raise
     except Exception as exc:
         if not never_fail:
             raise
-        return compose.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=scope)
+        return compose.unavailable(directory, f"{type(exc).__name__}: {exc}", budget=budget, scope=scope,
+                                   and_unscoped=and_unscoped)

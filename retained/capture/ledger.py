@@ -1,26 +1,13 @@
-"""The ledger: one line per event received, saying what became of it; and the counts.
+"""The ledger: one line per event received, saying what became of it; and the counts (docs/capture.md).
 
 ``capture/ledger.jsonl`` beside the log (0600, in a 0700 directory), one JSON
-object per line, appended with one ``os.write`` on an ``O_APPEND`` descriptor
-and fsynced::
-
-    {"ts": "...Z", "event_id": "...", "host": "claude-code", "event": "Stop",
-     "session": "...", "outcome": "captured", "reason": null, "records": 1,
-     "duplicates": 0, "redactions": 0, "private_spans": 0, "seqs": [812]}
-
-Outcomes: ``captured`` (at least one record written), ``deduplicated``
-(every turn was already in the log), ``skipped`` (nothing to keep, with the
-reason: empty, private_only, disabled, too_large, nothing_to_keep, bad_event),
-``spooled`` (kept in the spool for a retry: the store was busy or failing),
-``failed`` (not even the spool could keep it: lost, and said on stderr).
-
-Every delivery counts as one event received (a host's retry of an event
-already recorded is ``deduplicated``); a retry of the spool settles the
-spooled event instead of counting a new one: it moves from spooled to what
-the retry made of it (the retry's line has ``retried`` and names the same
-``event_id``). So, always: received = captured + deduplicated + skipped +
-spooled + failed. Redactions are counted beside the outcomes (a redacted
-turn is still captured).
+object per line (``ts``, ``event_id``, ``host``, ``event``, ``session``,
+``outcome``, ``reason``, ``records``, ``duplicates``, ``redactions``,
+``private_spans``, ``seqs``), appended with one ``os.write`` on an
+``O_APPEND`` descriptor and fsynced. A retry of the spool settles the spooled
+event (its line has ``retried`` and the same ``event_id``) instead of
+counting a new one, so always: received = captured + deduplicated + skipped
++ spooled + failed.
 """
 
 from __future__ import annotations

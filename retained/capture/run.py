@@ -139,8 +139,11 @@ def capture(store: Any, raw: bytes | dict[str, Any], options: Options) -> dict[s
 
     ``raw`` is the event as received (bytes of JSON) or already parsed.
     """
-    store_dir = store.directory
-    entry = _decide(store, raw, options)
+    return _noted(store.directory, _decide(store, raw, options))
+
+
+def _noted(store_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry``, appended to the ledger, or with ``ledger_error`` saying why it could not be."""
     try:
         ledger.append(store_dir, entry)
     except OSError as exc:
@@ -160,21 +163,13 @@ def rescue(store_dir: Path, raw: bytes, options: Options, why: str) -> dict[str,
         entry = _entry(event_id, "failed", f"internal: {why}; the spool could not keep it either ({exc.strerror or exc})")
     else:
         entry = _entry(event_id, "spooled", f"internal: {why}")
-    try:
-        ledger.append(store_dir, entry)
-    except OSError as exc:
-        entry["ledger_error"] = f"the ledger could not be written ({exc.strerror or exc})"
-    return entry
+    return _noted(store_dir, entry)
 
 
 def too_large(store_dir: Path, head: bytes, limit: int) -> dict[str, Any]:
     """The ledger entry (appended) for an event over ``limit`` bytes: skipped, never parsed."""
     entry = _entry(record.digest(head)[:32], "skipped", "too_large", detail=f"the event is over {limit} bytes")
-    try:
-        ledger.append(store_dir, entry)
-    except OSError as exc:
-        entry["ledger_error"] = f"the ledger could not be written ({exc.strerror or exc})"
-    return entry
+    return _noted(store_dir, entry)
 
 
 def _decide(store: Any, raw: bytes | dict[str, Any], options: Options, *, retried: bool = False) -> dict[str, Any]:
@@ -348,9 +343,5 @@ def retry(store: Any, *, limit: int | None = None) -> list[dict[str, Any]]:
         spool.remove(path)
         entry["event_id"] = path.name[: -len(spool.SUFFIX)]
         entry["retried"] = True
-        try:
-            ledger.append(store_dir, entry)
-        except OSError as exc:
-            entry["ledger_error"] = f"the ledger could not be written ({exc.strerror or exc})"
-        out.append(entry)
+        out.append(_noted(store_dir, entry))
     return out

@@ -145,14 +145,12 @@ def project(environ: Mapping[str, str], cwd: str | os.PathLike[str]) -> Identity
     return identity(cwd, environ.get("RETAINED_SCOPE") or None)
 
 
-def read_scope(given: str | None, project_scope: str | None, every: bool = False) -> str | None:
-    """The scope ``retained search`` and ``retained brief`` read: ``given`` (``--scope``), else every scope
-    (``every``: ``--all-scopes``, or no ``project_scope``: capture off), else the project's together with the
-    records that have no scope (``index.schema.ProjectScope``)."""
+def read_scope(given: str | None, project_scope: str | None, every: bool = False) -> tuple[str | None, bool]:
+    """``(scope, and_unscoped)`` that ``retained search`` and ``retained brief`` read: ``given`` (``--scope``), else
+    every scope (``every``: ``--all-scopes``, or no ``project_scope``: capture off), else the project's together
+    with the records that have no scope (``index.schema.Filter``)."""
     if given is not None:
-        return given
+        return given, False
     if every or project_scope is None:
-        return None
-    from retained.index.schema import ProjectScope  # deferred: only a read needs it, never capture's path
-
-    return ProjectScope(project_scope)
+        return None, False
+    return project_scope, True

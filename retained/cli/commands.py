@@ -252,22 +252,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_scope(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """``(the scope search and brief read, the project's scope)``: ``--scope``, else every scope (``--all-scopes``,
-    or capture off), else the project's with the records that have none (``retained scope``; docs/capture.md)."""
+def _read_scope(args: argparse.Namespace) -> tuple[str | None, bool, str | None]:
+    """``(the scope search and brief read, and_unscoped, the project's scope)``: ``--scope``, else every scope
+    (``--all-scopes``, or capture off), else the project's with the records that have none (``retained scope``;
+    docs/capture.md)."""
     found = project(os.environ, os.getcwd())
     project_scope = None if found is None else found.scope
-    return read_scope(args.scope, project_scope, args.all_scopes), project_scope
+    return (*read_scope(args.scope, project_scope, args.all_scopes), project_scope)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    chosen, _ = _read_scope(args)
+    chosen, and_unscoped, _ = _read_scope(args)
     with open_store(args) as store:
         found = store.search(
-            args.query, k=args.k, max_tokens=args.max_tokens, scope=chosen,
+            args.query, k=args.k, max_tokens=args.max_tokens, scope=chosen, and_unscoped=and_unscoped,
             include_superseded=args.include_superseded, context=args.context,
         )
-    reply = {**found, "scope": chosen, "and_unscoped": args.scope is None and chosen is not None}
+    reply = {**found, "scope": chosen, "and_unscoped": and_unscoped}
 
     emit(args, reply, lambda: render.search(reply))
     return 0
@@ -456,9 +457,9 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    chosen, project_scope = _read_scope(args)
-    result = session_brief(store_dir(args), args.budget, chosen, environ=os.environ, never_fail=True,
-                           project=project_scope)
+    chosen, and_unscoped, project_scope = _read_scope(args)
+    result = session_brief(store_dir(args), args.budget, chosen, and_unscoped=and_unscoped, environ=os.environ,
+                           never_fail=True, project=project_scope)
     sys.stdout.buffer.write(brief.output(result, "json" if args.json else args.format))
     sys.stdout.flush()
     return 0

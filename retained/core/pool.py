@@ -207,13 +207,30 @@ def map_ranges(
     result down a pipe of its own, read here in file order. Nothing is
     shared between workers (no queue, no lock, no helper thread here), so
     one worker's end cannot block another. Each worker is at most one result
-    ahead of the reading (its send waits for it).
+    ahead of the reading (its send waits for it). The workers start before
+    this returns, so the caller may do other work while they classify the
+    first ranges; closing the generator ends them (also before the first
+    result is asked for).
     """
     ranges = list(pairwise(bounds))
     if workers < 2 or len(ranges) < 2:
-        for start, stop in ranges:
-            yield task(path, start, stop)
-        return
+        return _here(task, path, ranges)
+    results = _elsewhere(task, path, ranges, workers, mp_context, stall_s)
+    next(results)  # the workers start now, not at the first result asked for (the generator holds them from here)
+    return results
+
+
+def _here(task: Callable[[str, int, int], Any], path: str, ranges: list[tuple[int, int]]) -> Generator[Any, None, None]:
+    """``map_ranges`` in this process: each range in turn, as it is asked for."""
+    for start, stop in ranges:
+        yield task(path, start, stop)
+
+
+def _elsewhere(
+    task: Callable[[str, int, int], Any], path: str, ranges: list[tuple[int, int]], workers: int, mp_context: Any,
+    stall_s: float,
+) -> Generator[Any, None, None]:
+    """``map_ranges`` in worker processes: yields None once they are started, then each range's result in file order."""
     ctx = _start_method(mp_context)
     n = min(workers, len(ranges))
     procs: list[Any] = [None] * n
@@ -237,6 +254,7 @@ def map_ranges(
                 if writer is not None:
                     writer.close()  # the worker holds its own copy; the reading end sees EOF once it is gone
             procs[k], conns[k] = proc, reader
+        yield None
         for i, (start, stop) in enumerate(ranges):
             k = i % n
             result = _receive(conns[k], procs[k], i, stall_s) if conns[k] is not None else None

@@ -43,6 +43,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX64_MATCH = _HEX64.fullmatch
 
 
+_LINE = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+
+
 def canonical(obj: Any) -> bytes:
     """Encode ``obj`` as canonical JSON: sorted keys, no whitespace, UTF-8."""
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
@@ -262,11 +265,11 @@ def seal(
     body["ts"] = ts
     body["client"] = client
     cd = digest(encode_checked(body))
-    h = chain_hash(cd, prev, seq)
+    h = digest(_link_bytes(cd, prev, seq))  # chain_hash's bytes: cd is a fresh digest and prev was checked, both hex
     body["seq"] = seq
     body["prev"] = prev
     body["hash"] = h
-    line = canonical(body) + b"\n"
+    line = orjson.dumps(body, option=_LINE)  # canonical(body) + b"\n", without copying the line to add the newline
     if len(line) > record_bytes_max:
         raise RecordTooLarge(
             f"record is {len(line)} bytes encoded, over the limit of {record_bytes_max} bytes; "

@@ -1,63 +1,16 @@
-"""Data into a store: import of three formats (export.py and backup.py take data out).
+"""Data into a store: import of a retained export, plain JSONL and server-memory's graph (docs/data.md).
 
-Import validates the whole file before it writes anything (one bad line
-refuses the file, with its line number), then appends in batches through
-``Store.append`` (then ``Log.append``): one lock, one write, one fsync and one byte-exact
-read-back per batch, every record chained (L2, L3, L4).
-
-Sources (``detect_format`` picks one from the first non-blank line):
-
-- ``retained``: our own export, the log's chained lines byte for byte. Its
-  chain is walked with ``chain.walk`` first; any finding refuses the file,
-  and so does a blank line or a line without chain fields.
-  Each record is appended again as a *new* record of this store: ``seq``,
-  ``prev``, ``hash``, ``ts`` and ``client`` are this store's (they are
-  reserved: no caller, import included, can set them), and the originals are
-  kept under the caller field ``imported`` = ``{seq, hash, ts, client}``. A
-  record that already had an ``imported`` field keeps it nested inside the
-  new one (``imported.imported``), so provenance survives several hops.
-  References (``supersedes``, ``retracts``) are renumbered to the new seqs;
-  the original numbers are kept in ``imported.refs`` when they differ.
-  Redacted lines cannot be imported (their content was erased): they are
-  skipped and counted, references to them are dropped (kept in
-  ``imported.refs``), and a redaction record loses its ``redacts`` link the
-  same way, since its target does not exist in this store.
-- ``jsonl``: one object per line with a string ``text``. ``kind``, ``scope``,
-  ``source``, ``body`` and ``client_op_id`` are used as such; every other key
-  is kept as a caller field. A key the store reserves (``v``, ``seq``,
-  ``ts``, ``prev``, ``hash``, ``client``, ``cd``, ``redacted``) refuses the
-  file with its line number, or with ``on_reserved="nest"`` is kept under
-  ``original`` instead. ``supersedes`` refuses the file: its numbers name
-  records of some other store.
-- ``memory``: the ``memory.jsonl`` of ``@modelcontextprotocol/server-memory``.
-  An entity becomes a record of kind ``entity`` (text: its name), each of its
-  observations a record of kind ``observation`` (text: the observation), a
-  relation a record of kind ``relation`` (text: ``from relationType to``);
-  names and types are kept as the fields ``entity``, ``entity_type``,
-  ``from``, ``to``, ``relation_type``.
-
-Idempotent: each imported record carries a stable identity from its source
-as its ``client_op_id``, so the log's retry check (``Log.append``) appends it
-only once however often the file is imported; a second run says how many
-were already present. A record's own ``client_op_id`` (of the source record,
-or of the ``jsonl`` line) is its identity. Without one, for our own export
-it is ``import:<origin>:<seq>:<hash>``, ``origin`` being the first 16 hex
-digits of the source log's seq-1 hash (a store has no other id; that hash,
-which covers the first record's time and content, names its history); for
-``jsonl`` and ``memory`` it is ``import:<format>:<line number>:<digest of
-the line>`` (plus the record's place within a memory line). With
-``identity=False`` (``retained import --allow-duplicates``) no identity is
-derived and a source record's own ``client_op_id`` moves to
-``imported.client_op_id``, so records are appended again; a ``jsonl``
-line's own ``client_op_id`` still applies.
-
-Memory: import holds the validated file in memory (about three times the
-file's size) so that nothing is written unless every line is good.
-
-Batches: a record whose link names a record of the same batch starts a new
-batch (the target's new seq is known only once its batch is acknowledged,
-and another process may append between batches). A log where most records
-correct the one just before imports in small batches: correct, but slower.
+The whole file is validated before anything is written (one bad line
+refuses it, with its line number; the validated file is held in memory),
+then appended in batches through ``Store.append``: one lock, write, fsync and
+read-back per batch, and a record whose link names one of its own batch
+starts the next. Each record's ``client_op_id`` is an identity its source
+gives it (its own, else ``import:<origin>:<seq>:<hash>`` for an export,
+``origin`` being the first 16 hex digits of the source's seq-1 hash, which
+names its history; ``import:<format>:<line>:<digest>`` otherwise), so
+importing again appends nothing. An export's records keep their originals
+under ``imported``, their links renumbered. export.py and backup.py take
+data out.
 """
 
 from __future__ import annotations

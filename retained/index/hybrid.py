@@ -1,59 +1,19 @@
-"""Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF.
+"""Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF (docs/embeddings.md).
 
-What it owns: the ``vectors`` table in the index file (one row per record
-and model: the record's seq and chain hash, the model name, the dimension and
-the L2-normalised float32 vector; its DDL is ``schema.VECTORS_SCHEMA``),
-a ``vectors_meta`` table, and the search
-that fuses ``Index.ranked`` (bm25) with a cosine ranking over those vectors.
-It never writes the log and never writes the index's own tables; the index's
-``rebuild`` leaves these tables alone, and a vector whose hash no longer
-matches the index's record is ignored and replaced (a restored log, a
-redaction).
-
-Optional part, never a single point of failure (DESIGN "Embeddings"):
-
-- Writes never wait for an embedder, and neither does a search: it embeds
-  its query and nothing else. Vectors follow the append: ``kick()`` wakes a
-  background thread (long-lived processes: the MCP server, the viewer) that
-  embeds what is missing, and ``backfill()`` (``retained embed --backfill``)
-  embeds everything missing with progress. Records still without a vector
-  are ranked by their words alone, and every reply counts them.
-- Vectors are kept per model. A change of ``RETAINED_EMBED_MODEL`` is seen at
-  once: the old model's vectors are never ranked with the new one's, and the
-  records without a vector for the configured model are counted.
-- Every search reply says ``mode`` ("hybrid" or "lexical") and, when lexical,
-  ``mode_reason``: embeddings off, numpy missing, the embedder unreachable or
-  timed out, the breaker open, or too many records without a vector; and
-  ``without_vectors``: how many of the ranked matches had no vector (every
-  visible match when lexical; in hybrid mode the lexical candidates still
-  waiting for theirs).
-
-Dense scores: the cosine of the query with each record's vector, read in
-context: the cosines are centred on their mean, then with ``context_weight``
-gamma > 0 a turn gains gamma times the previous turn's score in the same
-scope (a reply means little without what it answers), and with
-``neighbour_weight`` beta > 0 beta times the better score of its two
-neighbouring turns. Only turns of a conversation (records with a speaker
-field, ``documents.turn``) are read in context; notes are not, so the same
-defaults serve a store of notes and a conversation (issue 18). Both are
-computed at query time from the stored vectors (nothing is re-embedded).
-
-Fusion (``vectors.rrf``): ``score = 1 / (60 + lexical rank) + w / (60 + dense
-rank)`` over the lexical top ``LEXICAL_N`` and the dense top ``DENSE_N``, with
-the dense weight ``w`` a setting (default ``DENSE_WEIGHT``), and the first
-``keep_lexical`` lexical results kept at the head in their order (default
-``KEEP_LEXICAL``). At k = 60 neighbouring ranks score within 1/3,700 of each
-other, so any dense list reorders the lexical head; on LoCoMo the lexical
-first result is right about twice as often as the dense one, and fusing the
-head cost recall@1 (docs/retrieval.md). The defaults of w, m, gamma and beta
-were chosen on half of the LoCoMo conversations by harness/eval_hybrid.py and
-reported on the other half.
-
-Accounting (I2) in hybrid mode: the matches are the lexical matches plus the
-records that reached the fused top k through the dense ranking alone (cosine
-similarity has no "no match", so a dense candidate counts once it is chosen);
-``returned`` plus every ``left_out`` count equals ``total_matches``, as in
-lexical mode.
+What it owns: the ``vectors`` and ``vectors_meta`` tables in the index file
+(one row per record and model: seq, chain hash, model, dimension, the
+L2-normalised float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and the
+search that fuses ``Index.ranked`` (bm25) with the cosine ranking of
+``dense.Matrix`` (``vectors.rrf``, the first ``keep_lexical`` lexical results
+kept at the head). It never writes the log or the index's own tables; a
+vector whose hash no longer matches its record is ignored and replaced.
+Optional, never a single point of failure (DESIGN "Embeddings"): writes and
+searches never wait for an embedder (a search embeds only its query;
+``kick()`` and ``backfill()`` fill the rest), and every reply says ``mode``,
+``mode_reason`` and ``without_vectors``. In hybrid mode the matches are the
+lexical ones plus the records that reached the top k through the vectors
+alone, so I2 holds as in lexical mode. How the defaults were chosen:
+docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -444,6 +404,7 @@ class Hybrid:
         *,
         limit: int,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
     ) -> list[tuple[int, float]]:
@@ -465,22 +426,18 @@ class Hybrid:
             scores = cache.scores(q, self.context_weight, self.neighbour_weight)
             if scope is not None:
                 allowed = np.zeros(cache.rows, dtype=bool)
-                for (seq,) in db.execute(f"SELECT seq FROM records WHERE {index_schema.scope_condition(scope)}", (scope,)):
+                for (seq,) in db.execute(f"SELECT seq FROM records WHERE {index_schema.scope_condition(and_unscoped)}", (scope,)):
                     row = cache.row_of.get(seq)
                     if row is not None:
                         allowed[row] = True
                 scores = np.where(allowed, scores, -np.inf)
             top = vectors.top_scores(scores, 4 * limit)
             seqs = [int(cache.seqs[r]) for r, _ in top]
-            where = ["redacted = 0"]
-            if not include_superseded:
-                where.append("superseded = 0")
-            if not include_retracted:
-                where.append("retracted = 0")
+            shown, _ = index_schema.Filter(include_superseded=include_superseded, include_retracted=include_retracted).where()
             ok: dict[int, str] = {}
             for start in range(0, len(seqs), 500):
                 chunk = seqs[start : start + 500]
-                sql = f"SELECT seq, hash FROM records WHERE seq IN ({','.join('?' * len(chunk))}) AND {' AND '.join(where)}"
+                sql = f"SELECT seq, hash FROM records WHERE seq IN ({','.join('?' * len(chunk))}) AND {shown}"
                 ok.update(db.execute(sql, chunk).fetchall())
         out = []
         for (row, score), seq in zip(top, seqs, strict=True):
@@ -513,6 +470,7 @@ class Hybrid:
         k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
         mode: str = "auto",
@@ -527,7 +485,8 @@ class Hybrid:
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
-        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        opts: dict[str, Any] = {"scope": scope, "and_unscoped": and_unscoped, "include_superseded": include_superseded,
+                                "include_retracted": include_retracted}
         reason = "lexical search was asked for" if mode == "lexical" else self.why_lexical()
         info: dict[str, Any] = {"model": self.model}
         query_vec = None
@@ -600,11 +559,13 @@ class Hybrid:
         info: dict[str, Any],
         context: int,
         scope: str | None,
+        and_unscoped: bool,
         include_superseded: bool,
         include_retracted: bool,
     ) -> Found:
         check_search_args(text, k, max_tokens, context)
-        opts: dict[str, Any] = {"scope": scope, "include_superseded": include_superseded, "include_retracted": include_retracted}
+        opts: dict[str, Any] = {"scope": scope, "and_unscoped": and_unscoped, "include_superseded": include_superseded,
+                                "include_retracted": include_retracted}
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
         caught = counts["index"]
@@ -756,16 +717,17 @@ def from_settings(index: Index, settings: Mapping[str, str]) -> Hybrid:
             passage_prefix=settings.get("RETAINED_EMBED_PASSAGE_PREFIX", ""),
             send_input_type=settings.get("RETAINED_EMBED_INPUT_TYPE", "").strip().lower() in ("1", "true", "yes"),
         )
-        return Hybrid(
-            index,
-            embedder,
-            dense_weight=weight,
-            keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
-            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
-            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
-        )
+        return _tuned(index, embedder, settings, weight)
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
+
+
+def _tuned(index: Index, embedder: Any, settings: Mapping[str, str], dense_weight: float) -> Hybrid:
+    """A `Hybrid` over ``embedder`` with the ranking's settings (``RETAINED_EMBED_*``), else their defaults."""
+    return Hybrid(index, embedder, dense_weight=dense_weight,
+                  keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
+                  context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
+                  neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT))
 
 
 OFF_REASON = (
@@ -783,14 +745,7 @@ def _local(index: Index, settings: Mapping[str, str]) -> Hybrid:
         return Hybrid(index, None, off_reason=OFF_REASON)
     try:
         embedder = local.LocalEmbedder(threads=_whole(settings, "RETAINED_EMBED_THREADS", local.THREADS) or 1)
-        return Hybrid(
-            index,
-            embedder,
-            dense_weight=_number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT),
-            keep_lexical=_whole(settings, "RETAINED_EMBED_KEEP_LEXICAL", KEEP_LEXICAL),
-            context_weight=_number(settings, "RETAINED_EMBED_CONTEXT_WEIGHT", CONTEXT_WEIGHT),
-            neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT),
-        )
+        return _tuned(index, embedder, settings, _number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT))
     except (EmbedConfigError, InvalidRecord) as e:
         return Hybrid(index, None, off_reason=f"embeddings are off: {e.message}")
 

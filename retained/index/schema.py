@@ -408,31 +408,20 @@ def links_of(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str,
     return out
 
 
-class ProjectScope(str):
-    """A scope read together with the records that have none: the default read of a project (issue 26).
-
-    What capture files under the project's identity (``retained scope``) and
-    what was written without a scope (``memory_write`` cannot know the
-    session's directory) are both the project's; records of other scopes are
-    not. A plain ``str`` scope admits only records of exactly that scope.
-    """
-
-    __slots__ = ()
+def scope_admits(scope: str | None, found: Any, and_unscoped: bool = False) -> bool:
+    """Whether a record whose scope is ``found`` passes the filter ``scope`` (None: every scope), with those that have
+    none when ``and_unscoped`` (see `Filter`)."""
+    return scope is None or found == scope or (found is None and and_unscoped)
 
 
-def scope_admits(scope: str | None, found: Any) -> bool:
-    """Whether a record whose scope is ``found`` passes the filter ``scope`` (None: every scope)."""
-    return scope is None or found == scope or (found is None and isinstance(scope, ProjectScope))
+def scope_condition(and_unscoped: bool, column: str = "scope") -> str:
+    """The SQL condition on ``column`` for a scope filter (one ``?`` for its value), ``and_unscoped`` as in `Filter`."""
+    return f"({column} = ? OR {column} IS NULL)" if and_unscoped else f"{column} = ?"
 
 
-def scope_condition(scope: str, column: str = "scope") -> str:
-    """The SQL condition on ``column`` for the filter ``scope`` (one ``?`` for its value)."""
-    return f"({column} = ? OR {column} IS NULL)" if isinstance(scope, ProjectScope) else f"{column} = ?"
-
-
-def scope_reply(scope: str | None) -> dict[str, Any]:
+def scope_reply(scope: str | None, and_unscoped: bool) -> dict[str, Any]:
     """How a reply says which scope it read: ``{"scope", "and_unscoped"}`` (scope None: every scope)."""
-    return {"scope": None if scope is None else str(scope), "and_unscoped": isinstance(scope, ProjectScope)}
+    return {"scope": scope, "and_unscoped": scope is not None and and_unscoped}
 
 
 class Filter:
@@ -440,8 +429,9 @@ class Filter:
 
     Always unredacted records, and any of these: ``below`` / ``above``: seq
     bounds (exclusive). ``kind``: equal to one; ``kinds_not``: not in these
-    (a record with no kind never matches). ``scope`` (a `ProjectScope` also
-    admits records with no scope); ``client``: the
+    (a record with no kind never matches). ``scope``, and with
+    ``and_unscoped`` also the records that have none: the default read of a
+    project (issue 26; ``capture.scope.read_scope``). ``client``: the
     writer's name. ``ts_from`` / ``ts_before``: the record's ts from one
     (inclusive) and before the other (exclusive), compared as text (RFC 3339
     times in UTC sort as text). ``include_superseded`` / ``include_retracted``
@@ -449,15 +439,16 @@ class Filter:
     one supersedes or retracts.
     """
 
-    __slots__ = ("above", "below", "client", "include_retracted", "include_superseded", "kind", "kinds_not",
-                 "no_scope", "scope", "ts_before", "ts_from")
+    __slots__ = ("above", "and_unscoped", "below", "client", "include_retracted", "include_superseded", "kind",
+                 "kinds_not", "no_scope", "scope", "ts_before", "ts_from")
 
     def __init__(self, *, below: int | None = None, above: int | None = None, kind: str | None = None,
-                 kinds_not: Sequence[str] = (), scope: str | None = None, client: str | None = None,
-                 ts_from: str | None = None, ts_before: str | None = None, current: bool = False,
-                 include_superseded: bool = True, include_retracted: bool = True) -> None:
+                 kinds_not: Sequence[str] = (), scope: str | None = None, and_unscoped: bool = False,
+                 client: str | None = None, ts_from: str | None = None, ts_before: str | None = None,
+                 current: bool = False, include_superseded: bool = True, include_retracted: bool = True) -> None:
         self.below, self.above, self.kind, self.kinds_not = below, above, kind, tuple(kinds_not)
-        self.scope, self.client, self.ts_from, self.ts_before = scope, client, ts_from, ts_before
+        self.scope, self.and_unscoped = scope, and_unscoped and scope is not None
+        self.client, self.ts_from, self.ts_before = client, ts_from, ts_before
         self.include_superseded = include_superseded and not current
         self.include_retracted = include_retracted and not current
         self.no_scope = False  # only records with no scope: one of `halves`
@@ -469,12 +460,13 @@ class Filter:
         return other
 
     def halves(self) -> list[Filter]:
-        """This filter as disjoint filters each SQLite walks in seq order on one index: a `ProjectScope`'s
+        """This filter as disjoint filters each SQLite walks in seq order on one index: with ``and_unscoped``, the
         records of the scope and those with no scope (an OR of the two would sort every match); else itself."""
-        if not isinstance(self.scope, ProjectScope):
+        if not self.and_unscoped:
             return [self]
         scoped, unscoped = self._copy(), self._copy()
-        scoped.scope, unscoped.scope, unscoped.no_scope = str(self.scope), None, True
+        scoped.and_unscoped = unscoped.and_unscoped = False
+        unscoped.scope, unscoped.no_scope = None, True
         return [scoped, unscoped]
 
     def admits(self, seq: int, rec: dict[str, Any]) -> bool:
@@ -485,7 +477,7 @@ class Filter:
             return False
         if self.kinds_not and (type(kind) is not str or kind in self.kinds_not):
             return False
-        if not scope_admits(self.scope, rec.get("scope")) or (self.no_scope and rec.get("scope") is not None):
+        if not scope_admits(self.scope, rec.get("scope"), self.and_unscoped) or (self.no_scope and rec.get("scope") is not None):
             return False
         if self.client is not None and client_name(rec.get("client")) != self.client:
             return False
@@ -507,7 +499,7 @@ class Filter:
             where.append(f"{table}kind NOT IN ({', '.join('?' * len(self.kinds_not))})")
             args.extend(self.kinds_not)
         if self.scope is not None:
-            where.append(scope_condition(self.scope, table + "scope"))
+            where.append(scope_condition(self.and_unscoped, table + "scope"))
             args.append(self.scope)
         if self.no_scope:
             where.append(f"{table}scope IS NULL")
@@ -525,11 +517,8 @@ class Filter:
                     or (retracted and not self.include_retracted))
 
 
-def count_listed(db: sqlite3.Connection, *, below: int | None = None, kind: str | None = None,
-                 kinds_not: Sequence[str] = (), scope: str | None = None, current: bool = False,
-                 listed: Filter | None = None) -> int:
-    """How many unredacted records `newest` would list with no limit (same filters)."""
-    listed = listed or Filter(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
+def count_listed(db: sqlite3.Connection, listed: Filter) -> int:
+    """How many records `newest` would list with no limit (same filter)."""
     total = 0
     for half in listed.halves():
         cond, args = half.where()
@@ -537,19 +526,15 @@ def count_listed(db: sqlite3.Connection, *, below: int | None = None, kind: str 
     return total
 
 
-def newest(db: sqlite3.Connection, limit: int, *, below: int | None = None, kind: str | None = None,
-           kinds_not: Sequence[str] = (), scope: str | None = None,
-           current: bool = False, listed: Filter | None = None) -> list[tuple[int, int, int, str]]:
-    """``(seq, offset, length, hash)`` of unredacted records, newest first, at most ``limit``.
+def newest(db: sqlite3.Connection, limit: int, listed: Filter) -> list[tuple[int, int, int, str]]:
+    """``(seq, offset, length, hash)`` of the records ``listed`` admits, newest first, at most ``limit``.
 
-    The filters are `Filter`'s (``listed``, or the keyword arguments). With
-    an ``above`` bound the ``limit`` records nearest above it are taken (the
-    page after it), still returned newest first; otherwise the newest.
+    With an ``above`` bound the ``limit`` records nearest above it are taken
+    (the page after it), still returned newest first; otherwise the newest.
     """
-    listed = listed or Filter(below=below, kind=kind, kinds_not=kinds_not, scope=scope, current=current)
     halves = listed.halves()
     if len(halves) > 1:
-        rows = sorted((row for half in halves for row in newest(db, limit, listed=half)), reverse=True)
+        rows = sorted((row for half in halves for row in newest(db, limit, half)), reverse=True)
         return rows[-limit:] if listed.above is not None else rows[:limit]
     cond, args = listed.where()
     if listed.above is not None:
@@ -568,8 +553,9 @@ def head(db: sqlite3.Connection) -> tuple[int, Any] | None:
     return (row[0], row[1]) if row else None
 
 
-def count_below(db: sqlite3.Connection, boundary: int, scope: str | None = None) -> tuple[int, int]:
-    """``(records, unlisted)`` with a seq below ``boundary`` (in ``scope``).
+def count_below(db: sqlite3.Connection, boundary: int, scope: str | None = None,
+                and_unscoped: bool = False) -> tuple[int, int]:
+    """``(records, unlisted)`` with a seq below ``boundary`` (in ``scope``; ``and_unscoped`` as in `Filter`).
 
     ``unlisted``: those with no string kind (redacted lines) or a bookkeeping kind.
     """
@@ -580,11 +566,11 @@ def count_below(db: sqlite3.Connection, boundary: int, scope: str | None = None)
         scope_sql, scope_args = "", []
     else:
         total = db.execute("SELECT count(*) FROM records WHERE scope = ? AND seq < ?", (scope, boundary)).fetchone()[0]
-        if isinstance(scope, ProjectScope):  # two walks of records_scope: an OR would gather and dedupe every rowid
+        if and_unscoped:  # two walks of records_scope: an OR would gather and dedupe every rowid
             total += db.execute("SELECT count(*) FROM records WHERE scope IS NULL AND seq < ?", (boundary,)).fetchone()[0]
         # For the two rare kinds, walk records_kind and test the scope row by
         # row (the unary + keeps SQLite from walking every row of the scope).
-        scope_sql, scope_args = " AND " + scope_condition(scope, "+scope"), [scope]
+        scope_sql, scope_args = " AND " + scope_condition(and_unscoped, "+scope"), [scope]
     unlisted = db.execute(
         f"SELECT count(*) FROM records WHERE kind IS NULL AND seq < ?{scope_sql}", [boundary, *scope_args]
     ).fetchone()[0]

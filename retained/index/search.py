@@ -17,11 +17,13 @@ the connection, its lock, catch-up and the checked reads from the log.
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
+import queue
+import sqlite3
 import threading
 from bisect import bisect_left, bisect_right
+from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -35,9 +37,7 @@ from retained.index.documents import cut_to_fit, estimate_tokens, replies, turn
 from retained.index.schema import BOOKKEEPING_KINDS, Filter, links_of, read_mark, transaction
 
 if TYPE_CHECKING:
-    import sqlite3
-    import threading
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from retained.core.log import Log
     from retained.replies import ContextCount, Entry, Found, Links
@@ -62,7 +62,10 @@ RELATED_TEXT_CHARS = 2000
 RELATED_TERM_ROWS = 32
 RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
 # Records a process's related steps compare in memory before the index must
-# catch up with them (`_Recent`): the catch-up then indexes them in one go.
+# catch up with them (`_Recent`): the catch-up then indexes them in one go,
+# and the terms' rows remembered (`_Recent.rows_of`) are looked up again.
+# Not more: a term common among them but not yet in the index would count as
+# rare (at 1024, LoCoMo writes name earlier records half as often again).
 RELATED_RECENT_MAX = 256
 # While a process's writes run at once (the HTTP server's handlers), their
 # steps run in any order: a record this close behind a new one, not seen yet,
@@ -73,6 +76,7 @@ RELATED_IN_FLIGHT = 64
 # answers from the index as it is and leaves them to the next read (a new
 # process's write after another's 4 MB record would otherwise index it first).
 RELATED_CATCH_UP_BYTES = 1024 * 1024
+WORKER_IDLE_S = 1.0  # the related step's look-ahead thread ends after this long without a write (`_Worker`)
 # bm25 scores every matching row in FTS5, so ranking every row that shares
 # one common word with a question is slow at 100k records (a name or "new" in
 # thousands of rows). Terms are ranked rarest first while the rows they match
@@ -270,12 +274,10 @@ class Search:
     def ranking(self) -> Ranking:
         return self.index.ranking
 
-    def _ranked_rows(
-        self, expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool
-    ) -> list[tuple[int, float, int, int, str]]:
+    def _ranked_rows(self, expr: str, limit: int, shown: Filter) -> list[tuple[int, float, int, int, str]]:
         w = ", ".join(str(x) for x in WEIGHTS)
         db = self.connection()
-        if scope is None:
+        if shown.scope is None:
             # Rank in FTS5 alone and drop hidden rows afterwards: asking for
             # as many extra rows as there are flagged matches guarantees
             # `limit` visible ones, and flagged records are few.
@@ -293,7 +295,6 @@ class Search:
                 "SELECT seq, offset, length, hash, superseded, retracted, redacted FROM records"
                 f" WHERE seq IN ({','.join(str(seq) for seq, _ in ranked)})"
             )} if ranked else {}
-            shown = Filter(include_superseded=include_superseded, include_retracted=include_retracted)
             for seq, score in ranked:
                 m = meta.get(seq)
                 if m is None or ((m[3] or m[4] or m[5]) and shown.hides(m[3], m[4], m[5])):
@@ -302,8 +303,7 @@ class Search:
                 if len(out) == limit:
                     break
             return out
-        cond, args = Filter(scope=scope, include_superseded=include_superseded,
-                            include_retracted=include_retracted).where("m.")
+        cond, args = shown.where("m.")
         # The subquery with CROSS JOIN keeps SQLite from driving the join from
         # `records` and scanning the whole FTS5 table per row (DESIGN, "the
         # fast path").
@@ -320,6 +320,7 @@ class Search:
         *,
         limit: int = 100,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
         with_matched: bool = False,
@@ -335,7 +336,9 @@ class Search:
         if not found or limit <= 0:
             return []
         with self._mutex:
-            rows = self._top(found, " OR ".join(found), limit, scope, include_superseded, include_retracted)
+            rows = self._top(found, " OR ".join(found), limit, Filter(
+                scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
+                include_retracted=include_retracted))
         if with_matched:
             return [(r[0], -r[1], r[5]) for r in rows]
         return [(r[0], -r[1]) for r in rows]
@@ -381,8 +384,7 @@ class Search:
         return kept, [term for _, term in sized], counts
 
     def _top(
-        self, found: list[str], expr: str, limit: int, scope: str | None, include_superseded: bool, include_retracted: bool,
-        subjects: dict[str, frozenset[str]] | None = None,
+        self, found: list[str], expr: str, limit: int, shown: Filter, subjects: dict[str, frozenset[str]] | None = None,
     ) -> list[tuple[int, float, int, int, str, bool]]:
         """The best `limit` visible rows, best first: ``(seq, score, offset, length, hash, matched)``.
 
@@ -390,7 +392,7 @@ class Search:
         coverage, then the conversation, then recency. Scores are
         lower-is-better, like bm25. ``matched`` is False for a reply that
         reached the list only through the turn it answers. ``found``: the
-        query's terms, ``expr`` their OR; ``subjects`` as in `search`.
+        query's terms, ``expr`` their OR; ``shown``: the rows admitted; ``subjects`` as in `search`.
         """
         r = self.ranking
         terms, matching, counts = self._rank_terms(found)
@@ -402,7 +404,7 @@ class Search:
             rank_expr = "(" + " OR ".join(terms) + ") AND (" + " OR ".join(matching) + ")"
         else:
             rank_expr = " OR ".join(terms) if terms else expr
-        rows = self._ranked_rows(rank_expr, max(limit, r.rerank_n), scope, include_superseded, include_retracted)
+        rows = self._ranked_rows(rank_expr, max(limit, r.rerank_n), shown)
         if not rows:
             return []
         cand = {row[0]: _Candidate(row, -row[1]) for row in rows}
@@ -422,7 +424,7 @@ class Search:
         for seq, c in cand.items():
             c.good += weigh(seq, c.turn)
         if near:
-            self._neighbours(cand, weigh, include_superseded, include_retracted)
+            self._neighbours(cand, weigh, shown)
         if talk and r.session_credit:
             _session_gain(cand, r.session_credit, r.session_window)
         ranked = sorted(cand.values(), key=lambda c: (-c.good, -c.row[0]))
@@ -455,9 +457,7 @@ class Search:
                 cover.setdefault(rowid, set()).add(i)
         return cover
 
-    def _neighbours(
-        self, cand: dict[int, _Candidate], weigh: _Weigher, include_superseded: bool, include_retracted: bool
-    ) -> None:
+    def _neighbours(self, cand: dict[int, _Candidate], weigh: _Weigher, shown: Filter) -> None:
         """Read each candidate turn with its neighbours in its scope (issue 18), in place.
 
         A turn that asks something passes ``reply_credit`` of its score to the
@@ -465,7 +465,7 @@ class Search:
         passes ``prev_credit`` of its score to the turn before it, when the
         other speaker said it and it asked nothing (what the turn reacts to).
         A neighbour that gains joins the candidates, scored by the query terms
-        it contains.
+        it contains; one ``shown`` hides (`Filter.hides`) does not.
         """
         r = self.ranking
         db = self.connection()
@@ -482,7 +482,6 @@ class Search:
             f" WHERE seq IN ({','.join(str(x) for x in sorted(near))})"
         )}
         fresh: dict[int, _Candidate] = {}
-        shown = Filter(include_superseded=include_superseded, include_retracted=include_retracted)
 
         def neighbour(seq: int, step: int) -> _Candidate | None:
             scope = places[seq][0]
@@ -544,14 +543,14 @@ class Search:
                 c.asks = "?" in text
                 c.text = text
 
-    def _count(self, expr: str, scope: str | None) -> tuple[int, int, int, int]:
-        """(matches, superseded only, retracted only, both) among unredacted records.
+    def _count(self, expr: str, shown: Filter) -> tuple[int, int, int, int]:
+        """(matches, superseded only, retracted only, both) among unredacted records of ``shown``'s scope.
 
         Redacted records are not matches: their words are gone from the log.
         Counting joins only the flags, never ranks: far cheaper than bm25.
         """
         db = self.connection()
-        if scope is None:
+        if shown.scope is None:
             # Count in FTS5 alone (no join per row) and look only at the few
             # flagged records, instead of joining every match to `records`.
             total = db.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (expr,)).fetchone()[0]
@@ -565,7 +564,7 @@ class Search:
                 (expr,),
             ).fetchone()
             return int(total) - int(red), int(sup), int(ret), int(both)
-        cond, args = Filter(scope=scope).where("m.")
+        cond, args = Filter(scope=shown.scope, and_unscoped=shown.and_unscoped).where("m.")
         sql = (
             "SELECT count(*), coalesce(sum(m.superseded AND NOT m.retracted), 0),"
             " coalesce(sum(m.retracted AND NOT m.superseded), 0), coalesce(sum(m.superseded AND m.retracted), 0)"
@@ -582,6 +581,7 @@ class Search:
         k: int = limits.SEARCH_K_DEFAULT,
         max_tokens: int | None = None,
         scope: str | None = None,
+        and_unscoped: bool = False,
         include_superseded: bool = False,
         include_retracted: bool = False,
         context: int = 0,
@@ -609,7 +609,7 @@ class Search:
         a ``context`` count of what was included and what the budget left out.
 
         ``subjects`` gains the ranking's subject words of the results, by text
-        (for ``corrections.newer_first``).
+        (for ``corrections.newer_first``). ``scope`` and ``and_unscoped``: `Filter`'s.
 
         Raises:
             InvalidRecord: the query is not a string, or k / max_tokens is out of range.
@@ -620,14 +620,16 @@ class Search:
         expr = " OR ".join(found) if found else None  # query.build's expression, from the terms _top needs too
         total = sup_only = ret_only = both = 0
         top: list[tuple[int, float, int, int, str, bool]] = []
+        shown = Filter(scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
+                       include_retracted=include_retracted)
         if expr is not None:
             with self._mutex, transaction(self.connection()):  # one snapshot for the count and the ranking
-                total, sup_only, ret_only, both = self._count(expr, scope)
+                total, sup_only, ret_only, both = self._count(expr, shown)
                 hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
                 hidden_ret = 0 if include_retracted else ret_only + both
                 visible = total - hidden_sup - hidden_ret
                 if visible > 0 and k > 0:
-                    top = self._top(found, expr, k, scope, include_superseded, include_retracted, subjects)
+                    top = self._top(found, expr, k, shown, subjects)
         total += sum(1 for row in top if not row[5])  # replies that no query word matched
         hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
         hidden_ret = 0 if include_retracted else ret_only + both
@@ -753,8 +755,9 @@ class Search:
         For a write's reply, after its acknowledgement: records it may
         correct, so the writer can decide to supersede them. One statement
         over the index finds the earlier rows of each of the text's rare
-        words (`_hits_sql`), and a second the visible ones of the scope among
-        those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
+        words not looked up since the index last changed (`_hits_sql`,
+        `_Recent.rows_of`), and a second, prepared once, the visible ones of
+        the scope among those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
         at least two of the text's rare words (its first `RELATED_TERMS`
         content words, less those matching `RELATED_TERM_ROWS` rows or more)
         and at least half of the shorter record's (`_same_subject`), most
@@ -775,58 +778,110 @@ class Search:
         or `RELATED_RECENT_MAX` records wait, and only when at most
         `RELATED_CATCH_UP_BYTES` of the log wait for it.
         """
-        recent = self.__dict__.get("_related_recent")
-        if recent is None:
-            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        recent = self._recent()
         if not links:
             recent.expect(seq, scope)
         if limit <= 0:
             return []
-        # The first words of a long text are enough to say what it is about,
-        # and reading no further keeps a 4 MB write as cheap here as a short one.
-        head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
-        words = query.terms(head)[:RELATED_TERMS]
         with self._mutex:
+            words = recent.terms_of(text)
             terms = [t for t in words if t not in recent.common]
             db = self.connection()
-            sql, args = _hits_sql(len(terms)), [x for t in terms for x in (t, seq)]
-            hits = db.execute(sql, args).fetchone()
-            if not recent.covers(hits[0] or 0, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
+            top, rows = recent.rows_of(db, terms, seq)
+            if not recent.covers(top, seq, concurrent) and self._backlog(db, before) <= RELATED_CATCH_UP_BYTES:
                 self.catch_up_now(stop=before)
                 recent.clear()
-                hits = db.execute(sql, args).fetchone()
-            shared: collections.Counter[str] = collections.Counter()
-            rare = []
-            for term, rows in zip(terms, hits[1:], strict=True):
-                got = rows.split(",") if rows else []
-                if len(got) >= RELATED_TERM_ROWS:
-                    recent.learn(term)
-                else:
-                    rare.append(term)
-                    shared.update(got)
-            found = []
-            # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms: well within one IN list.
-            best = [r for r, n in shared.items() if n >= 2]
-            if best:
-                for r in db.execute(_CANDIDATES_SQL.format(",".join(best), _BOOKKEEPING), (scope,)):
-                    n = shared[str(r[0])]
-                    if _same_subject(n, len(rare), _words_of(r[5])):
-                        found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
-            found += recent.compare(rare, scope)
+                top, rows = recent.rows_of(db, terms, seq)
+            key = (tuple(words), scope, top)
+            if recent.ahead is not None and recent.ahead[0] == key:
+                _, rare, found, known = recent.ahead  # looked up ahead, the index unchanged since
+            else:
+                rare, found = self._from_index(db, recent, terms, rows, scope)
+                known = {}
+            recent.ahead = None
+            found = found + recent.compare(rare, scope)
             chosen = [f for _, _, f in sorted(found, key=lambda x: (-x[0], -x[1]))[:limit]]
             recent.add(seq, rare, len(words), _Found(seq, ts, _cut(text[: RELATED_CHARS + 1]), None), scope, links)
-        places = [(f.place[0], f.place[1]) for f in chosen if f.place is not None]
-        lines = iter(self.log.read_many(places) if places else ())
+        texts = {**known, **self._texts([f for f in chosen if f.place is not None and f.seq not in known])}
         out = []
         for f in chosen:
-            said: Any = f.text
-            if f.place is not None:
-                offset, _, h = f.place
-                line = make_line(offset, next(lines))
-                said = line.record.get("text") if line.chained and line.seq == f.seq and line.hash == h else None
-            if type(said) is str:
+            said = f.text if f.place is None else texts.get(f.seq)
+            if said is not None:
                 out.append({"seq": f.seq, "ts": f.ts, "text": _cut(said)})
         return out
+
+    def _from_index(self, db: sqlite3.Connection, recent: _Recent, terms: list[str], rows: list[tuple[int, ...]],
+                    scope: str | None) -> tuple[list[str], list[tuple[int, int, _Found]]]:
+        """``(the rare terms, (shared, seq, found) for each indexed record on their subject)``, from each term's rows."""
+        shared: dict[int, int] = {}
+        rare = []
+        for term, got in zip(terms, rows, strict=True):
+            if len(got) >= RELATED_TERM_ROWS:
+                recent.learn(term)
+            else:
+                rare.append(term)
+                for r in got:
+                    shared[r] = shared.get(r, 0) + 1
+        found = []
+        # At most RELATED_TERMS * RELATED_TERM_ROWS / 2 rows share two terms.
+        best = [r for r, n in shared.items() if n >= 2]
+        if best:
+            for r in db.execute(_CANDIDATES_SQL, (f"[{','.join(map(str, best))}]", scope)):
+                n = shared[r[0]]
+                if _same_subject(n, len(rare), _words_of(r[5])):
+                    found.append((n, r[0], _Found(r[0], r[1], None, r[2:5])))
+        return rare, found
+
+    def _texts(self, chosen: list[_Found]) -> dict[int, str | None]:
+        """Each record's text from the log (one open file), None for a line that is not the record indexed."""
+        if not chosen:
+            return {}
+        out: dict[int, str | None] = {}
+        for f, raw in zip(chosen, self.log.read_many([(f.place[0], f.place[1]) for f in chosen if f.place]), strict=True):
+            offset, _, h = f.place or (0, 0, "")
+            line = make_line(offset, raw)
+            said = line.record.get("text") if line.chained and line.seq == f.seq and line.hash == h else None
+            out[f.seq] = said if type(said) is str else None
+        return out
+
+    def look_ahead(self, text: str, scope: str | None = None) -> Future[None]:
+        """Look up the rows of ``text``'s terms for `related` on a worker thread, while its record is made durable.
+
+        The terms' rows go to what the related steps remember
+        (`_Recent.rows_of`, kept while the index does not change), so the
+        step after the acknowledgement finds them there. It changes no
+        answer, and gives way when another thread holds the index. The
+        caller waits for it (or cancels it) before its write returns.
+        """
+        worker = self.__dict__.get("_related_worker")
+        if worker is None:
+            worker = self.__dict__.setdefault("_related_worker", _Worker())
+        return worker.submit(self._look_ahead_now, text, scope)
+
+    def _look_ahead_now(self, text: str, scope: str | None) -> None:
+        recent = self._recent()
+        if not self._mutex.acquire(blocking=False):
+            return
+        try:
+            words = recent.terms_of(text)
+            db = self.connection()
+            terms = [t for t in words if t not in recent.common]
+            top, rows = recent.rows_of(db, terms, limits.SEQ_MAX)
+            if recent.rows_top == top:
+                rare, found = self._from_index(db, recent, terms, rows, scope)
+                # The texts of those the step is likeliest to name: the most shared, the newest.
+                likely = [f for _, _, f in sorted(found, key=lambda x: (-x[0], -x[1]))[:RELATED_MAX]]
+                recent.ahead = ((tuple(words), scope, top), rare, found, self._texts(likely))
+        except (sqlite3.Error, OSError):
+            pass  # the step after the acknowledgement looks them up itself
+        finally:
+            self._mutex.release()
+
+    def _recent(self) -> _Recent:
+        recent = self.__dict__.get("_related_recent")
+        if recent is None:
+            recent = self.__dict__.setdefault("_related_recent", _Recent())
+        return recent
 
     def _backlog(self, db: Any, stop: int | None) -> int:
         """Bytes of the log before ``stop`` (its end when None) the index has not read yet."""
@@ -879,17 +934,22 @@ def _hits_sql(n: int) -> str:
     return f"SELECT (SELECT max(seq) FROM records){each}"
 
 
-# The second: of the rows sharing two rare terms or more (a list of seqs in
-# the IN), those visible in the scope (the parameter), each with its place in
-# the log (to read its text) and FTS5's count of its words (``fts_docsize``).
+def _hits(db: sqlite3.Connection, terms: list[str], seq: int) -> tuple[Any, ...]:
+    """`_hits_sql`'s row: the index's highest seq, then each term's rows before ``seq`` as a tuple of seqs."""
+    row = db.execute(_hits_sql(len(terms)), [x for t in terms for x in (t, seq)]).fetchone()
+    return (row[0], *(tuple(map(int, r.split(","))) if r else () for r in row[1:]))
+
+
+# The second: of the rows sharing two rare terms or more (their seqs as a
+# JSON list, the first parameter: one statement text, prepared once), those
+# visible in the scope (the second), each with its place in the log (to read
+# its text) and FTS5's count of its words (``fts_docsize``).
 _CANDIDATES_SQL = (
     "SELECT m.seq, m.ts, m.offset, m.length, m.hash, d.sz FROM records AS m LEFT JOIN fts_docsize AS d ON d.id = m.seq"
-    " WHERE m.seq IN ({}) AND m.scope IS ? AND NOT (m.superseded OR m.retracted OR m.redacted)"
-    " AND ifnull(m.kind, '') NOT IN ({})"
+    " WHERE m.seq IN (SELECT value FROM json_each(?)) AND m.scope IS ?"
+    " AND NOT (m.superseded OR m.retracted OR m.redacted)"
+    f" AND ifnull(m.kind, '') NOT IN ({', '.join(repr(k) for k in sorted(BOOKKEEPING_KINDS))})"
 )
-
-
-_BOOKKEEPING = ", ".join(f"'{k}'" for k in sorted(BOOKKEEPING_KINDS))
 
 
 def _words_of(sizes: bytes | None) -> int:
@@ -931,7 +991,11 @@ class _Recent:
     """What an index's related steps remember between calls (under the index's lock).
 
     ``common``: the terms found to match `RELATED_TERM_ROWS` rows or more,
-    left out of later statements (at most `RELATED_COMMON_MAX`). ``seen``:
+    left out of later statements (at most `RELATED_COMMON_MAX`). ``rows``:
+    each term's earlier rows in the index as last looked up (`rows_of`),
+    while the index's highest seq stays ``rows_top`` (its rows cannot change
+    below it without a new record above it; at most `RELATED_COMMON_MAX`
+    terms). ``seen``:
     the records the steps saw since the index last caught up, with their
     rare terms, their count of content words and their scope, compared in
     memory with each new one (`compare`) until the index holds them (and
@@ -942,12 +1006,52 @@ class _Recent:
         # Guards ``seen`` against `expect`, which runs without the index's lock.
         self.lock = threading.Lock()
         self.common: set[str] = set()
+        self.rows: dict[str, tuple[int, ...]] = {}
+        self.rows_top: int | None = None
+        self.last: tuple[str | None, list[str]] = (None, [])
+        # What a look-ahead found in the index for the next step (`Search.look_ahead`): its key (the words,
+        # the scope, the index's highest seq), the rare terms, the records on their subject and their texts.
+        self.ahead: tuple[tuple[Any, ...], list[str], list[tuple[int, int, _Found]], dict[int, str | None]] | None = None
         self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
         self.by_term: dict[str, list[int]] = {}
+        # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
+        self.low, self.high = limits.SEQ_MAX, 0
 
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
             self.common.add(term)
+
+    def terms_of(self, text: str) -> list[str]:
+        """The terms the related step looks up for ``text`` (the last text's kept, for `Search.look_ahead`).
+
+        The first words of a long text are enough to say what it is about,
+        and reading no further keeps a 4 MB write as cheap here as a short one.
+        """
+        head = text if len(text) <= RELATED_TEXT_CHARS else text[:RELATED_TEXT_CHARS]
+        if self.last[0] != head:
+            self.last = (head, query.terms(head)[:RELATED_TERMS])
+        return self.last[1]
+
+    def rows_of(self, db: sqlite3.Connection, terms: list[str], seq: int) -> tuple[int, list[tuple[int, ...]]]:
+        """``(the index's highest seq, each term's rows before seq)``: one statement (`_hits_sql`) for the terms not
+        looked up since the index last changed (a second, for every term, when it just did)."""
+        ask = [t for t in terms if t not in self.rows]
+        got = _hits(db, ask, seq)
+        top = got[0] or 0
+        if top != self.rows_top or top >= seq:
+            # The index changed since the rows were looked up (or holds this
+            # record already, so that rows before seq are not all it holds).
+            self.rows = {}
+            self.rows_top = top if top < seq else None
+            if len(ask) < len(terms):
+                ask, got = terms, _hits(db, terms, seq)
+                top = got[0] or 0
+        found = dict(zip(ask, got[1:], strict=True))
+        if self.rows_top is not None and top == self.rows_top:
+            if len(self.rows) + len(found) > RELATED_COMMON_MAX:
+                self.rows = {}
+            self.rows.update(found)
+        return top, [found[t] if t in found else self.rows[t] for t in terms]
 
     def expect(self, seq: int, scope: str | None) -> None:
         """Count record ``seq`` as seen before its step has run (without the index's lock: one dict operation).
@@ -961,6 +1065,7 @@ class _Recent:
         """
         with self.lock:
             self.seen.setdefault(seq, (frozenset(), 0, None, scope))
+            self.low, self.high = min(self.low, seq), max(self.high, seq)
 
     def covers(self, top: int, seq: int, concurrent: bool = False) -> bool:
         """Whether every record after the index's highest (``top``) and before ``seq`` is one seen here.
@@ -970,14 +1075,17 @@ class _Recent:
         """
         with self.lock:
             seen = self.seen
-            if seen and min(seen) <= top:
+            if seen and self.low <= top:
                 self.seen = seen = {s: v for s, v in seen.items() if s > top}
                 self.by_term = {}
                 for s, (terms, _, _, _) in seen.items():
                     for t in terms:
                         self.by_term.setdefault(t, []).append(s)
+                self.low, self.high = min(seen, default=limits.SEQ_MAX), max(seen, default=0)
             if len(seen) >= RELATED_RECENT_MAX:
                 return False
+            if top < self.low and self.high <= seq and len(seen) - (seq in seen) == seq - 1 - top:
+                return True  # every seq between them seen (the one write of a process, in order)
             missing = next((s for s in range(top + 1, seq) if s not in seen), None)
             # With other writes of this process under way, a recent record
             # neither seen nor expected is likely one whose step has not
@@ -990,6 +1098,10 @@ class _Recent:
         with self.lock:
             self.seen = {}
             self.by_term = {}
+            self.low, self.high = limits.SEQ_MAX, 0
+            self.rows = {}
+            self.rows_top = None
+            self.ahead = None
 
     def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
         """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""
@@ -1012,8 +1124,47 @@ class _Recent:
                 self.seen.pop(seq, None)
                 return
             self.seen[seq] = (frozenset(rare), words, found, scope)
+            self.low, self.high = min(self.low, seq), max(self.high, seq)
             for t in rare:
                 self.by_term.setdefault(t, []).append(seq)
+
+
+class _Worker:
+    """One thread that runs the jobs given it in turn, and ends after `WORKER_IDLE_S` without one.
+
+    Not a lasting pool: a process with more than one thread makes its
+    verify and rebuild workers by spawn rather than fork (``core.pool``).
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Future[None], Callable[..., None], tuple[Any, ...]]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[..., None], *args: Any) -> Future[None]:
+        done: Future[None] = Future()
+        with self.lock:
+            self.jobs.put((done, job, args))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="retained-related", daemon=True)
+                self.thread.start()
+        return done
+
+    def _run(self) -> None:
+        while True:
+            try:
+                done, job, args = self.jobs.get(timeout=WORKER_IDLE_S)
+            except queue.Empty:
+                with self.lock:
+                    if self.jobs.empty():
+                        self.thread = None
+                        return
+                continue
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(job(*args))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller, which waits for it
+                    done.set_exception(exc)
 
 
 def check_search_args(text: Any, k: Any, max_tokens: Any, context: Any = 0) -> None:

@@ -95,13 +95,13 @@ def _verify_locked(
     # FTS5's integrity check reads the whole full-text index (a large share
     # of verify's time) and needs nothing from the lines: it runs on its
     # own connection (sqlite3 lets go of the GIL while a statement runs)
-    # while they are compared, instead of after them. Started once the
-    # first line is in: by then the chain walk has forked its worker
-    # processes, which it does only while this process runs one thread.
-    first = next(source, None)
+    # while they are compared, instead of after them. Started now: the
+    # chain walk has already started its worker processes (pool.map_ranges
+    # starts them before it returns), which it does only while this
+    # process runs one thread.
     integrity.start()
     try:
-        for item in itertools.chain(() if first is None else (first,), source):
+        for item in source:
             if type(item) is Run:
                 # Lines are compared in file order: a seq claimed twice is
                 # judged on the line that claims it first.
@@ -239,12 +239,13 @@ def _claims(batch: list[tuple[int, bytes]]) -> list[tuple[int, str, int, int]]:
 
 
 # One aggregate row per chunk of a run: the rows the index holds for its
-# seqs, in seq order, as text. ``seq`` is in it so that the comparison does
-# not rest on the order SQLite concatenates in: a chunk matches only if the
-# i-th row concatenated is seq lo + i.
+# seqs, in seq order, as text. ``seq`` is the table's primary key, so a
+# count of hi - lo + 1 rows between lo and hi is every seq once, and the
+# concatenations follow the subquery's seq order: the i-th value of each
+# is seq lo + i's.
 _RUN_ROWS_SQL = (
-    "SELECT count(*), group_concat(seq), group_concat(offset), group_concat(length), group_concat(hash, '') "
-    "FROM (SELECT seq, offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq)"
+    "SELECT count(*), group_concat(offset), group_concat(length), group_concat(hash, '') "
+    "FROM (SELECT offset, length, hash FROM records WHERE seq BETWEEN ? AND ? ORDER BY seq)"
 )
 
 
@@ -266,10 +267,9 @@ def _verify_run(log: Log, db: sqlite3.Connection, run: Run, matched: _Matched) -
         got = db.execute(_RUN_ROWS_SQL, (lo, hi)).fetchone()
         if (
             got[0] == len(part)
-            and got[4] == hashes[64 * k : 64 * (k + len(part))]
-            and got[3] == ",".join(map(str, part))
-            and got[2] == ",".join(map(str, offsets))
-            and got[1] == ",".join(map(str, range(lo, hi + 1)))
+            and got[3] == hashes[64 * k : 64 * (k + len(part))]
+            and got[2] == ",".join(map(str, part))
+            and got[1] == ",".join(map(str, offsets))
         ):
             matched.add_range(lo, hi)
         else:

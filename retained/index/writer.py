@@ -161,7 +161,7 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
     links: list[tuple[int, int, int, str]] = []
     first_seq = last_seq = max_seq = 0
     ascending = True
-    last = None
+    last_place = None
     offset = start
     for raw in parts:
         length = len(raw) + 1
@@ -178,10 +178,11 @@ def _index_range(path: str, start: int, stop: int) -> _Range:
             if not first_seq:
                 first_seq = seq  # type: ignore[assignment]
             last_seq = seq  # type: ignore[assignment]
-            last = _Place(offset, length, seq, h)  # type: ignore[arg-type]
+            last_place = (offset, length, seq, h)
         offset += length
     if not rows:
         return _Range(b"", 0, 0, 0, True, offset, None, False)
+    last = None if last_place is None else _Place(*last_place)  # type: ignore[arg-type]
     blob: Any = (rows, links)
     if _SERIALIZE:
         db = sqlite3.connect(":memory:", isolation_level=None)

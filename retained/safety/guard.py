@@ -1,34 +1,19 @@
-"""The write guard: credentials and ``<private>`` spans, checked before anything is written.
+"""The write guard: credentials and ``<private>`` spans, checked before anything is written (docs/secrets.md).
 
 Pure: no I/O, no environment, no printing. The store builds one :class:`Guard`
 from its settings and calls :meth:`Guard.apply` on the caller-set part of a
-record (``text``, ``body``, ``scope``, ... and every caller field) before the
-record is encoded. What it does, in this order, on every string anywhere in
-the fields (dict values, list items and dict keys):
-
-1. Private spans. Text between ``<private>`` and ``</private>`` (any case,
-   spaces allowed inside the tag, attributes allowed on the opening tag) is
-   removed with its tags, whatever the policy. Spans nest: only the outermost
-   span is counted. An opening tag with no closing tag removes everything to
-   the end of that string, so a forgotten close never leaks; a closing tag
-   with no opening tag is left as it is (nothing before it can be told apart
-   from ordinary text).
-2. Credentials, on what is left, found by credentials.find_secrets (provider
-   formats, JWTs, PEM keys, passwords in URLs, values assigned to
-   secret-looking names, long random-looking tokens; and the same in
-   disguise: format characters, compatibility forms, broken PEM armour,
-   keys split by whitespace), plus a value stored
-   under a secret-named dict key (``{"token": "..."}``). Policy ``refuse``
-   raises :class:`~retained.errors.SecretDetected`; ``redact`` replaces each
-   secret with ``[secret:<kind>]``; ``off`` only removes private spans.
-
-Field paths in findings and errors: ``text``, ``body``, ``scope`` ... for the
-API fields, ``fields.<key>.<key>[i]`` for the caller's own; a dict key that
-is itself a secret appears in a path in its redacted form. ``client_op_id``
-is passed through unscanned: an idempotency key is random by design.
-
-:meth:`Guard.untouched` answers, from a record's JSON and exactly, that most
-ordinary records hold nothing to act on, so they skip the full scan.
+record (``text``, ``body``, ``scope``, ... and every caller field: dict
+values, list items and dict keys) before the record is encoded. First the
+private spans go, whatever the policy (any case, nested, an unclosed one to
+the end of its string); then what is left is scanned by
+``credentials.find_secrets``, plus a value under a secret-named dict key:
+policy ``refuse`` raises :class:`~retained.errors.SecretDetected`, ``redact``
+puts ``[secret:<kind>]`` in each secret's place, ``off`` only removes spans.
+Findings name field paths (``text``, ``fields.<key>.<key>[i]``; a key that
+is a secret in its redacted form), never a value; ``client_op_id`` is not
+scanned. :meth:`Guard.untouched` answers
+exactly, from the record's JSON, that most ordinary records hold nothing to
+act on, so they skip the full scan.
 
 >>> g = Guard(policy="redact")
 >>> r = g.apply({"text": "deploy key AKIA" + "ABCDEFGHIJ234567 <private>my pin</private>ok"})

@@ -1,37 +1,17 @@
-"""Erasure and quarantine: the two flows that rewrite the log, deliberately and provably.
+"""Erasure and quarantine: the two flows that rewrite the log, deliberately and provably (docs/erasure.md).
 
-Quarantine (``quarantine``) moves one damaged line that claims no place in
-the chain (e.g. a line appended by hand that is not JSON) out of the log, so
-that verify can pass again without anything being deleted on suspicion: its
-bytes are copied first to ``log.jsonl.quarantine-<offset>`` (fsynced, with
-its directory entry), then a ``quarantine`` record names the file, the
-line's offset, length and digest (the normal append path), then the log is
-rewritten without the line as below. A line that claims a seq is part of
-the chain's evidence and is refused. Crash cases: killed after the copy, a
-rerun makes another copy; killed after the record, a rerun finds it and
-only rewrites; killed after the rename, the line is gone from the log and
-kept in its file.
-
-``redact(log, seq, reason)`` under the store lock:
-
-1. append a ``redaction`` record naming the target and the reason (the
-   normal append path: fsync and read-back);
-2. write a new log beside the old one (``log.jsonl.redact-tmp``, 0600): every
-   byte copied except the target line, which becomes its redacted form
-   (``v``, ``seq``, ``prev``, ``hash``, ``cd``, ``redacted: true``);
-   (before that, the erased values are scrubbed from quarantined torn
-   tails: after the rename they could no longer be known);
-3. fsync it, check it, ``os.replace`` it over the log, fsync the directory.
-
-The chain hash covers ``cd``, not the content, so every later hash stays
-valid and verify still passes end to end.
-
-Crash cases: killed before step 1 completes, nothing changed; killed after
-step 1, before the rename, the old log stands with a redaction record whose
-target is not yet redacted (verify reports it as pending; running the same
-redact again finishes it, without a second redaction record); killed after
-the rename, the new log stands. ``os.replace`` is atomic, so a reader sees
-either the old file or the new one, never a mix.
+``redact(log, seq, reason)``, under the store lock: append a ``redaction``
+record (the normal append path), scrub the erased values from quarantined
+torn tails, write the log anew beside the old one (``log.jsonl.redact-tmp``,
+0600) with the target in its redacted form (``v``, ``seq``, ``prev``,
+``hash``, ``cd``, ``redacted``), fsync and check it, ``os.replace`` it over
+the log, fsync the directory. The chain hash covers ``cd``, so verify still
+passes; a crash leaves the old log (the redaction pending: the same redact
+finishes it, with no second record) or the new one, never a mix.
+``quarantine`` moves one damaged line that claims no seq out of the log
+(docs/format.md): its bytes copied to ``log.jsonl.quarantine-<offset>``,
+then a ``quarantine`` record, then the same rewrite; a rerun after a crash
+copies again, or finds the record and only rewrites.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""Erasure across machines: a redaction published replaces the segment that held the erased record, and mirrors follow.
+"""Erasure across machines: a redaction published replaces the segment that held the erased record, and mirrors follow (docs/sync.md).
 
-A local ``retained redact SEQ`` rewrites that line in place as its redacted
-form (same seq, prev and hash; the content gone) and appends a
-``redaction`` record naming it. When that record is published, the
-segment that holds SEQ on the remote still has the content: the publish
-replaces it, by compare-and-swap on its ETag, with the same bytes except
-that line, now redacted (the key, the seq range and every hash stay).
-
-A pull that finds a pulled segment's ETag changed accepts the new bytes
-only when they differ from what it verified by lines that became redacted
-(same seq and hash) and the store's log holds a redaction record for each;
-then the mirror's log is rewritten the same way and its index scrubbed (it
-held the erased words; rebuilt from the log, its free pages zeroed, as
-``retained redact`` scrubs the store's own). Anything else is a
-``segment_rewritten`` finding and the mirror keeps what it verified.
-
-A bucket with object versioning keeps the old version of a replaced
-segment until a lifecycle rule or a person deletes it: docs/sync.md says
-how.
+Publishing a ``redaction`` record replaces the remote segment that holds its
+target, by compare-and-swap on its ETag, with the same bytes but that line in
+its redacted form (same key, seq range and hashes). A pull accepts a changed
+segment only when it differs from what it verified by lines that became
+redacted and the store's log holds a redaction record for each; the mirror's
+log is then rewritten the same way and its index scrubbed. Anything else is a
+``segment_rewritten`` finding, and the mirror keeps what it verified.
 """
 
 from __future__ import annotations

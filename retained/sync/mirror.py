@@ -1,23 +1,14 @@
-"""Pull: other stores' new segments come down into mirrors beside this store, verified before they are used.
+"""Pull: other stores' new segments come down into mirrors beside this store, verified before they are used (docs/sync.md).
 
-A mirror (``mirrors/<store id>/``) holds another store's log as published,
-byte for byte (``log.jsonl``), the index derived from it, and what was
-pulled (``mirror.json``: the head, the machine, each segment's ETag).
-Nothing in it is ever written into this store's log.
-
-New segments are chosen by following the published head: from the
-mirror's last seq, the segment that starts next and ends at or before the
-head, until the head. They are appended to a copy of the mirror's log and
-the copy is checked by the same chain walk as ``verify``
-(``chain.verify_file``), and must end at the head's seq and hash; only then
-does the copy replace the mirror's log. A pull that does not verify is
-reported with its segments and left out whole: the mirror stays as it was.
-
-Findings (never overwritten, on either side): a head that moved backwards
-(``head_moved_back``), another hash at the seq the mirror holds
-(``fork``), two segments starting at one seq (``fork``), a pulled segment
-whose ETag changed or that vanished (``segment_rewritten``), a gap
-(``segment_missing``), a copy that does not verify (``segment_unverified``).
+A mirror (``mirrors/<store id>/``) holds another store's published log byte
+for byte, the index derived from it, and ``mirror.json`` (the head, the
+machine, each segment's ETag); nothing in it is ever written into this
+store's log. New segments, followed from the mirror's last seq to the
+published head, are appended to a copy of the mirror's log, which must pass
+``chain.verify_file`` and end at the head before it replaces the log; a pull
+that does not is reported and left out whole. Findings, never overwritten:
+``head_moved_back``, ``fork``, ``segment_rewritten``, ``segment_missing``,
+``segment_unverified``.
 """
 
 from __future__ import annotations

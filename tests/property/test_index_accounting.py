@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retained import Store
-from retained.index.schema import ProjectScope
 
 WORDS = ["alpha", "beta", "gamma", "delta", "the", "is", "東京", "café"]
 _text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
@@ -25,7 +24,7 @@ _records = st.lists(
             st.one_of(_text, st.text(max_size=12)),
             st.integers(0, 30),
             st.one_of(st.none(), st.integers(0, 60)),
-            st.sampled_from([None, "a", "b", "c", ProjectScope("a"), ProjectScope("c")]),
+            st.sampled_from([(None, False), ("a", False), ("b", False), ("c", False), ("a", True), ("c", True)]),
             st.booleans(),
             st.booleans(),
         ),
@@ -48,8 +47,8 @@ def test_accounting_identity_holds(records, queries, retract):
         targets = sorted({r for r in retract if r <= len(records)})
         if targets:
             s.forget(targets, "test")
-        for text, k, budget, scope, inc_sup, inc_ret in queries:
-            reply = s.search(text, k=k, max_tokens=budget, scope=scope,
+        for text, k, budget, (scope, and_unscoped), inc_sup, inc_ret in queries:
+            reply = s.search(text, k=k, max_tokens=budget, scope=scope, and_unscoped=and_unscoped,
                              include_superseded=inc_sup, include_retracted=inc_ret)
             left = reply["left_out"]
             assert reply["returned"] + sum(left.values()) == reply["total_matches"]
@@ -59,7 +58,7 @@ def test_accounting_identity_holds(records, queries, retract):
                 assert reply["tokens"] <= budget
             for r in reply["results"]:
                 found = r["record"].get("scope")
-                assert scope is None or found == scope or (found is None and isinstance(scope, ProjectScope))
+                assert scope is None or found == scope or (found is None and and_unscoped)
                 if not inc_sup:
                     assert "superseded_by" not in r
                 if not inc_ret:

@@ -581,3 +581,20 @@ def test_workers_start_only_when_asked_for_and_the_zero_worker_case_runs_here(tm
         assert pool.plan_ranges(f, 4, 1, 1, parallel_min_bytes=0)[1] == 0
         with pytest.raises(ValueError, match="workers"):
             pool.plan_ranges(f, 4, -1, 1)
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
+def test_workers_start_before_the_first_result_is_asked_for_and_closing_at_once_ends_them(tmp_path):
+    """map_ranges starts its workers before it returns (the caller works meanwhile); closed unread, it ends them."""
+    import os
+
+    path = tmp_path / "data"
+    path.write_bytes(b"abcd")
+    results = pool.map_ranges(_pids, str(path), [0, 1, 2, 3, 4], 2, multiprocessing.get_context("fork"))
+    started = [p for p in multiprocessing.active_children() if p.name.startswith("retained-ranges-")]
+    assert len(started) == 2
+    results.close()
+    assert not multiprocessing.active_children()
+    # Read whole: every range, each from a worker.
+    got = list(pool.map_ranges(_pids, str(path), [0, 1, 2, 3, 4], 2, multiprocessing.get_context("fork")))
+    assert len(got) == 4 and len(set(got)) == 2 and os.getpid() not in got

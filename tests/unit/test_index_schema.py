@@ -193,9 +193,10 @@ def test_newest_and_count_listed_agree_on_every_filter(store_dir: Path) -> None:
         ({"below": 4, "scope": "a", "current": True}, [3]),
     ]
     for filters, seqs in cases:
-        assert [r[0] for r in index_schema.newest(db, 100, **filters)] == seqs, filters
-        assert index_schema.count_listed(db, **filters) == len(seqs), filters
-        assert [r[0] for r in index_schema.newest(db, 2, **filters)] == seqs[:2], filters
+        listed = index_schema.Filter(**filters)
+        assert [r[0] for r in index_schema.newest(db, 100, listed)] == seqs, filters
+        assert index_schema.count_listed(db, listed) == len(seqs), filters
+        assert [r[0] for r in index_schema.newest(db, 2, listed)] == seqs[:2], filters
     assert index_schema.links_of(db, [1, 2, 3]) == {1: {"superseded_by": [4]}, 2: {"retracted_by": [5]}}
     assert index_schema.count_below(db, 6) == (5, 1)  # the retraction is not listed
     assert index_schema.count_below(db, 7, "a") == (4, 0)
@@ -243,16 +244,20 @@ def test_a_project_scope_admits_its_records_and_those_with_no_scope_in_every_que
         s.write(f"note {i}", scope=("a", None, "b")[i % 3 - 1])
     s.search("note")  # catch the index up
     db = s.index.connection()
-    project = index_schema.ProjectScope("a")
+    project = index_schema.Filter(scope="a", and_unscoped=True)
     wanted = [seq for seq in range(12, 0, -1) if seq % 3 in (1, 2)]  # scope a (1, 4, ...) and none (2, 5, ...)
-    assert [r[0] for r in index_schema.newest(db, 100, scope=project)] == wanted
-    assert [r[0] for r in index_schema.newest(db, 3, scope=project)] == wanted[:3]
-    assert index_schema.count_listed(db, scope=project) == len(wanted)
-    assert index_schema.count_below(db, 13, project) == (len(wanted), 0)
-    assert index_schema.count_below(db, 6, project) == (4, 0)
-    page = index_schema.Filter(scope=project, above=4)  # the page after seq 4: the nearest above it, newest first
-    assert [r[0] for r in index_schema.newest(db, 3, listed=page)] == [8, 7, 5]
-    assert [r[0] for r in index_schema.newest(db, 100, scope="a")] == [10, 7, 4, 1]  # a plain scope: only its own
+    assert [r[0] for r in index_schema.newest(db, 100, project)] == wanted
+    assert [r[0] for r in index_schema.newest(db, 3, project)] == wanted[:3]
+    assert index_schema.count_listed(db, project) == len(wanted)
+    assert index_schema.count_below(db, 13, "a", and_unscoped=True) == (len(wanted), 0)
+    assert index_schema.count_below(db, 6, "a", and_unscoped=True) == (4, 0)
+    page = index_schema.Filter(scope="a", and_unscoped=True, above=4)  # the page after seq 4: nearest above it, newest first
+    assert [r[0] for r in index_schema.newest(db, 3, page)] == [8, 7, 5]
+    assert [r[0] for r in index_schema.newest(db, 100, index_schema.Filter(scope="a"))] == [10, 7, 4, 1]  # only its own
+    assert index_schema.Filter(and_unscoped=True).halves()[0].where() == ("redacted = 0", [])  # no scope: every scope
     records = {r["seq"]: r["record"] for r in s.get(list(range(1, 13)))}
-    assert [q for q in range(12, 0, -1) if index_schema.Filter(scope=project).admits(q, records[q])] == wanted
+    assert [q for q in range(12, 0, -1) if project.admits(q, records[q])] == wanted
+    for and_unscoped, found in ((True, wanted), (False, [10, 7, 4, 1])):  # the search path takes the same flag
+        reply = s.search("note", k=20, scope="a", and_unscoped=and_unscoped)
+        assert sorted((r["seq"] for r in reply["results"]), reverse=True) == found
     s.close()

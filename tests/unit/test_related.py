@@ -121,6 +121,32 @@ def test_a_record_another_writer_added_is_seen(tmp_path):
         assert related_seqs(a.write(CORRECTION, related=True)) == [fact]
 
 
+def test_the_rows_looked_up_ahead_are_looked_up_again_once_another_writer_added_a_record(tmp_path):
+    """A lone write's terms are looked up beside its fsync (`Search.look_ahead`), and kept while the index does
+    not change: a record on the same subject that another writer added in between is still named."""
+    with Store(tmp_path / "s") as a, Store(tmp_path / "s") as b:
+        fact = a.write(FACT, related=True)["seq"]
+        a.write("Lunch is at noon on Fridays.", related=True)
+        a.index.searcher.look_ahead(CORRECTION).result()  # the terms' rows as the index holds them now
+        other = b.write("The API timeout on staging is 60 seconds too.")["seq"]
+        assert set(related_seqs(a.write(CORRECTION, related=True))) == {fact, other}
+
+
+def test_the_look_ahead_thread_ends_when_no_write_comes(tmp_path, monkeypatch):
+    """No lasting thread: a process left with one thread forks its verify and rebuild workers (``core.pool``)."""
+    from retained.index import search
+
+    monkeypatch.setattr(search, "WORKER_IDLE_S", 0.0)
+    with Store(tmp_path / "s") as store:
+        store.write(FACT, related=True)
+        store.write(CORRECTION, related=True)  # the step ran before: this write looked its terms up ahead
+        worker = store.index.searcher.__dict__["_related_worker"]
+        thread = worker.thread
+        if thread is not None:
+            thread.join(timeout=60)
+        assert worker.thread is None
+
+
 def test_another_writers_long_record_is_not_indexed_on_the_writes_path_but_by_the_next_read(tmp_path):
     """The catch-up the step would need is bounded too: past RELATED_CATCH_UP_BYTES it is left to the next read."""
     from retained.index.search import RELATED_CATCH_UP_BYTES

@@ -203,6 +203,15 @@ def proof(proof: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def related_to_writes(found: Mapping[str, Any]) -> list[str]:
+    """The lines a read adds for the related steps its session's writes left for it (``Store.related_to_writes``)."""
+    lines = [f"note: {w['notice']}" for w in found.get("writes") or ()]
+    if found.get("not_checked"):
+        lines.append(f"note: {found['not_checked']} earlier write(s) of this session were not checked for records they "
+                     "may correct (only the last ones since a read are); memory_search their subject to see")
+    return lines
+
+
 def _within(entries: Sequence[Mapping[str, Any]], query: str | None, max_tokens: int | None, rest: str | None) -> list[Any]:
     """Each entry's text as a reply's budget leaves it (``documents.shown``), for the text form an agent reads."""
     # Deferred: documents imports the storage core (orjson), which the brief's reader never needs.

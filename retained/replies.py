@@ -41,6 +41,14 @@ class WriteProof(Placed):
     related: NotRequired[list[dict[str, Any]]]
 
 
+class WrittenRelated(TypedDict):
+    """What a read says of the related steps its session's writes left for it (``Store.related_to_writes``)."""
+
+    writes: list[dict[str, Any]]  # {"seq", "related": [{"seq", "ts", "text"}], "notice"} for each write that has some
+    checked: int  # the writes whose step ran now
+    not_checked: int  # the oldest dropped: more than writes.RELATED_LATER_MAX writes since the session's last read
+
+
 class Links(TypedDict, total=False):
     """The later records naming one: those that supersede, retract or redact it, oldest first."""
 

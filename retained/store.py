@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from retained.index.access import IndexAccess
     from retained.index.hybrid import Hybrid
     from retained.index.writer import Index
-    from retained.replies import Entry, Found, Listing, Report, Timeline, WriteProof
+    from retained.replies import Entry, Found, Listing, Report, Timeline, WriteProof, WrittenRelated
 
 DEFAULT_CLIENT = {"name": "retained", "version": __version__}
 
@@ -62,8 +62,7 @@ class Store:
         # group_commit: threads sharing this Store share fsyncs (see Log.append).
         self.log = Log(self.directory, record_bytes_max=record_bytes_max, lock_wait_s=lock_wait_s, group_commit=group_commit)
         self._access: IndexAccess | None = None  # the derived index and its fallbacks, opened on first use
-        # Threads may share a Store (the MCP server's handlers do): the parts
-        # opened on first use are opened once, under this lock.
+        # Threads may share a Store (the MCP server's handlers do): what opens on first use opens once, under this lock.
         self._opening = threading.Lock()
         self._related = writes.Related()  # the related step of writes (Store.write)
 
@@ -83,13 +82,8 @@ class Store:
         self.close()
 
     def warm(self) -> None:
-        """Load now what the first write and search would load on their way; no file is touched.
-
-        The write guard (its credential patterns compiled), the OS lock's
-        library and the index's modules with the query parser. A long-running
-        server calls this on a thread once it listens, so that its first
-        calls (many clients connecting at once) do not queue behind it.
-        """
+        """Load now what the first write and search would load (the guard's patterns, the lock's library, the index's
+        modules); no file is touched. A server calls it once it listens, so its first calls do not queue behind it."""
         self.guard  # noqa: B018 -- the property builds the guard
         from retained.safety.credentials import compile_rules
 
@@ -144,14 +138,15 @@ class Store:
     def write(
         self, text: str, *, kind: str = "note", scope: str | None = None, source: str | None = None, body: Any = None,
         fields: dict[str, Any] | None = None, supersedes: list[int] | None = None, client_op_id: str | None = None,
-        client: dict[str, Any] | None = None, related: bool = False,
+        client: dict[str, Any] | None = None, related: bool = False, later: Any = None,
     ) -> WriteProof:
         """Append a note (or any caller kind) and return its proof once durable.
 
         With ``related``, after the acknowledgement the proof also names up to
         3 earlier records of the same scope that look like the same subject
         (``related`` and a notice; see ``Index.related``): records this one
-        may correct. The MCP server and the CLI ask for it.
+        may correct. The CLI asks for it; the MCP server passes ``later`` too
+        (its session), and the step runs at ``related_to_writes(later)``.
         """
         if not isinstance(text, str):
             raise InvalidRecord(f"field text: must be a string, got {type(text).__name__}; nothing was written", path="text")
@@ -164,7 +159,11 @@ class Store:
         content = record.make_content(text=text, kind=kind, body=body, scope=scope, source=source, supersedes=supersedes,
                                       client_op_id=client_op_id, fields=fields)
         return self._related.write(lambda: self.append([self.prepare(content)], client=client)[0],
-                                   lambda: self.index, text, scope, bool(supersedes), kept, related)
+                                   lambda: self.index, text, scope, bool(supersedes), kept, related, later)
+
+    def related_to_writes(self, key: Any) -> WrittenRelated | None:
+        """The related steps ``key``'s writes left (``write(related=True, later=key)``), run now (``Related.written``)."""
+        return self._related.written(lambda: self.index, key)
 
     def write_batch(self, items: list[dict[str, Any]], *, client: dict[str, Any] | None = None) -> list[WriteProof]:
         """Append many records with one lock and one fsync; proofs in order.

@@ -3,13 +3,14 @@
 Before: the write guard's pass, the size limit first (`guarded`), the seqs
 named (`seq_list`, `require`), a correction's scope (`scope_of`), a batch's
 items, a checkpoint's and a retraction's content. After: the guard's notes
-and the routine anchor (`AfterAppend`), the related records (`Related`).
+and the routine anchor (`AfterAppend`), the related records (`Related`, now or at the next read).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -23,9 +24,13 @@ if TYPE_CHECKING:
 
     from retained.audit import Parts
     from retained.index.writer import Index
-    from retained.replies import Entry, Notes, WriteProof
+    from retained.replies import Entry, Notes, WriteProof, WrittenRelated
 
 _NO_NOTES: Notes = {}
+# The related steps one key (an MCP session) may leave for its next read; past this, the oldest are dropped
+# and the read says how many: a read runs each that is left (about a millisecond each at 10k records).
+RELATED_LATER_MAX = 32
+RELATED_LATER_KEYS = 256  # sessions whose steps are kept; past this, the longest unused one's are dropped
 _BATCH_ARGS = frozenset({"text", "kind", "scope", "source", "body", "fields", "supersedes", "client_op_id"})
 
 
@@ -168,29 +173,43 @@ def scope_of(targets: list[Entry]) -> tuple[str | None, str]:
 
 
 class Related:
-    """A Store's writes and their ``related`` step: counts the steps under way, since they may run in any order."""
+    """A Store's writes and their ``related`` step: counts the steps under way, since they may run in any order.
+
+    A write may leave its step for later (``later``: a key, such as the MCP
+    session that wrote): the step is kept, at most `RELATED_LATER_MAX` per
+    key, and runs when the key's next read asks for it (`written`). The MCP
+    server's writes do so: the step then costs a write nothing (issue 31),
+    and the read that follows says what the writes may correct.
+    """
 
     def __init__(self) -> None:
         self.running = 0
         self._counting = threading.Lock()
         # After the first step (the index open), a lone write's terms are looked up beside its fsync.
         self.warm = False
+        # The steps left for later, by key, the least recently used first (at most RELATED_LATER_KEYS keys).
+        self._later: OrderedDict[Any, _Later] = OrderedDict()
 
     def write(self, append: Callable[[], WriteProof], index: Callable[[], Index], text: str, scope: str | None,
-              links: bool, kept: str | None, related: bool) -> WriteProof:
-        """``append()``'s proof with ``kept`` (``scope_of``'s notice) and, if ``related``, the related records (``hint``)."""
+              links: bool, kept: str | None, related: bool, later: Any = None) -> WriteProof:
+        """``append()``'s proof with ``kept`` (``scope_of``'s notice) and, if ``related``, the related records (``hint``);
+        with ``later`` too, the step is kept for ``later``'s next `written` instead."""
+        now = related and later is None
         ahead = None
-        if related:
+        if now:
             with self._counting:
                 self.running += 1
                 alone = self.running == 1
         try:
-            if related and alone and self.warm:
+            if now and alone and self.warm:
                 ahead = look_ahead(index, text, scope)
             proof = append()
             if kept:
                 proof["notices"] = [*proof.get("notices", ()), kept]
             if related and not proof.get("duplicate"):
+                if not now:
+                    self._keep(later, (proof["seq"], proof["offset"], proof["ts"], text, scope, links))
+                    return proof
                 found = hint(index, proof, text, scope, links, self.running > 1)
                 self.warm = True
                 if kept and found.get("notices"):
@@ -201,9 +220,51 @@ class Related:
             # The look-ahead ends with the write: never left to run on a store closed after it.
             if ahead is not None and not ahead.cancel():
                 ahead.result()
-            if related:
+            if now:
                 with self._counting:
                     self.running -= 1
+
+    def _keep(self, key: Any, step: tuple[int, int, str, str, str | None, bool]) -> None:
+        with self._counting:
+            kept = self._later.pop(key, None) or _Later()
+            self._later[key] = kept  # the most recently used
+            if len(self._later) > RELATED_LATER_KEYS:
+                self._later.popitem(last=False)
+            kept.steps.append(step)
+            if len(kept.steps) > RELATED_LATER_MAX:
+                del kept.steps[0]
+                kept.dropped += 1
+
+    def written(self, index: Callable[[], Index], key: Any) -> WrittenRelated | None:
+        """The steps ``key``'s writes left for later, run now, oldest first: each write that looks like it may correct
+        earlier records, and how many steps were dropped (over `RELATED_LATER_MAX`); None when none was left."""
+        with self._counting:
+            kept = self._later.pop(key, None)
+            if kept is None:
+                return None
+            self.running += 1
+        try:
+            writes: list[dict[str, Any]] = []
+            for seq, offset, ts, text, scope, links in kept.steps:
+                found = hint(index, {"seq": seq, "offset": offset, "ts": ts}, text, scope, links, self.running > 1)
+                if found.get("related"):
+                    seqs = ", ".join(str(r["seq"]) for r in found["related"])
+                    writes.append({"seq": seq, "related": found["related"], "notice": (
+                        f"your write {seq}: earlier record(s) {seqs} look like the same subject; if {seq} corrects them, "
+                        f"write the correction with supersedes=[{seqs}, {seq}] (they then leave search)")})
+            self.warm = True
+            return {"writes": writes, "checked": len(kept.steps), "not_checked": kept.dropped}
+        finally:
+            with self._counting:
+                self.running -= 1
+
+
+class _Later:
+    """The related steps one key's writes left for later (``Related.write`` with ``later``), and how many were dropped."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, int, str, str, str | None, bool]] = []
+        self.dropped = 0
 
 
 def look_ahead(index: Callable[[], Index], text: str, scope: str | None) -> Future[None] | None:

@@ -186,6 +186,31 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         except Exception as exc:  # noqa: BLE001 - the edge: every failure becomes a coded tool error
             raise _as_tool_error(tool, exc) from None
 
+    def session_key(ctx: Context) -> str:
+        """Whose writes a read speaks for: the one stdio connection; over HTTP, the session its Mcp-Session-Id names,
+        or, where the protocol has none, the client (its name and version from the handshake) on its host."""
+        request = getattr(ctx.request_context, "request", None)
+        if request is None:
+            return "stdio"
+        session = request.headers.get("mcp-session-id")
+        if session:
+            return f"http session {session}"
+        client = client_stamp(ctx.session.client_params)
+        return f"http {request.client.host if request.client else ''} {client['name']} {client['version']}"
+
+    def with_writes(ctx: Context, reply: Mapping[str, Any], text: str) -> CallToolResult:
+        """A read's reply with what the session's writes may correct (``Store.related_to_writes``), when they left any."""
+        if not ask_related:
+            return result(reply, text)
+        try:
+            found = memory.run(lambda store: store.related_to_writes(session_key(ctx)))
+        except Exception:  # a hint the read adds never fails the read
+            log.exception("the related steps of this session's writes failed; the read is answered without them")
+            return result(reply, text)
+        if found is None:
+            return result(reply, text)
+        return result({**reply, "related_to_writes": found}, "\n".join([text, *render.related_to_writes(found)]))
+
     def proof_result(proof: "WriteProof") -> CallToolResult:
         structured = {"duplicate": False, **proof}
         return result(structured, render.proof(structured))
@@ -258,7 +283,9 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         error nothing was written.
 
         Records are never edited. To correct one, write the new version with
-        supersedes=[old seq]; to withdraw one, use memory_forget. Credentials are
+        supersedes=[old seq]; to withdraw one, use memory_forget. Your next
+        memory_search or memory_get names earlier records a write looks like it
+        may correct (related_to_writes), so you can supersede them. Credentials are
         refused (secret_detected); text inside <private>...</private> is not stored.
         The writer (client, from the connection) and the time (ts) are stamped by the
         server and cannot be set by arguments.
@@ -268,7 +295,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         client = client_stamp(ctx.session.client_params)
         proof = call("memory_write", lambda store: store.write(
             text, kind=kind, scope=scope, source=source, body=body, fields=fields, supersedes=supersedes,
-            client_op_id=client_op_id, client=client, related=ask_related,
+            client_op_id=client_op_id, client=client, related=ask_related, later=session_key(ctx),
         ))
         return proof_result(proof)
 
@@ -294,6 +321,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
                                                                                    client=client)))
 
     def memory_get(
+        ctx: Context,
         ids: Annotated[
             list[Seq] | None,
             Field(min_length=1, max_length=IDS_MAX, description="exact seqs to read; not_found if one does not exist"),
@@ -349,9 +377,10 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         else:
             got = call("memory_get", lambda store: store.list(limit=limit, kind=kind, scope=scope))
         got = _bounded(got, memory.options.get("record_bytes_max") or limits.RECORD_BYTES_MAX)
-        return result(got, render.records(got, whole=True))
+        return with_writes(ctx, got, render.records(got, whole=True))
 
     def memory_search(
+        ctx: Context,
         query: Annotated[str, Field(min_length=1, max_length=2000, description="words to look for, in plain language")],
         k: Annotated[int, Field(ge=1, le=SEARCH_K_MAX, description="how many results at most")] = limits.SEARCH_K_DEFAULT,
         scope: Scope = None,
@@ -384,7 +413,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
         found = call("memory_search", lambda store: store.search(
             query, k=k, scope=scope, max_tokens=max_tokens, include_superseded=include_superseded, context=context,
         ))
-        return result(found, render.search(found, query=query, max_tokens=max_tokens, whole=True))
+        return with_writes(ctx, found, render.search(found, query=query, max_tokens=max_tokens, whole=True))
 
     def memory_verify() -> Annotated[CallToolResult, Report]:
         """Check the store's integrity and return the report.

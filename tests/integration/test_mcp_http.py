@@ -93,6 +93,38 @@ def test_one_process_serves_many_clients_each_stamped_with_its_own_name(http_ser
         assert [r["text"] for r in records if r["client"]["name"] == name] == [f"{name} {i}" for i in range(10)]
 
 
+def test_each_session_reads_what_its_own_writes_may_correct_and_how_many_were_not_checked(http_server):
+    """Issue 31: the related step leaves the write; a session's next read names what its writes may correct."""
+    from retained.writes import RELATED_LATER_MAX
+
+    server = http_server()
+
+    async def go() -> None:
+        with anyio.fail_after(WAIT_S * 2):
+            async with _client(server.url, name="a") as a, _client(server.url, name="b") as b:
+                old = (await a.call_tool("memory_write", {"text": "The API timeout is 30 seconds."})).structured_content
+                told = (await a.call_tool("memory_get", {"limit": 1})).structured_content["related_to_writes"]
+                assert told == {"writes": [], "checked": 1, "not_checked": 0}
+                mine = []
+                for i in range(RELATED_LATER_MAX + 2):
+                    proof = (await b.call_tool("memory_write", {"text": f"We raised the API timeout to {60 + i} seconds."}))
+                    assert "related" not in proof.structured_content
+                    mine.append(proof.structured_content["seq"])
+                # Session a wrote nothing since its read: nothing to say. Session b hears of its last writes.
+                assert "related_to_writes" not in (await a.call_tool("memory_search", {"query": "timeout"})).structured_content
+                read = await b.call_tool("memory_search", {"query": "timeout"})
+                told = read.structured_content["related_to_writes"]
+                assert told["checked"] == RELATED_LATER_MAX and told["not_checked"] == 2
+                named = {w["seq"]: [r["seq"] for r in w["related"]] for w in told["writes"]}
+                assert set(named) <= set(mine[2:]) and named and all(named.values())
+                text = read.content[0].text
+                assert "2 earlier write(s) of this session were not checked" in text
+                assert f"supersedes=[{', '.join(map(str, named[min(named)]))}, {min(named)}]" in text
+                assert all(0 < r < seq for seq, seqs in named.items() for r in seqs) and old["seq"] < min(mine)
+
+    anyio.run(go)
+
+
 def test_warming_up_after_listening_touches_no_file_of_the_store(http_server, tmp_path):
     """The server registers its tools and loads its write path once it listens, and creates nothing doing so."""
     server = http_server(RETAINED_LOG_LEVEL="DEBUG")

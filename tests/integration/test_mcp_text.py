@@ -61,11 +61,20 @@ def test_search_context_shows_the_question_a_reply_answers(raw_server):
     assert "context: 1 record(s)" in shown
 
 
-def test_the_write_reply_names_the_record_it_may_correct(raw_server):
+def test_the_next_read_names_the_record_a_write_may_correct(raw_server):
+    """The related step runs at the session's next read, not on the write (issue 31): the read names it."""
     server = raw_server()
     server.initialize()
     old = server.call("memory_write", {"text": "The API timeout is 30 seconds."})["result"]["structuredContent"]
     reply = server.call("memory_write", {"text": "We raised the API timeout to 60 seconds."})
-    assert f"supersedes=[{old['seq']}]" in _text(reply)
-    assert reply["result"]["structuredContent"]["related"][0]["seq"] == old["seq"]
-    assert "supersedes" not in _text(server.call("memory_write", {"text": "Lunch is at noon."}))
+    new = reply["result"]["structuredContent"]
+    assert "related" not in new and "supersedes=[" not in _text(reply)
+    server.call("memory_write", {"text": "Lunch is at noon."})
+    read = server.call("memory_search", {"query": "lunch"})
+    assert f"supersedes=[{old['seq']}, {new['seq']}]" in _text(read)
+    told = read["result"]["structuredContent"]["related_to_writes"]
+    assert told["checked"] == 3 and told["not_checked"] == 0
+    assert [(w["seq"], [r["seq"] for r in w["related"]]) for w in told["writes"]] == [(new["seq"], [old["seq"]])]
+    # Said once: the next read has nothing left to say.
+    again = server.call("memory_get", {"ids": [old["seq"]]})
+    assert "related_to_writes" not in again["result"]["structuredContent"] and "supersedes=[" not in _text(again)

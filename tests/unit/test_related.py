@@ -41,12 +41,14 @@ def turns(n: int, seed: int = 31) -> list[str]:
 RECALL_BEFORE = {18: 34, 1: 34, 2: 34}
 
 
-def write_and_ask(store: Store, seed: int) -> tuple[int, int, int]:
+def write_and_ask(store: Store, seed: int, read_every: int = 0) -> tuple[int, int, int]:
     """``(pairs whose correction names its fact, filler writes that name anything, filler writes)``.
 
     The facts go among the first half of the notes and turns, the
     corrections among the second; every write after the facts asks for its
-    related records, as ``memory_write`` does.
+    related records. ``read_every``: as the MCP server does, each write
+    leaves its step for later, and a read every that many writes (and one at
+    the end) runs them (``Store.related_to_writes``).
     """
     rng = random.Random(seed)
     notes = FILLER + turns(120, seed)
@@ -57,9 +59,21 @@ def write_and_ask(store: Store, seed: int) -> tuple[int, int, int]:
     rng.shuffle(late)
     facts: dict[int, int] = {}
     named = noisy = fillers = 0
-    for what, i in early + late:
+    written: list[tuple[str, int, dict]] = []
+    for n, (what, i) in enumerate(early + late, 1):
         text = notes[i] if what == "filler" else PAIRS[i][1 if what == "fact" else 2]
-        proof = store.write(text, related=True)
+        written.append((what, i, store.write(text, related=True, later="session" if read_every else None)))
+        if read_every and n % read_every == 0:
+            told = store.related_to_writes("session") or {"writes": []}
+            by_seq = {w["seq"]: w["related"] for w in told["writes"]}
+            for _, _, proof in written[-read_every:]:
+                proof["related"] = by_seq.get(proof["seq"], [])
+    if read_every:
+        told = store.related_to_writes("session") or {"writes": [], "checked": 0}
+        by_seq = {w["seq"]: w["related"] for w in told["writes"]}
+        for _, _, proof in written[len(written) - told["checked"]:]:
+            proof["related"] = by_seq.get(proof["seq"], [])
+    for what, i, proof in written:
         found = [r["seq"] for r in proof.get("related", [])]
         if what == "fact":
             facts[i] = proof["seq"]
@@ -78,6 +92,13 @@ def test_a_correction_names_the_fact_it_corrects_as_often_as_before(tmp_path, se
     assert named >= RECALL_BEFORE[seed], f"named the fact in {named} of {len(PAIRS)} pairs"
     # The step before named something for 0, 0 and 1 of the 40 notes.
     assert noisy <= 1, f"{noisy} of {fillers} unrelated notes named an earlier record"
+
+
+@pytest.mark.parametrize("read_every", [1, 5, 32])
+def test_left_for_the_next_read_the_step_names_what_it_names_on_the_write(tmp_path, read_every):
+    """The MCP server's writes leave the step for the session's next read (``later``): the same records are named."""
+    with Store(tmp_path / "now") as now, Store(tmp_path / "later") as later:
+        assert write_and_ask(later, 18, read_every) == write_and_ask(now, 18)
 
 
 FACT = "The API timeout is 30 seconds."

@@ -46,7 +46,8 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
     Thread t's i-th write is ``texts[t * per_thread + i]`` (going round
     ``texts``; default the bench's one sentence, numbered). ``related`` asks
     each write for the earlier records it may correct, as the MCP server's
-    ``memory_write`` does (``Store.write(related=True)``). Every acknowledged
+    ``memory_write`` does (``Store.write(related=True, later=...)``: kept for
+    the next read, which this benchmark does not make). Every acknowledged
     record is then looked for in the log: its seq holds its hash.
     """
     if not texts:
@@ -64,7 +65,8 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
         for i in range(per_thread):
             text = texts[(t * per_thread + i) % len(texts)]
             t0 = time.perf_counter()
-            proof = store.write(text, scope=f"t{t}", related=related)
+            # As memory_write does: the step is kept for the thread's (the session's) next read.
+            proof = store.write(text, scope=f"t{t}", related=related, later=f"thread {t}" if related else None)
             out.append((time.perf_counter() - t0) * 1000)
             acked.append((proof["seq"], proof["hash"]))
 

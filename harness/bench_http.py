@@ -14,7 +14,8 @@ all-calls p99: the pooled figures are also given without them
 (``http_after_first``), and the first calls apart (``first_call_ms``). To show how much of a call is
 MCP handling and how much is the store, the same number of threads write
 records of the same words through one in-process ``Store``, asking for the
-related records as ``memory_write`` does (the store's share), in the same run.
+related records as ``memory_write`` does (kept for the session's next read;
+the store's share), in the same run.
 
     python -m harness bench http [--clients 20] [--writes 50] [--runs 3] [--vary group|related] [--json]
 

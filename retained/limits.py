@@ -73,3 +73,6 @@ if RECORD_BYTES_MAX <= SCAN_CHUNK_BYTES:
     raise ImportError("limits: RECORD_BYTES_MAX must exceed SCAN_CHUNK_BYTES (scans cope with lines longer than a chunk)")
 if WRITE_BYTES_MAX < RECORD_BYTES_MAX:
     raise ImportError("limits: WRITE_BYTES_MAX must hold at least one whole record (one write per line)")
+# The related-records step reads no more of a text than this (its subject is in its first words): a 4 MB
+# write costs it what a short one does, and a step left for a later read keeps no more of the text.
+RELATED_TEXT_CHARS = 2000

@@ -208,7 +208,9 @@ class Related:
                 proof["notices"] = [*proof.get("notices", ()), kept]
             if related and not proof.get("duplicate"):
                 if not now:
-                    self._keep(later, (proof["seq"], proof["offset"], proof["ts"], text, scope, links))
+                    # The step reads only the text's first limits.RELATED_TEXT_CHARS characters; keep no more.
+                    self._keep(later, (proof["seq"], proof["offset"], proof["ts"], text[: limits.RELATED_TEXT_CHARS],
+                                       scope, links))
                     return proof
                 found = hint(index, proof, text, scope, links, self.running > 1)
                 self.warm = True

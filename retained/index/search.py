@@ -58,7 +58,7 @@ RELATED_CHARS = 160  # of each one's text in the reply
 # (a speaker's name, "really") and says nothing about the subject. A record
 # on the same subject shares the rare words.
 RELATED_TERMS = 16
-RELATED_TEXT_CHARS = 2000
+RELATED_TEXT_CHARS = limits.RELATED_TEXT_CHARS
 RELATED_TERM_ROWS = 32
 RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
 # Records a process's related steps compare in memory before the index must

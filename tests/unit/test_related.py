@@ -123,6 +123,21 @@ def test_a_correction_right_after_its_fact_names_it_before_the_index_holds_the_f
         assert store.search("timeout")["total_matches"] == 2  # a read catches up as ever
 
 
+def test_a_long_write_left_for_the_next_read_keeps_only_what_the_step_reads_and_names_the_same(tmp_path):
+    from retained import limits
+
+    long_text = CORRECTION + " " + " ".join(f"filler{i % 5000}" for i in range(200_000))
+    with Store(tmp_path / "now") as now, Store(tmp_path / "later") as later:
+        for store in (now, later):
+            store.write(FACT)
+        named = related_seqs(now.write(long_text, related=True))
+        later.write(long_text, related=True, later="s")
+        (step,) = later._related._later["s"].steps
+        assert len(step[3]) == limits.RELATED_TEXT_CHARS < len(long_text)
+        told = later.related_to_writes("s")
+        assert told is not None and [[r["seq"] for r in w["related"]] for w in told["writes"]] == [named] == [[1]]
+
+
 def test_a_long_write_is_left_to_a_later_catch_up(tmp_path):
     """However long the text, the step reads its first words only and never indexes it on the write's path."""
     with Store(tmp_path / "s") as store:

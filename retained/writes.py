@@ -228,8 +228,10 @@ class Related:
 
     def _keep(self, key: Any, step: tuple[int, int, str, str, str | None, bool]) -> None:
         with self._counting:
-            kept = self._later.pop(key, None) or _Later()
-            self._later[key] = kept  # the most recently used
+            kept = self._later.get(key)
+            if kept is None:
+                kept = self._later[key] = _Later()
+            self._later.move_to_end(key)  # the most recently used
             if len(self._later) > RELATED_LATER_KEYS:
                 self._later.popitem(last=False)
             kept.steps.append(step)
@@ -250,10 +252,7 @@ class Related:
             for seq, offset, ts, text, scope, links in kept.steps:
                 found = hint(index, {"seq": seq, "offset": offset, "ts": ts}, text, scope, links, self.running > 1)
                 if found.get("related"):
-                    seqs = ", ".join(str(r["seq"]) for r in found["related"])
-                    writes.append({"seq": seq, "related": found["related"], "notice": (
-                        f"your write {seq}: earlier record(s) {seqs} look like the same subject; if {seq} corrects them, "
-                        f"write the correction with supersedes=[{seqs}, {seq}] (they then leave search)")})
+                    writes.append({"seq": seq, "related": found["related"], "notice": _notice(found["related"], seq)})
             self.warm = True
             return {"writes": writes, "checked": len(kept.steps), "not_checked": kept.dropped}
         finally:
@@ -293,7 +292,14 @@ def hint(index: Callable[[], Index], proof: Mapping[str, Any], text: str, scope:
         return {}
     if not found:
         return {}
-    seqs = ", ".join(str(r["seq"]) for r in found)
-    return {"related": found, "notices": [
-        f"earlier record(s) {seqs} look like the same subject; if this corrects them, "
-        f"write it with supersedes=[{seqs}] (they then leave search)"]}
+    return {"related": found, "notices": [_notice(found)]}
+
+
+def _notice(related: list[dict[str, Any]], written: int | None = None) -> str:
+    """What to do about the earlier records a write may correct: said in its own reply, or of ``written`` by a later read."""
+    seqs = ", ".join(str(r["seq"]) for r in related)
+    if written is None:
+        return (f"earlier record(s) {seqs} look like the same subject; if this corrects them, "
+                f"write it with supersedes=[{seqs}] (they then leave search)")
+    return (f"your write {written}: earlier record(s) {seqs} look like the same subject; if {written} corrects them, "
+            f"write the correction with supersedes=[{seqs}, {written}] (they then leave search)")

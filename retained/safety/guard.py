@@ -64,15 +64,20 @@ def _ending_at(sep: str, ends: tuple[str, ...]) -> re.Pattern[bytes]:
 
 _SPLIT_UNDERSCORE = _ending_at("_", SPLIT_ENDS["_"])  # tested on the record's JSON as it is
 _SPLIT_DASH = _ending_at("-", SPLIT_ENDS["-"])
-_SPLIT_A = tuple(h.encode() for h in SPLIT_HINTS)  # each starts with "A"
+_SPLIT_A = tuple(SPLIT_HINTS)  # each starts with "A"
 _NOT_MARKS = bytes(i for i in range(256) if i not in b"A_-")
+_A, _UNDERSCORE, _DASH = b"A_-"  # as integers: ``int in bytes`` is the fast membership test
 # untouched spells these out (a loop costs more than the tests): keep them in step.
 if COLON_HINTS != ("://", "-u ", "key", "basic") or EQUALS_HINTS != ("key", "sig=", "basic") or any(
     not h.startswith("A") for h in SPLIT_HINTS
 ):
     raise ImportError("guard.untouched spells credentials.COLON_HINTS and EQUALS_HINTS out; update it")
 _URL_HINT = re.compile(b"|".join(re.escape(h.encode()) for h in URL_HINTS))  # case-sensitive: a (?i:) part slows it fourfold
-_URL_QUERY = tuple(w.encode() for w in URL_QUERY_WORDS)
+# Every hint has a capital, or one of these: a tail in lower case without them
+# holds none, and most do (the regex costs a tail about a microsecond).
+_URL_HINT_MARKS = ("_", "~", "==", "gl")  # _url_hints spells these out
+if any(h == h.lower() and not any(m in h for m in _URL_HINT_MARKS) for h in URL_HINTS):
+    raise ImportError("guard._URL_HINT_MARKS misses a hint of credentials.URL_HINTS; add what marks it")
 
 # Caller fields set through named API arguments; every other key is reported
 # as ``fields.<key>`` (how the caller passed it). Mirrors record.API_FIELDS.
@@ -185,15 +190,18 @@ def _url_hints(tails: bytes) -> bool:
 
     A webhook ("hook"), a query parameter named like a secret ("=" and "sig"
     or "auth"; the other names are looked for in the whole text), or a
-    rule's hint the other tests do not cover. One regex each: the tails are short.
+    rule's hint the other tests do not cover. The tails are short and ASCII.
     """
-    if _URL_HINT.search(tails) is not None:
+    text = tails.decode("ascii")  # str: see Guard.untouched
+    folded = text.lower()
+    if (folded != text or "_" in text or "~" in text or "==" in text or "gl" in text) and (
+        _URL_HINT.search(tails) is not None
+    ):
         return True
-    folded = tails.lower()
-    if b"hook" in folded:
+    if "hook" in folded:
         return True
-    if b"=" in tails:
-        for word in _URL_QUERY:
+    if "=" in text:
+        for word in URL_QUERY_WORDS:
             if word in folded:
                 return True
     return False
@@ -285,22 +293,30 @@ class Guard:
             return False
         # The byte tests first, most telling first: a record that needs the
         # full scan should pay as little as possible for having been tested.
-        if len(data) >= _LONG_TEXT_CHARS or not data.isascii() or b"<" in data:
+        if len(data) >= _LONG_TEXT_CHARS or not data.isascii():
             return False
-        if b"\\" in data and (
-            b"\\\\" in data
-            or data.count(b"\\") != data.count(b"\\n") + data.count(b"\\t") + data.count(b"\\r") + data.count(b'\\"')
+        # Substring tests on the text as str: ``bytes.__contains__`` first
+        # tries its argument as an integer (on 3.11, a raised and cleared
+        # TypeError: about 0.15 µs a test, a dozen tests a record). The regexes
+        # and translations stay on the bytes, where they are the faster.
+        text = data.decode("ascii")
+        if "<" in text:
+            return False
+        if "\\" in text and (
+            "\\\\" in text
+            or text.count("\\") != text.count("\\n") + text.count("\\t") + text.count("\\r") + text.count('\\"')
         ):
             # An escape other than a newline's, a tab's, a return's or a quote's. Those
             # only lengthen a run or add a letter before a word: the tests below stay safe.
             return False
-        url = b"://" in data
+        url = "://" in text
+        folded = text.lower()
         if self.policy != "off":
             runs = data
             if url:
                 # A URL's tail may hold runs of 16; a rule's match there starts with one of its hints, looked
                 # for in the tails alone below. Outside the tails, every match is a run of 16 as before.
-                if b"@" in data and _URL_USERINFO.search(data) is not None:
+                if "@" in text and _URL_USERINFO.search(data) is not None:
                     return False
                 parts = _URL_TAIL.split(data)  # the text between the tails, and the tails: one pass
                 if _bare_url(parts):
@@ -308,24 +324,25 @@ class Guard:
                 tails = b" ".join(parts[1::2])
                 runs = b" ".join(parts[0::2])
             # Runs of token characters, as "a"s: a substring test finds one of
-            # 16 without splitting the text.
-            if _RUN_16 in runs.translate(_RUN_CHARS) and _RUN_16 in _DIGEST_STRING.sub(b'""', runs).translate(_RUN_CHARS):
+            # 16 without splitting the text (find(), not ``in``: see above).
+            if runs.translate(_RUN_CHARS).find(_RUN_16) >= 0 and (
+                _DIGEST_STRING.sub(b'""', runs).translate(_RUN_CHARS).find(_RUN_16) >= 0
+            ):
                 return False
-            folded = data.lower()
-            if b"pass" in folded or b"pwd" in folded or b"secret" in folded or b"token" in folded or b"credential" in folded:
+            if "pass" in folded or "pwd" in folded or "secret" in folded or "token" in folded or "credential" in folded:
                 return False
-            if b"=" in data and (b"key" in folded or b"sig=" in folded or b"basic" in folded):
+            if "=" in text and ("key" in folded or "sig=" in folded or "basic" in folded):
                 return False  # "api_key=", "sig=", "Basic ...=": an assignment that may hold a secret
             # A provider's prefix: its key may be split by whitespace (credentials._SPLIT_STARTS).
             marks = data.translate(None, _NOT_MARKS)  # the record's "A"s, "_"s and "-"s: one pass, then a short string
             if marks and (
-                (b"A" in marks and starts_at(data, b"A", _SPLIT_A))
-                or (b"_" in marks and _SPLIT_UNDERSCORE.search(data) is not None)
-                or (b"-" in marks and _SPLIT_DASH.search(data) is not None)
+                (_A in marks and starts_at(text, "A", _SPLIT_A))
+                or (_UNDERSCORE in marks and _SPLIT_UNDERSCORE.search(data) is not None)
+                or (_DASH in marks and _SPLIT_DASH.search(data) is not None)
             ):
                 return False
             if url and (
-                b"-u " in folded or (b"=" not in data and (b"key" in folded or b"basic" in folded)) or _url_hints(tails)
+                "-u " in folded or ("=" not in text and ("key" in folded or "basic" in folded)) or _url_hints(tails)
             ):  # (with an "=", "key" and "basic" were looked for above)
                 return False  # the colon's hints in the text; _generic's URL checks and the rules' hints in the tails
         keys = len(fields)
@@ -337,13 +354,13 @@ class Guard:
                 keys += inner
         if self.policy == "off" or url:
             return True  # a URL's colon hints were judged above, with the other colons'
-        colons = data.count(b":")
+        colons = text.count(":")
         if colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data)):
             return True
         # More colons than keys: in the text ("Caroline: ...", "at 10:30"). A
         # colon matters only beside one of COLON_HINTS (credentials.quiet);
         # a URL's "://" was judged above.
-        return not (b"-u " in folded or b"key" in folded or b"basic" in folded)
+        return not ("-u " in folded or "key" in folded or "basic" in folded)
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.

@@ -65,8 +65,6 @@ def _ending_at(sep: str, ends: tuple[str, ...]) -> re.Pattern[bytes]:
 _SPLIT_UNDERSCORE = _ending_at("_", SPLIT_ENDS["_"])  # tested on the record's JSON as it is
 _SPLIT_DASH = _ending_at("-", SPLIT_ENDS["-"])
 _SPLIT_A = tuple(SPLIT_HINTS)  # each starts with "A"
-_NOT_MARKS = bytes(i for i in range(256) if i not in b"A_-")
-_A, _UNDERSCORE, _DASH = b"A_-"  # as integers: ``int in bytes`` is the fast membership test
 # untouched spells these out (a loop costs more than the tests): keep them in step.
 if COLON_HINTS != ("://", "-u ", "key", "basic") or EQUALS_HINTS != ("key", "sig=", "basic") or any(
     not h.startswith("A") for h in SPLIT_HINTS
@@ -166,23 +164,15 @@ _RUN_16 = b"a" * 16
 # "://" and what follows up to whitespace, a quote, "<" or ">", as
 # credentials._generic takes it; an escape's "\\" ends it too (a newline's,
 # a tab's, a return's or a quote's: each ends the tail in the text as well).
-_URL_TAIL = re.compile(rb"(://[^\s\"'<>\\]+)")
-_SCHEME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+# Only a tail after a scheme's character is one: credentials._generic skips
+# the tokens of a URL's tail only after a scheme (``https://``, not ``"://``
+# nor an escape's letter, ``\\n://``). The look-behinds follow the "://", so
+# the regex still looks for that first; a tail it leaves in the text between
+# the tails makes the record go through the full scan.
+_URL_TAIL = re.compile(rb"(://(?<=[A-Za-z0-9+.\-]://)(?<!\\[A-Za-z0-9+.\-]://)[^\s\"'<>\\]+)")
+_TAIL_START = re.compile(rb"://[^\s\"'<>\\]")  # a tail _URL_TAIL did not take: after no scheme
 # An "@" before the first "/", "?" or "#" after "://": url_password's shape.
 _URL_USERINFO = re.compile(rb"://[^\s/?#\"'<>\\]*@")
-
-
-def _bare_url(parts: list[bytes]) -> bool:
-    """Whether a URL's tail in ``parts`` (``_URL_TAIL.split``) has no scheme's character before it, or only an escape's letter.
-
-    credentials._generic skips the tokens of a URL's tail only after a
-    scheme (``https://``, not ``\\n://`` nor ``"://``).
-    """
-    for i in range(0, len(parts) - 1, 2):
-        before = parts[i]  # never empty: the JSON starts with '{"', and a tail ends before a character outside it
-        if before[-1] not in _SCHEME_BYTES or before[-2:-1] == b"\\":
-            return True
-    return False
 
 
 def _url_hints(tails: bytes) -> bool:
@@ -319,10 +309,10 @@ class Guard:
                 if "@" in text and _URL_USERINFO.search(data) is not None:
                     return False
                 parts = _URL_TAIL.split(data)  # the text between the tails, and the tails: one pass
-                if _bare_url(parts):
-                    return False
-                tails = b" ".join(parts[1::2])
                 runs = b" ".join(parts[0::2])
+                if runs.find(b"://") >= 0 and _TAIL_START.search(runs) is not None:
+                    return False  # a tail after no scheme
+                tails = b" ".join(parts[1::2])
             # Runs of token characters, as "a"s: a substring test finds one of
             # 16 without splitting the text (find(), not ``in``: see above).
             if runs.translate(_RUN_CHARS).find(_RUN_16) >= 0 and (
@@ -334,11 +324,10 @@ class Guard:
             if "=" in text and ("key" in folded or "sig=" in folded or "basic" in folded):
                 return False  # "api_key=", "sig=", "Basic ...=": an assignment that may hold a secret
             # A provider's prefix: its key may be split by whitespace (credentials._SPLIT_STARTS).
-            marks = data.translate(None, _NOT_MARKS)  # the record's "A"s, "_"s and "-"s: one pass, then a short string
-            if marks and (
-                (_A in marks and starts_at(text, "A", _SPLIT_A))
-                or (_UNDERSCORE in marks and _SPLIT_UNDERSCORE.search(data) is not None)
-                or (_DASH in marks and _SPLIT_DASH.search(data) is not None)
+            if (
+                ("A" in text and starts_at(text, "A", _SPLIT_A))
+                or ("_" in text and _SPLIT_UNDERSCORE.search(data) is not None)
+                or ("-" in text and _SPLIT_DASH.search(data) is not None)
             ):
                 return False
             if url and (
@@ -346,12 +335,13 @@ class Guard:
             ):  # (with an "=", "key" and "basic" were looked for above)
                 return False  # the colon's hints in the text; _generic's URL checks and the rules' hints in the tails
         keys = len(fields)
-        for value in fields.values():
-            if type(value) in _NESTED:
-                inner = _keys_inside(value, 1)
-                if inner is None:
-                    return False  # too deep (apply() says so) or a secret-named key
-                keys += inner
+        if "[" in text or text.count("{") > 1:  # a nested value (or a bracket in a string): count its keys
+            for value in fields.values():
+                if type(value) in _NESTED:
+                    inner = _keys_inside(value, 1)
+                    if inner is None:
+                        return False  # too deep (apply() says so) or a secret-named key
+                    keys += inner
         if self.policy == "off" or url:
             return True  # a URL's colon hints were judged above, with the other colons'
         colons = text.count(":")

@@ -140,6 +140,9 @@ class Log:
         # Tail cache: valid while the file has this (inode, size).
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
+        # The last line this handle appended, as it read it back: (its tail tuple, its bytes). The next append
+        # reads the record before its own lines again; bytes equal to these hold that seq and hash (no parse).
+        self._tail_line: tuple[tuple[int, str, int, int], bytes] | None = None
         # (inode, end): this handle's last append or fsync made the file durable up to end (see durable_end).
         self._durable: tuple[int, int] = (-1, 0)
         # client_op_id -> proof, complete up to _ops_end on inode _ops_ino.
@@ -818,6 +821,7 @@ class Log:
         self._read_back(fd, lines, data, size, tail, what)
 
         self._tail = (seq, prev, offset - len(lines[-1]), len(lines[-1]))
+        self._tail_line = (self._tail, lines[-1]) if len(lines[-1]) < _MARK_DIGEST_BYTES else None
         self._tail_key = self._durable = (self._ino or 0, offset)
         self._publish(lines[-1])
         if new_ops and self._ops_ino == self._ino and self._ops_end == size:
@@ -989,7 +993,10 @@ class Log:
         # The chain fields, read again from the bytes that came back (the
         # second of two paths for L3; the first is seal()).
         problem = None
-        if tail_offset >= 0 and _link_fields(before)[::2] != (tail_seq, tail_hash):
+        known = self._tail_line  # parsing is a function of the bytes: the same bytes as a line proven before, the same fields
+        if tail_offset >= 0 and not (known is not None and known[0] == tail and known[1] == before) and (
+            _link_fields(before)[::2] != (tail_seq, tail_hash)
+        ):
             problem = f"the record before it is no longer seq {tail_seq} with hash {tail_hash[:12]}…"
         seq, prev, pos = tail_seq, tail_hash, 0
         for line in lines if problem is None else ():

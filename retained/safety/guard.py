@@ -72,7 +72,7 @@ if COLON_HINTS != ("://", "-u ", "key", "basic") or EQUALS_HINTS != ("key", "sig
     raise ImportError("guard.untouched spells credentials.COLON_HINTS and EQUALS_HINTS out; update it")
 _URL_HINT = re.compile(b"|".join(re.escape(h.encode()) for h in URL_HINTS))  # case-sensitive: a (?i:) part slows it fourfold
 # Every hint has a capital, or one of these: a tail in lower case without them
-# holds none, and most do (the regex costs a tail about a microsecond).
+# holds none, and most do (the regex, whose first characters are common letters, is then not run).
 _URL_HINT_MARKS = ("_", "~", "==", "gl")  # _url_hints spells these out
 if any(h == h.lower() and not any(m in h for m in _URL_HINT_MARKS) for h in URL_HINTS):
     raise ImportError("guard._URL_HINT_MARKS misses a hint of credentials.URL_HINTS; add what marks it")
@@ -286,9 +286,9 @@ class Guard:
         if len(data) >= _LONG_TEXT_CHARS or not data.isascii():
             return False
         # Substring tests on the text as str: ``bytes.__contains__`` first
-        # tries its argument as an integer (on 3.11, a raised and cleared
-        # TypeError: about 0.15 µs a test, a dozen tests a record). The regexes
-        # and translations stay on the bytes, where they are the faster.
+        # tries its argument as an integer (on 3.11, a TypeError raised and
+        # cleared on every test, a dozen tests a record). The regexes and
+        # translations stay on the bytes, where they are the faster.
         text = data.decode("ascii")
         if "<" in text:
             return False

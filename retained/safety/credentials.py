@@ -56,9 +56,21 @@ class _Lazy:
         self._compiled: re.Pattern[str] | None = None
 
     def __getattr__(self, name: str) -> object:
+        return getattr(self.compiled(), name)
+
+    def compiled(self) -> re.Pattern[str]:
         if self._compiled is None:
             self._compiled = re.compile(*self._args)
-        return getattr(self._compiled, name)
+        return self._compiled
+
+
+def compiled(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """The compiled pattern behind ``pattern``, a lazy one compiled now: for a module that holds it across calls.
+
+    A name imported from here keeps the lazy wrapper even after
+    ``_compile_lazy``; each use through it is a Python-level lookup.
+    """
+    return pattern.compiled() if isinstance(pattern, _Lazy) else pattern
 
 
 def _lazy(pattern: str, flags: int = 0) -> re.Pattern[str]:

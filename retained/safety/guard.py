@@ -42,6 +42,7 @@ from retained.safety.credentials import (
     URL_QUERY_WORDS,
     Finding,
     _assigned_value,
+    compiled,
     find_secrets,
     looks_random,
     normalise,
@@ -130,18 +131,24 @@ _DIGEST_STRING = re.compile(rb'"[0-9a-f]{64}"')
 _TIMESTAMP_STRING = re.compile(rb'"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"')
 
 
+_key_name: re.Pattern[str] | None = None  # credentials._SECRET_KEY_NAME compiled, once a nested key is looked at
+
+
 def _keys_inside(value: Any, depth: int) -> int | None:
     """How many dict keys a nested value holds.
 
     None past the nesting ``apply`` accepts, or for a secret-named key (whose
     value the secret-name rule judges).
     """
+    global _key_name
     if depth > limits.DEPTH_MAX - 1:
         return None
     n = 0
     if isinstance(value, dict):
+        if _key_name is None:
+            _key_name = compiled(_SECRET_KEY_NAME)
         for key in value:
-            if type(key) is not str or _SECRET_KEY_NAME.search(key):
+            if type(key) is not str or _key_name.search(key):
                 return None
         n = len(value)
         items: Iterable[Any] = value.values()

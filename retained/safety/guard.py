@@ -23,6 +23,7 @@ act on, so they skip the full scan.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -131,7 +132,10 @@ _DIGEST_STRING = re.compile(rb'"[0-9a-f]{64}"')
 _TIMESTAMP_STRING = re.compile(rb'"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"')
 
 
-_key_name: re.Pattern[str] | None = None  # credentials._SECRET_KEY_NAME compiled, once a nested key is looked at
+@functools.cache
+def _key_name() -> re.Pattern[str]:
+    """credentials._SECRET_KEY_NAME compiled (once a key is looked at), not the lazy wrapper imported: no lookup per key."""
+    return compiled(_SECRET_KEY_NAME)
 
 
 def _keys_inside(value: Any, depth: int) -> int | None:
@@ -140,15 +144,13 @@ def _keys_inside(value: Any, depth: int) -> int | None:
     None past the nesting ``apply`` accepts, or for a secret-named key (whose
     value the secret-name rule judges).
     """
-    global _key_name
     if depth > limits.DEPTH_MAX - 1:
         return None
     n = 0
     if isinstance(value, dict):
-        if _key_name is None:
-            _key_name = compiled(_SECRET_KEY_NAME)
+        search = _key_name().search
         for key in value:
-            if type(key) is not str or _key_name.search(key):
+            if type(key) is not str or search(key):
                 return None
         n = len(value)
         items: Iterable[Any] = value.values()
@@ -421,7 +423,7 @@ class _Walk:
         if (
             name is not None
             and not found
-            and _SECRET_KEY_NAME.search(name if name.isascii() else normalise(name))
+            and _key_name().search(name if name.isascii() else normalise(name))
             and text not in self.guard.allow
             and not any(ch.isspace() for ch in text)
             and _assigned_value(text, literal=True)

@@ -471,7 +471,7 @@ def build_brief(
     fails the brief).
     With ``project`` (a scope: the project's identity, ``capture.scope``),
     ``last_session`` holds the last turns of that project's latest captured
-    session (``capture.recent``), shown first, within a third of ``budget``;
+    session (``brief.last_session``), shown first, within a third of ``budget``;
     the rest of the brief gets what they leave.
 
     Raises:
@@ -502,7 +502,7 @@ def build_brief(
             return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope, and_unscoped)
         last = None
         if project is not None:
-            from retained.capture import recent
+            from retained.brief import last_session as recent
 
             last = recent.last_session(directory, project, budget // recent.SHARE)
             budget -= last["tokens"] if last else 0
@@ -778,7 +778,7 @@ def render_text(result: dict[str, Any]) -> str:
     blocks = [render_block(e) for e in result["included"]]
     first = []
     if result.get("last_session"):
-        from retained.capture import recent
+        from retained.brief import last_session as recent
 
         first.append(recent.render(result["last_session"]))
     return "\n".join([*first, opening_line(result), *blocks, closing_line(result)])

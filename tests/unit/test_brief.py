@@ -581,10 +581,11 @@ BRIEF_PATH = {
     "retained", "retained.__main__", "retained.errors", "retained.version", "retained.interrupt", "retained.paths",
     "retained.limits", "retained.render", "retained.brief", "retained.brief.compose", "retained.brief.reader",
     "retained.brief.session",  # the one entry of every caller of the brief: limits, compose and errors
+    "retained.brief.last_session",  # the last captured session's turns (docs/capture.md): standard library only
     "retained.core", "retained.core.files", "retained.core.lines", "retained.core.anchors", "retained.index",
     "retained.index.schema", "retained.sync", "retained.sync.layout",
-    # The project the session starts in, and its last captured session (docs/capture.md): standard library only.
-    "retained.capture", "retained.capture.scope", "retained.capture.recent",
+    # The project the session starts in (docs/capture.md): standard library only.
+    "retained.capture", "retained.capture.scope",
 }
 
 

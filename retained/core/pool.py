@@ -206,8 +206,9 @@ def map_ranges(
     Worker ``k`` of ``n`` takes ranges ``k``, ``k + n``, ... and sends each
     result down a pipe of its own, read here in file order. Nothing is
     shared between workers (no queue, no lock, no helper thread here), so
-    one worker's end cannot block another. Each worker is at most one result
-    ahead of the reading (its send waits for it). The workers start before
+    one worker's end cannot block another. A worker runs ahead of the
+    reading only as far as its pipe's buffer holds (then its send waits),
+    and exits once its last result is sent. The workers start before
     this returns, so the caller may do other work while they classify the
     first ranges; closing the generator ends them (also before the first
     result is asked for).

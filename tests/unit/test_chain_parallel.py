@@ -584,17 +584,34 @@ def test_workers_start_only_when_asked_for_and_the_zero_worker_case_runs_here(tm
 
 
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
+def _gated_pids(path: str, start: int, stop: int) -> int:
+    """``_pids`` once the file ``path + ".go"`` exists: a worker cannot finish (and exit) before the test lets it."""
+    import os
+    import time
+
+    deadline = time.monotonic() + 120  # bounded: a test that never opens the gate still ends
+    while not os.path.exists(path + ".go") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return os.getpid()
+
+
 def test_workers_start_before_the_first_result_is_asked_for_and_closing_at_once_ends_them(tmp_path):
-    """map_ranges starts its workers before it returns (the caller works meanwhile); closed unread, it ends them."""
+    """map_ranges starts its workers before it returns (the caller works meanwhile); closed unread, it ends them.
+
+    The workers wait on a gate the test opens only for the second call: a
+    worker whose ranges are done exits, so without the gate one could be gone
+    before the first call's workers are counted.
+    """
     import os
 
     path = tmp_path / "data"
     path.write_bytes(b"abcd")
-    results = pool.map_ranges(_pids, str(path), [0, 1, 2, 3, 4], 2, multiprocessing.get_context("fork"))
+    results = pool.map_ranges(_gated_pids, str(path), [0, 1, 2, 3, 4], 2, multiprocessing.get_context("fork"))
     started = [p for p in multiprocessing.active_children() if p.name.startswith("retained-ranges-")]
     assert len(started) == 2
     results.close()
     assert not multiprocessing.active_children()
     # Read whole: every range, each from a worker.
-    got = list(pool.map_ranges(_pids, str(path), [0, 1, 2, 3, 4], 2, multiprocessing.get_context("fork")))
+    (tmp_path / "data.go").touch()
+    got = list(pool.map_ranges(_gated_pids, str(path), [0, 1, 2, 3, 4], 2, multiprocessing.get_context("fork")))
     assert len(got) == 4 and len(set(got)) == 2 and os.getpid() not in got

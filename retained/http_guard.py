@@ -1,10 +1,11 @@
 """The HTTP access guard: which hosts, origins and bearer tokens may reach the store over HTTP.
 
-`HttpGuard` is an ASGI wrapper that checks the Host header (DNS rebinding), a browser's Origin (this
-server's own, or one the user allowed) and, when one is set, the token, before the application sees a
-request. ``serve`` binds, wraps and runs an ASGI application behind it, within `Bounds`: the MCP server's
-streamable HTTP transport and the viewer both run so. Standard library only at import; ``serve`` imports
-uvicorn when called.
+`HttpGuard` is an ASGI wrapper that checks the Host header (DNS rebinding), a
+browser's Origin (this server's own, or one the user allowed) and, when one is
+set, the token, before the application sees a request. ``serve`` binds, wraps
+and runs an ASGI application behind it, within `Bounds`: the MCP server's
+streamable HTTP transport and the viewer both run so. Standard library only at
+import; ``serve`` imports uvicorn when called.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Ctrl-C for the long-running commands (``serve``, ``serve --http``, ``view``): a prompt, quiet exit at any moment.
 
-Outside the stretch where a server's own loop handles the signal (the stdio front drains and returns 130;
-uvicorn shuts down gracefully, then raises the signal again), `exit_on_interrupt` makes SIGINT end the
-process at once, status 130. The short commands keep Python's ``KeyboardInterrupt``, which the command
-line reports as ``interrupted`` after their own clean-up has run.
+Outside the stretch where a server's own loop handles the signal (the stdio
+front drains and returns 130; uvicorn shuts down gracefully, then raises the
+signal again), `exit_on_interrupt` makes SIGINT end the process at once,
+status 130. The short commands keep Python's ``KeyboardInterrupt``, which the
+command line reports as ``interrupted`` after their own clean-up has run.
 """
 
 import os

@@ -1,12 +1,15 @@
 """The brief's reader: the store's log and index, read-only, the way the session-start brief reads them.
 
-The brief runs at every session start, within the start-up budget that ``python -m harness bench brief``
-measures against ``python -c pass``; that budget is kept here and nowhere else. The brief's path needs only
-the standard library (with ``blake3`` and ``sqlite3``) and these leaf modules of retained: ``errors``,
-``paths``, ``render``, ``core.files``, ``core.lines``, ``core.anchors`` (the brief records the head it read),
-``index.schema``, ``brief.session`` and ``sync.layout`` (the pulled stores it also reads). Never orjson, the
-storage core (``core.log``, ``core.record``, ``core.lock``) or the index writer: tests/unit/test_brief.py
-checks the set. `LogReader` reads the log, `classify` checks a line, `IndexView` is a snapshot of the index.
+The brief runs at every session start, within the start-up budget that
+``python -m harness bench brief`` measures against ``python -c pass``; that
+budget is kept here and nowhere else. The brief's path needs only the standard
+library (with ``blake3`` and ``sqlite3``) and these leaf modules of retained:
+``errors``, ``paths``, ``render``, ``core.files``, ``core.lines``,
+``core.anchors`` (the brief records the head it read), ``index.schema``,
+``brief.session`` and ``sync.layout`` (the pulled stores it also reads). Never
+orjson, the storage core (``core.log``, ``core.record``, ``core.lock``) or the
+index writer: tests/unit/test_brief.py checks the set. `LogReader` reads the
+log, `classify` checks a line, `IndexView` is a snapshot of the index.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """A host's event, parsed: the turns worth keeping, each with the id that makes it idempotent.
 
-`parse` reads three shapes (docs/capture.md): Claude Code's hook payloads (``hook_event_name``),
-Codex CLI's ``notify`` payload (``type: agent-turn-complete``, given as the last argument rather
-than on stdin) and the generic shape, for any other host. Each turn's ``client_op_id``
+`parse` reads three shapes (docs/capture.md): Claude Code's hook payloads
+(``hook_event_name``), Codex CLI's ``notify`` payload (``type:
+agent-turn-complete``, given as the last argument rather than on stdin) and
+the generic shape, for any other host. Each turn's ``client_op_id``
 (`Event.op_id`) makes a turn delivered twice one record. Pure: no I/O.
 """
 

@@ -1,11 +1,14 @@
 """Capture's map of the log's client_op_ids, kept in a file so a hook process need not scan the log.
 
-The log recognises a retried write by its ``client_op_id`` (``Log.append``), but learns the ids by scanning
-the log once per process, more than a hook may take. ``capture/ops.sqlite3`` (0600) holds every id of the log
-up to a byte offset (the first 16 bytes of its blake3 digest, the line's offset and length) and one mark row
-(the log's inode and the offset the map covers, committed in the same transaction as the entries it covers).
-Derived and disposable: deleted, damaged, or from another log (a new inode, a shorter file), it is rebuilt
-from the log. `open_map` brings it up to date; `OpsMap` is what ``Log.assume_ops`` reads.
+The log recognises a retried write by its ``client_op_id`` (``Log.append``),
+but learns the ids by scanning the log once per process, more than a hook may
+take. ``capture/ops.sqlite3`` (0600) holds every id of the log up to a byte
+offset (the first 16 bytes of its blake3 digest, the line's offset and length)
+and one mark row (the log's inode and the offset the map covers, committed in
+the same transaction as the entries it covers). Derived and disposable:
+deleted, damaged, or from another log (a new inode, a shorter file), it is
+rebuilt from the log. `open_map` brings it up to date; `OpsMap` is what
+``Log.assume_ops`` reads.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The project's identity: the scope captured turns are written under, and why.
 
-`identity` finds it; `project` and `read_scope` are what a command captures under and reads.
-Standard library only, and no ``typing``: the session-start brief imports it. No ``git`` process
-is started (``.git`` is read directly), so the hook stays fast.
+`identity` finds it; `project` and `read_scope` are what a command captures
+under and reads. Standard library only, and no ``typing``: the session-start
+brief imports it. No ``git`` process is started (``.git`` is read directly),
+so the hook stays fast.
 """
 
 from __future__ import annotations

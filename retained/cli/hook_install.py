@@ -1,8 +1,9 @@
 """Set up the session-start hook in a host's settings (Claude Code's SessionStart entry).
 
-The hook itself is ``session-start.sh``, shipped inside the package as ``retained.hooks`` (``hooks/``
-in the repository); `install_claude` merges the entry that runs it into a Claude Code settings file.
-Library code: it takes paths as arguments and never reads the environment; ``retained hook install``
+The hook itself is ``session-start.sh``, shipped inside the package as
+``retained.hooks`` (``hooks/`` in the repository); `install_claude` merges the
+entry that runs it into a Claude Code settings file. Library code: it takes
+paths as arguments and never reads the environment; ``retained hook install``
 (``retained.cli.commands``) is the edge that does.
 """
 

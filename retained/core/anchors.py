@@ -1,12 +1,14 @@
 """Anchors: the store's head recorded outside the store, so a log cut back or re-chained is caught.
 
-An anchor is a head the store once had (seq, hash, log size, time), kept in ``<anchor dir>/<store id>.jsonl``,
-outside the store directory, where whoever rewrites the log must also find and rewrite it. `record_head` and
-`Routine` record heads, `load` and `check` find anchors off the chain (``rolled_back``, ``anchor_mismatch``),
-`settle` and `compact` rewrite the file. The anchor directory is a setting the edges pass in (`dir_from`;
-library modules read no environment); None turns anchoring off. What anchors prove, and what not:
-docs/anchors.md. Standard library only (with ``core.files``): the session-start brief records its head
-through here (see ``brief.reader``).
+An anchor is a head the store once had (seq, hash, log size, time), kept in
+``<anchor dir>/<store id>.jsonl``, outside the store directory, where whoever
+rewrites the log must also find and rewrite it. `record_head` and `Routine`
+record heads, `load` and `check` find anchors off the chain (``rolled_back``,
+``anchor_mismatch``), `settle` and `compact` rewrite the file. The anchor
+directory is a setting the edges pass in (`dir_from`; library modules read no
+environment); None turns anchoring off. What anchors prove, and what not:
+docs/anchors.md. Standard library only (with ``core.files``): the
+session-start brief records its head through here (see ``brief.reader``).
 """
 
 from __future__ import annotations

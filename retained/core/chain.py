@@ -1,10 +1,12 @@
 """The chain verifier: walks lines in file order and reports every finding.
 
-It checks, for each line: it parses (L1), its bytes are canonical (L1), its hash recomputes, its ``prev``
-names the previous chained record's hash (L3) and its ``seq`` follows on (L2). It never stops at the first
-problem: a verifier that gives up hides the second one. `walk` verifies any lines (a scan, an import file),
-`verify_file` a log read in byte ranges; both link with the same `_Linker`, and
-tests/unit/test_chain_parallel.py holds the two to the same report on every kind of damage.
+It checks, for each line: it parses (L1), its bytes are canonical (L1), its
+hash recomputes, its ``prev`` names the previous chained record's hash (L3)
+and its ``seq`` follows on (L2). It never stops at the first problem: a
+verifier that gives up hides the second one. `walk` verifies any lines (a
+scan, an import file), `verify_file` a log read in byte ranges; both link with
+the same `_Linker`, and tests/unit/test_chain_parallel.py holds the two to the
+same report on every kind of damage.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The append-only log file: the only writer of ``log.jsonl``.
 
-It keeps the log's invariants L1-L6 (docs/format.md; cited by id in tests and comments): one canonical
-record per line (L1), ``seq`` without gaps (L2), ``prev`` naming the previous chained record's ``hash``
-(L3), no acknowledgement before write, fsync and a byte-exact read-back (L4), an index derived from the
-log alone (L5) and holding only durable bytes (L6, ``Log.durable_end``). ``Log.append`` is the one way
-into the file; the crash cases it defends are listed there.
+It keeps the log's invariants L1-L6 (docs/format.md; cited by id in tests and
+comments): one canonical record per line (L1), ``seq`` without gaps (L2),
+``prev`` naming the previous chained record's ``hash`` (L3), no
+acknowledgement before write, fsync and a byte-exact read-back (L4), an index
+derived from the log alone (L5) and holding only durable bytes (L6,
+``Log.durable_end``). ``Log.append`` is the one way into the file; the crash
+cases it defends are listed there.
 """
 
 from __future__ import annotations

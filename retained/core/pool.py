@@ -1,9 +1,11 @@
 """The worker pool: one task over the byte ranges of a file, in this process or in worker processes.
 
-`map_ranges` runs ``task(path, start, stop)`` for each range and gives the results in file order; its
-docstring is the contract (the results never depend on ``workers``, failures never change them, and a
-library call starts no process unless its caller passes workers). `plan_ranges` cuts a file at line
-starts and decides whether workers are worth starting; `range_lines` reads one range's lines.
+`map_ranges` runs ``task(path, start, stop)`` for each range and gives the
+results in file order; its docstring is the contract (the results never depend
+on ``workers``, failures never change them, and a library call starts no
+process unless its caller passes workers). `plan_ranges` cuts a file at line
+starts and decides whether workers are worth starting; `range_lines` reads one
+range's lines.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """What an appender does with the log's last bytes before it appends.
 
-``TABLE`` is the whole policy: each row names a state of the log's end (T0 an empty file, T1 ending with
-``\\n``, T2 bytes after the last ``\\n``), the crash that leaves it, and the action. ``decide`` picks
-exactly one row for any state (a test walks every combination). Nothing else is ever repaired: a complete
-line that fails to parse or to verify (a flipped byte, a foreign program's line, a hand edit) may be
-evidence. It is kept in place, reported by verify with its offset, and skipped by the chain; the next
-record links to the last valid record.
+``TABLE`` is the whole policy: each row names a state of the log's end (T0 an
+empty file, T1 ending with ``\\n``, T2 bytes after the last ``\\n``), the
+crash that leaves it, and the action. ``decide`` picks exactly one row for any
+state (a test walks every combination). Nothing else is ever repaired: a
+complete line that fails to parse or to verify (a flipped byte, a foreign
+program's line, a hand edit) may be evidence. It is kept in place, reported by
+verify with its offset, and skipped by the chain; the next record links to the
+last valid record.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The newer fact first: a result that may correct an earlier one ranks above it.
 
-A fact that changes is often written again without ``supersedes``; both versions match a question about
-it at about the same relevance (issue 30). After a search has chosen its results, `newer_first` puts each
-pair of results where the newer may correct the older (`may_correct`) newer first, at comparable relevance,
-and marks both: the newer with ``may_correct`` (the older seqs), the older with ``may_be_corrected_by``.
-Nothing is stored: the link is derived at query time from the records and their vectors, so a rebuilt
+A fact that changes is often written again without ``supersedes``; both
+versions match a question about it at about the same relevance (issue 30).
+After a search has chosen its results, `newer_first` puts each pair of results
+where the newer may correct the older (`may_correct`) newer first, at
+comparable relevance, and marks both: the newer with ``may_correct`` (the
+older seqs), the older with ``may_be_corrected_by``. Nothing is stored: the
+link is derived at query time from the records and their vectors, so a rebuilt
 index gives the same links. Why each test and threshold: docs/retrieval.md.
 """
 

@@ -1,12 +1,14 @@
 """Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF (docs/embeddings.md).
 
-It owns the ``vectors`` and ``vectors_meta`` tables in the index file (one row per record and model: seq,
-chain hash, model, dimension, the L2-normalised float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and
-`Hybrid.search`, which fuses ``Index.ranked`` (bm25) with the cosine ranking of ``dense.Matrix``. It never
-writes the log or the index's own tables; a vector whose hash no longer matches its record is ignored and
-replaced. Optional, never a single point of failure (DESIGN "Embeddings"): writes and searches never wait
-for an embedder, and every reply says ``mode``, ``mode_reason`` and ``without_vectors``. How the defaults
-were chosen: docs/retrieval.md.
+It owns the ``vectors`` and ``vectors_meta`` tables in the index file (one row
+per record and model: seq, chain hash, model, dimension, the L2-normalised
+float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and `Hybrid.search`, which
+fuses ``Index.ranked`` (bm25) with the cosine ranking of ``dense.Matrix``. It
+never writes the log or the index's own tables; a vector whose hash no longer
+matches its record is ignored and replaced. Optional, never a single point of
+failure (DESIGN "Embeddings"): writes and searches never wait for an embedder,
+and every reply says ``mode``, ``mode_reason`` and ``without_vectors``. How
+the defaults were chosen: docs/retrieval.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The query builder: any user string to a safe FTS5 MATCH expression (`build`, `terms`).
 
-Also owns the text segmentation shared by indexing and querying (CJK runs become overlapping bigrams, see
-`segment`), so both sides always agree, and the subject words a correction is matched by (`subject`,
-`same_subject`). No user input reaches the FTS5 query parser as syntax (see `build`).
+Also owns the text segmentation shared by indexing and querying (CJK runs
+become overlapping bigrams, see `segment`), so both sides always agree, and
+the subject words a correction is matched by (`subject`, `same_subject`). No
+user input reaches the FTS5 query parser as syntax (see `build`).
 """
 
 from __future__ import annotations

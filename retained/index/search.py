@@ -1,11 +1,14 @@
 """Ranked search over the index, with honest accounting (invariant I2).
 
-bm25 over the text, the body and the string values of other caller fields (porter stemming over unicode61,
-diacritics folded, CJK runs segmented by ``query.segment``), then a bounded re-rank of the best 50
-(`Ranking`, docs/retrieval.md). Every reply accounts for what it matched (I2): ``returned +
-sum(left_out.values()) == total_matches``. Also here: the records around each result (`attach_context`) and
-the earlier records a new one may correct (`related`). `Search` is a part of ``writer.Index`` (its
-``searcher``), which supplies the connection, its lock, catch-up and the checked reads from the log.
+bm25 over the text, the body and the string values of other caller fields
+(porter stemming over unicode61, diacritics folded, CJK runs segmented by
+``query.segment``), then a bounded re-rank of the best 50 (`Ranking`,
+docs/retrieval.md). Every reply accounts for what it matched (I2): ``returned
++ sum(left_out.values()) == total_matches``. Also here: the records around
+each result (`attach_context`) and the earlier records a new one may correct
+(`related`). `Search` is a part of ``writer.Index`` (its ``searcher``), which
+supplies the connection, its lock, catch-up and the checked reads from the
+log.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """The derived index beside the log, written here (L5: rebuilt from the log alone).
 
-What it holds: an FTS5 table for lexical search (contentless: the log has the text) and a ``records``
-table with each chained record's place in the log (offset, length, hash) and the flags the log implies
-(superseded, retracted, redacted). Nothing here is the truth: results are read back from the log by offset
-and checked against the hash before they are returned. Every read first catches up (`Index.catch_up`).
-The file name, the tables, the mark and the read-only queries are defined in ``schema``; what the index
-stores for a record in ``documents``; ranked search (`Index.searcher`) in ``search``; the two-way verify in
-``verify``.
+What it holds: an FTS5 table for lexical search (contentless: the log has the
+text) and a ``records`` table with each chained record's place in the log
+(offset, length, hash) and the flags the log implies (superseded, retracted,
+redacted). Nothing here is the truth: results are read back from the log by
+offset and checked against the hash before they are returned. Every read first
+catches up (`Index.catch_up`). The file name, the tables, the mark and the
+read-only queries are defined in ``schema``; what the index stores for a
+record in ``documents``; ranked search (`Index.searcher`) in ``search``; the
+two-way verify in ``verify``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """MCP over stdio: every request read gets a reply, the server keeps serving, and it stops when told.
 
-The SDK's stdio transport hands a line its JSON reader fails on (not JSON, a lone surrogate escape, nesting
-past the reader's depth, an integer of thousands of digits, a message of the wrong shape) to its dispatcher,
-which drops it: the client waits for a reply that never comes. At end of input the dispatcher cancels the
-requests still in flight, and its reader blocks a worker thread, which an interrupt must wait for.
-`StdinFront` sits in front of the SDK's transport (``stdio_server`` with our own input; its output side and
+The SDK's stdio transport hands a line its JSON reader fails on (not JSON, a
+lone surrogate escape, nesting past the reader's depth, an integer of
+thousands of digits, a message of the wrong shape) to its dispatcher, which
+drops it: the client waits for a reply that never comes. At end of input the
+dispatcher cancels the requests still in flight, and its reader blocks a
+worker thread, which an interrupt must wait for. `StdinFront` sits in front of
+the SDK's transport (``stdio_server`` with our own input; its output side and
 its claim of fd 1 are unchanged); `serve` runs the server behind it.
 """
 

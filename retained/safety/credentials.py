@@ -1,9 +1,10 @@
 """Credential detection: which parts of a string are secrets, and of what kind.
 
-Pure: no I/O, no environment. :func:`find_secrets` finds, in one string, provider formats, JWTs, PEM
-private-key blocks, passwords in URLs and in ``curl -u``, values assigned to secret-looking names, and long
-random-looking tokens (:func:`looks_random`); docs/secrets.md lists the kinds. The write guard (guard.py)
-applies it to every string of a record.
+Pure: no I/O, no environment. :func:`find_secrets` finds, in one string,
+provider formats, JWTs, PEM private-key blocks, passwords in URLs and in
+``curl -u``, values assigned to secret-looking names, and long random-looking
+tokens (:func:`looks_random`); docs/secrets.md lists the kinds. The write
+guard (guard.py) applies it to every string of a record.
 
 >>> [(f.kind, f.end - f.start) for f in find_secrets("deploy key AKIA" + "ABCDEFGHIJ234567 today")]
 [('aws_access_key', 20)]

@@ -1,8 +1,9 @@
 """The write guard: credentials and ``<private>`` spans, checked before anything is written (docs/secrets.md).
 
-Pure: no I/O, no environment, no printing. The store builds one :class:`Guard` from its settings and calls
-:meth:`Guard.apply` on the caller-set part of a record before the record is encoded; :meth:`Guard.untouched`
-lets most ordinary records skip the full scan.
+Pure: no I/O, no environment, no printing. The store builds one :class:`Guard`
+from its settings and calls :meth:`Guard.apply` on the caller-set part of a
+record before the record is encoded; :meth:`Guard.untouched` lets most
+ordinary records skip the full scan.
 
 >>> g = Guard(policy="redact")
 >>> r = g.apply({"text": "deploy key AKIA" + "ABCDEFGHIJ234567 <private>my pin</private>ok"})

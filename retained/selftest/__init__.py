@@ -1,12 +1,15 @@
 """The self-test: named checks of retained's claims, each in a fresh temporary store.
 
-``python -m retained --selftest`` (also ``retained selftest``) runs every check (`run`, `run_check`); this
-package only returns results, the CLI prints them. A check does what a user or a crash would do and looks at
-the bytes on disk itself: a proof is compared with the file, chain hashes are recomputed from the
-specification (``spec``) rather than taken from the library, and the restart and concurrency checks run real
-child processes (``children``). A check returns one line of evidence with numbers, or fails with a reason; a
-missing feature fails with ``not available: ...``, never passes nor is silently skipped. The checks are in
-``checks_log``, ``checks_search``, ``checks_input`` and ``checks_mcp``; ``context`` is what a check gets.
+``python -m retained --selftest`` (also ``retained selftest``) runs every
+check (`run`, `run_check`); this package only returns results, the CLI prints
+them. A check does what a user or a crash would do and looks at the bytes on
+disk itself: a proof is compared with the file, chain hashes are recomputed
+from the specification (``spec``) rather than taken from the library, and the
+restart and concurrency checks run real child processes (``children``). A
+check returns one line of evidence with numbers, or fails with a reason; a
+missing feature fails with ``not available: ...``, never passes nor is
+silently skipped. The checks are in ``checks_log``, ``checks_search``,
+``checks_input`` and ``checks_mcp``; ``context`` is what a check gets.
 """
 
 from __future__ import annotations

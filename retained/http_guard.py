@@ -1,20 +1,11 @@
 """The HTTP access guard: which hosts, origins and bearer tokens may reach the store over HTTP.
 
-An ASGI wrapper that runs before the application sees a request: the Host
-header must name this server (DNS rebinding), a browser's Origin must be this
-server's own origin, scheme, host and port alike, or one the user allowed (no
-cross-site request, and no page served from another local port), and, when a
-token is set, the request must carry it (compared in constant time, never
-logged). ``serve`` binds, wraps and runs an ASGI application behind it: the
-MCP server's streamable HTTP transport and the viewer both run so. Standard
-library only at import; ``serve`` imports uvicorn when called.
-
-Before any of that, the connection itself is bounded (``Bounds``): a
-request's headers must arrive within a timeout, one client (address) may
-hold only so many connections and the server only so many in all, and a
-client that sent too many wrong tokens is refused (429) for a while, so
-half-sent requests or a token guessed at cannot starve a client that
-authenticates. A token must be long enough to resist guessing.
+`HttpGuard` is an ASGI wrapper that checks the Host header (DNS rebinding), a
+browser's Origin (this server's own, or one the user allowed) and, when one is
+set, the token, before the application sees a request. ``serve`` binds, wraps
+and runs an ASGI application behind it, within `Bounds`: the MCP server's
+streamable HTTP transport and the viewer both run so. Standard library only at
+import; ``serve`` imports uvicorn when called.
 """
 
 from __future__ import annotations
@@ -47,7 +38,14 @@ TOKEN_FAILURE_CLIENTS_MAX = 10_000  # addresses remembered for that count (oldes
 
 
 class Bounds:
-    """The limits ``serve`` holds a server to before a request reaches the guard (see the module docstring)."""
+    """The limits ``serve`` holds a server to before a request reaches the guard.
+
+    A request's headers must arrive within a timeout, one client (address) may
+    hold only so many connections and the server only so many in all, and a
+    client that sent too many wrong tokens is refused (429) for a while, so
+    half-sent requests or a token guessed at cannot starve a client that
+    authenticates.
+    """
 
     def __init__(self, *, header_read_s: float = HEADER_READ_S, connections_max: int = CONNECTIONS_MAX,
                  client_connections_max: int = CLIENT_CONNECTIONS_MAX, token_failures_max: int = TOKEN_FAILURES_MAX,

@@ -1,18 +1,10 @@
 """Ctrl-C for the long-running commands (``serve``, ``serve --http``, ``view``): a prompt, quiet exit at any moment.
 
-Python turns SIGINT into ``KeyboardInterrupt`` wherever the main thread is:
-inside an import, a C extension's initialisation, asyncio's teardown or
-threading's shutdown. Raised there it prints a traceback, and an
-interrupted extension import has crashed the interpreter at exit. A server
-holds nothing that unwinding would save: every acknowledged record is
-already durable, and an unacknowledged line is a torn tail that the next
-writer sets aside (the same state a SIGKILL leaves, which the crash tests
-cover). So outside the stretch where a server's own loop handles the signal
-(the stdio front drains and returns 130; uvicorn shuts down gracefully,
-then raises the signal again), SIGINT ends the process at once, status 130.
-
-The short commands keep Python's ``KeyboardInterrupt``, which the command
-line reports as ``interrupted`` after their own clean-up has run.
+Outside the stretch where a server's own loop handles the signal (the stdio
+front drains and returns 130; uvicorn shuts down gracefully, then raises the
+signal again), `exit_on_interrupt` makes SIGINT end the process at once,
+status 130. The short commands keep Python's ``KeyboardInterrupt``, which the
+command line reports as ``interrupted`` after their own clean-up has run.
 """
 
 import os
@@ -30,7 +22,17 @@ def _exit_at_once(signum: int, _frame: FrameType | None) -> None:
 
 
 def exit_on_interrupt() -> None:
-    """From now on SIGINT ends the process at once with status 130 (a no-op off the main thread)."""
+    """From now on SIGINT ends the process at once with status 130 (a no-op off the main thread).
+
+    Python turns SIGINT into ``KeyboardInterrupt`` wherever the main thread is:
+    inside an import, a C extension's initialisation, asyncio's teardown or
+    threading's shutdown. Raised there it prints a traceback, and an
+    interrupted extension import has crashed the interpreter at exit. A server
+    holds nothing that unwinding would save: every acknowledged record is
+    already durable, and an unacknowledged line is a torn tail that the next
+    writer sets aside (the same state a SIGKILL leaves, which the crash tests
+    cover).
+    """
     _set(_exit_at_once)
 
 

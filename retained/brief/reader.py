@@ -1,27 +1,15 @@
 """The brief's reader: the store's log and index, read-only, the way the session-start brief reads them.
 
 The brief runs at every session start, within the start-up budget that
-``python -m harness bench brief`` measures against ``python -c pass``. That
-budget is kept here and nowhere else: this module needs only the standard library (with ``blake3`` for the
-hashes and ``sqlite3`` for the index), and the brief's path imports nothing
-else of retained but the few leaf modules it must have: ``errors``,
-``paths``, ``render`` (the one text form of a record), ``core.files``
-(opening without links), ``core.lines`` (what a line is, read backwards),
-``core.anchors`` (the brief records the head it read), ``index.schema``
-(the index's tables and read-only queries), ``brief.session`` (the one
-entry every caller of the brief goes through) and ``sync.layout`` (where
-``retained sync`` keeps the stores it pulled, whose records the brief reads
-with this module as it reads the store's own). Never orjson, the storage
-core (``core.log``, ``core.record``, ``core.lock``) or the index writer:
-tests/unit/test_brief.py checks the set.
-
-- `LogReader`: the log's size, its lines newest first, records at places
-  the index gives, each checked (parsed, canonical, its hash recomputed).
-- `classify`: ``record.classify``'s answer for a line, from the standard
-  library's JSON; a line it cannot settle (a float or escape the two
-  encoders spell differently) goes to ``record.classify`` itself, imported
-  then: the one deferred import, on a path a well-formed log never takes.
-- `IndexView`: one read-only snapshot of the index, or why it cannot be used.
+``python -m harness bench brief`` measures against ``python -c pass``; that
+budget is kept here and nowhere else. The brief's path needs only the standard
+library (with ``blake3`` and ``sqlite3``) and these leaf modules of retained:
+``errors``, ``paths``, ``render``, ``core.files``, ``core.lines``,
+``core.anchors`` (the brief records the head it read), ``index.schema``,
+``brief.session`` and ``sync.layout`` (the pulled stores it also reads). Never
+orjson, the storage core (``core.log``, ``core.record``, ``core.lock``) or the
+index writer: tests/unit/test_brief.py checks the set. `LogReader` reads the
+log, `classify` checks a line, `IndexView` is a snapshot of the index.
 """
 
 from __future__ import annotations
@@ -99,7 +87,10 @@ def classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | No
 
 
 def _classify(content: bytes) -> tuple[str, Any, int | None, str | None, str | None]:
-    """The line as the storage core classifies it (orjson): only for a line the quick check cannot settle."""
+    """The line as the storage core classifies it (orjson): only for a line the quick check cannot settle.
+
+    The brief's one deferred import, on a path a well-formed log never takes.
+    """
     from retained.core.record import classify as exact  # deferred: the brief's budget (see the module's docstring)
 
     return exact(content)

@@ -1,24 +1,10 @@
 """A host's event, parsed: the turns worth keeping, each with the id that makes it idempotent.
 
-Three shapes arrive on stdin (or, for Codex CLI's ``notify``, as the last
-argument):
-
-- Claude Code's hook payloads, recognised by ``hook_event_name``:
-  ``UserPromptSubmit`` (``prompt``, ``prompt_id``), ``Stop`` and
-  ``SubagentStop`` (``last_assistant_message``), ``PostCompact``
-  (``compact_summary``), ``SessionStart`` / ``SessionEnd`` (nothing to keep);
-- Codex CLI's ``notify`` payload (``type: agent-turn-complete``,
-  ``thread-id``, ``turn-id``, ``input-messages``, ``last-assistant-message``);
-- the generic shape, for any other host (docs/capture.md)::
-
-    {"host": "myagent", "host_version": "1.2", "event": "turn", "session": "s-1",
-     "turn": "t-7", "cwd": "/repo", "messages": [{"speaker": "user", "text": "...", "name": "Ann"}]}
-
-Each turn gets a ``client_op_id`` from the host, the session, the turn (the
-prompt id) and what it is (``user``, ``assistant``, ``summary``,
-``subagent``): the same turn delivered twice -- a host's retry, a transcript
-read after live capture -- gets the same id, and the log keeps it once.
-Pure: no I/O.
+`parse` reads three shapes (docs/capture.md): Claude Code's hook payloads
+(``hook_event_name``), Codex CLI's ``notify`` payload (``type:
+agent-turn-complete``, given as the last argument rather than on stdin) and
+the generic shape, for any other host. Each turn's ``client_op_id``
+(`Event.op_id`) makes a turn delivered twice one record. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -77,7 +63,12 @@ class Event:
         return f"Event({self.host!r}, {self.event!r}, session={self.session!r}, turn={self.turn_id!r}, turns={self.turns!r})"
 
     def op_id(self, turn: Turn) -> str:
-        """The turn's client_op_id: host, session, turn (or the text's digest), what."""
+        """The turn's client_op_id: host, session, turn (or the text's digest), what.
+
+        What: ``user``, ``assistant``, ``summary`` or ``subagent``. The same turn
+        delivered twice -- a host's retry, a transcript read after live capture --
+        gets the same id, and the log keeps it once.
+        """
         key = self.turn_id or "t" + record.digest(turn.text.encode("utf-8", "surrogatepass"))[:24]
         op = f"cap:{self.host}:{self.session}:{key}:{turn.what}"
         if len(op) > OP_CHARS_MAX:

@@ -1,26 +1,14 @@
 """Capture's map of the log's client_op_ids, kept in a file so a hook process need not scan the log.
 
 The log recognises a retried write by its ``client_op_id`` (``Log.append``),
-but it learns the ids by scanning the log once per process: about a second
-at 100,000 records, more than a hook may take. ``capture/ops.sqlite3`` (a
-SQLite table, 0600) holds every id of the log up to a byte offset: the
-first 16 bytes of the id's blake3 digest (the key), the line's offset and
-its length; and one mark row: the log's inode and the offset the map
-covers, committed in the same transaction as the entries it covers.
-
-Each capture first brings the map up to the log's current size (a few lines
-are only read, up to ``LOOSE_BYTES_MAX``; past that they are written into
-the map), looks its ids up (one indexed query each: the time does not grow
-with the store; then the line itself read from the log and its id compared,
-so a digest clash or a stale entry is never taken for a match), and hands
-the map to the log (``Log.assume_ops``), which still scans, under its lock,
-whatever another writer added since.
-
-Derived and disposable: deleted, damaged, or from another log (a new inode,
-a shorter file), it is rebuilt from the log. Two captures catching up at
-once: the second finds the mark moved when it comes to write, writes
-nothing, and keeps what it read in memory; the first entry for an id is
-the earlier line, and a later one for the same id is ignored.
+but learns the ids by scanning the log once per process, more than a hook may
+take. ``capture/ops.sqlite3`` (0600) holds every id of the log up to a byte
+offset (the first 16 bytes of its blake3 digest, the line's offset and length)
+and one mark row (the log's inode and the offset the map covers, committed in
+the same transaction as the entries it covers). Derived and disposable:
+deleted, damaged, or from another log (a new inode, a shorter file), it is
+rebuilt from the log. `open_map` brings it up to date; `OpsMap` is what
+``Log.assume_ops`` reads.
 """
 
 from __future__ import annotations
@@ -85,6 +73,12 @@ class OpsMap:
             self._db = None
 
     def get(self, op: str, default: Any = None) -> Any:
+        """The proof of the record with ``client_op_id`` ``op``, or ``default``.
+
+        One indexed query (the time does not grow with the store), then the line
+        itself read from the log and its id compared, so a digest clash or a
+        stale entry is never taken for a match.
+        """
         if op in self._new:
             return self._new[op]
         try:
@@ -134,7 +128,12 @@ def _mark(db: sqlite3.Connection) -> tuple[int, int] | None:
 
 def _write(db: sqlite3.Connection, seen: tuple[int, int] | None, ino: int, start: int, end: int,
            found: list[tuple[str, Any]]) -> bool:
-    """Add ``found`` (the log from ``start`` to ``end``) and move the mark, if the mark is still as read (``seen``)."""
+    """Add ``found`` (the log from ``start`` to ``end``) and move the mark, if the mark is still as read (``seen``).
+
+    Two captures catching up at once: the second finds the mark moved, writes
+    nothing, and keeps what it read in memory. The first entry for an id is
+    the earlier line; a later one for the same id is ignored.
+    """
     db.execute("BEGIN IMMEDIATE")
     try:
         if _mark(db) != seen:
@@ -172,8 +171,10 @@ def _open_db(path: Path) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
 def open_map(store_dir: Path, log: Log) -> tuple[OpsMap, int] | None:
     """The map brought up to the log's current size, and the size it answers for; None when the log does not exist yet.
 
-    The size is less than the log's when another capture was writing the
-    map: ``Log.assume_ops`` then scans the rest under the log's lock.
+    A few lines past the mark (up to ``LOOSE_BYTES_MAX``) are only read; past
+    that they are written into the map. The size is less than the log's when
+    another capture was writing the map; ``Log.assume_ops`` scans whatever
+    the log holds past it under the log's lock.
 
     Raises:
         OSError: the map could not be read or extended (the caller goes on without it).

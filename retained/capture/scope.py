@@ -1,21 +1,9 @@
 """The project's identity: the scope captured turns are written under, and why.
 
-Standard library only, and no ``typing``: the session-start brief imports it.
-
-In order, the first that applies:
-
-1. an explicit scope (``--scope``, or ``RETAINED_SCOPE`` read by the edge);
-2. a ``.retained-scope`` file in the directory or a parent (up to the
-   repository's top): its first line is the scope, for one project;
-3. the git repository's common directory when the directory is inside a
-   repository, so every worktree of one repository is one project: named by
-   the main worktree's path (the directory holding ``.git``), or the common
-   directory itself for a bare repository;
-4. the directory itself.
-
-No ``git`` process is started: ``.git`` (a directory, or a file naming the
-worktree's git directory, whose ``commondir`` names the common one) is read
-directly, so the hook stays fast.
+`identity` finds it; `project` and `read_scope` are what a command captures
+under and reads. Standard library only, and no ``typing``: the session-start
+brief imports it. No ``git`` process is started (``.git`` is read directly),
+so the hook stays fast.
 """
 
 from __future__ import annotations
@@ -58,7 +46,11 @@ def _read_first_line(path: Path) -> str | None:
 
 
 def git_common_dir(start: Path) -> tuple[Path, Path] | None:
-    """``(worktree top, common git directory)`` for a directory inside a git repository, else None."""
+    """``(worktree top, common git directory)`` for a directory inside a git repository, else None.
+
+    No ``git`` process: ``.git`` (a directory, or a file naming the worktree's git
+    directory, whose ``commondir`` names the common one) is read directly.
+    """
     here = start
     for _ in range(_PARENTS_MAX):
         dot = here / ".git"
@@ -95,7 +87,17 @@ def _common(gitdir: Path) -> Path:
 
 
 def identity(cwd: str | os.PathLike[str], explicit: str | None = None) -> Identity:
-    """The project identity of ``cwd`` (see the module's docstring for the order)."""
+    """The project identity of ``cwd``: the first of these that applies.
+
+    1. an explicit scope (``--scope``, or ``RETAINED_SCOPE`` read by the edge);
+    2. a ``.retained-scope`` file in the directory or a parent (up to the
+       repository's top): its first line is the scope, for one project;
+    3. the git repository's common directory when the directory is inside a
+       repository, so every worktree of one repository is one project: named by
+       the main worktree's path (the directory holding ``.git``), or the common
+       directory itself for a bare repository;
+    4. the directory itself.
+    """
     if explicit:
         return Identity(explicit[:SCOPE_CHARS_MAX], "explicit", "given with --scope or RETAINED_SCOPE")
     start = Path(cwd).expanduser()

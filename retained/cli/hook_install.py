@@ -1,19 +1,10 @@
 """Set up the session-start hook in a host's settings (Claude Code's SessionStart entry).
 
 The hook itself is ``session-start.sh``, shipped inside the package as
-``retained.hooks`` (``hooks/`` in the repository). ``install_claude`` merges
-one SessionStart entry that runs it into a Claude Code settings file:
-
-- every other key and every other hook in the file is kept as it was;
-- an entry that already runs retained's hook is updated in place (and any
-  second one dropped), so running it again changes nothing;
-- before the file is changed its old bytes are copied to a backup beside it
-  (``settings.json.bak-<UTC time>``, created exclusively, never overwritten);
-- the new file is written to a temporary file beside it, fsynced and renamed
-  over it, so a crash leaves the old file or the new one.
-
-Library code: it takes paths as arguments and never reads the environment;
-``retained hook install`` (``retained.cli.commands``) is the edge that does.
+``retained.hooks`` (``hooks/`` in the repository); `install_claude` merges the
+entry that runs it into a Claude Code settings file. Library code: it takes
+paths as arguments and never reads the environment; ``retained hook install``
+(``retained.cli.commands``) is the edge that does.
 """
 
 from __future__ import annotations
@@ -193,6 +184,14 @@ def install_claude(settings_path: Path, command: str, *, capture: dict[str, str 
 
     ``capture`` maps capture events (``CAPTURE_EVENTS``) to the command each
     runs, or to None to leave the event out (removing an earlier install's entry).
+
+    - every other key and every other hook in the file is kept as it was;
+    - an entry that already runs retained's hook is updated in place (and any
+      second one dropped), so running it again changes nothing;
+    - before the file is changed its old bytes are copied to a backup beside it
+      (``settings.json.bak-<UTC time>``, created exclusively, never overwritten);
+    - the new file is written to a temporary file beside it, fsynced and renamed
+      over it, so a crash leaves the old file or the new one.
 
     With ``write=False`` nothing is touched and the result says what would be
     written. Returns ``{"path", "action", "written", "backup", "command",

@@ -1,34 +1,14 @@
 """Anchors: the store's head recorded outside the store, so a log cut back or re-chained is caught.
 
-The hash chain shows a change to one line, but not a whole log replaced by
-an older copy (a rollback) or rewritten with every hash after an edit
-recomputed (a re-chain): both are valid chains. An anchor is a head the store
-once had (seq, hash, log size, time), kept in a file *outside* the store
-directory, where whoever rewrites the log must also find and rewrite it.
-Verify checks that every anchor is still on the log's chain: a seq past the
-head is ``rolled_back``, a seq holding another hash is ``anchor_mismatch``.
-Nothing derived from the log (the index, a rebuild) can clear those findings;
-the user accepts a new history explicitly (``Store.anchor(accept=True)``),
-which appends a record saying so and settles the anchors it replaced.
-
-Where: one file per store, ``<anchor dir>/<store id>.jsonl``. The store id is
-a random name kept in the store (``store.id``), so a store that moves keeps
-its anchors; the file's first line also names the store's directory, so a
-store whose id file was removed is still matched by its path. The anchor
-directory is a setting the edges pass in (``dir_from``; library modules read
-no environment); None turns anchoring off.
-
-The file is JSON lines, appended to: a header (``retained_anchors``,
-``store_id``, ``store``), then anchors (``seq``, ``hash``, ``bytes``, ``time``,
-``source``: verify, brief, index, accept), and settle lines (``settled_to``:
-the anchors before that byte were accepted; ``by``: the acceptance record). A
-verify that finds every anchor on the chain rewrites the file as the header
-and the head it judged: later heads on the same chain imply the earlier ones.
-
-What anchors prove, and what not: docs/anchors.md.
-
-Standard library only (with ``core.files``): the session-start brief records
-its head through here (see ``brief.reader``).
+An anchor is a head the store once had (seq, hash, log size, time), kept in
+``<anchor dir>/<store id>.jsonl``, outside the store directory, where whoever
+rewrites the log must also find and rewrite it. `record_head` and `Routine`
+record heads, `load` and `check` find anchors off the chain (``rolled_back``,
+``anchor_mismatch``), `settle` and `compact` rewrite the file. The anchor
+directory is a setting the edges pass in (`dir_from`; library modules read no
+environment); None turns anchoring off. What anchors prove, and what not:
+docs/anchors.md. Standard library only (with ``core.files``): the
+session-start brief records its head through here (see ``brief.reader``).
 """
 
 from __future__ import annotations
@@ -187,6 +167,14 @@ def _make_id(path: Path) -> str | None:
 
 
 def anchor_file(anchor_dir: str | os.PathLike[str], sid: str) -> Path:
+    """The store's anchor file: JSON lines, appended to.
+
+    A header (``retained_anchors``, ``store_id``, ``store``: the store's
+    directory, so a store whose id file was removed is still matched by its
+    path), then anchors (``seq``, ``hash``, ``bytes``, ``time``, ``source``:
+    what recorded it, e.g. verify or brief), and settle lines (``settled_to``:
+    the anchors before that byte were accepted; ``by``: the acceptance record).
+    """
     return Path(anchor_dir) / f"{sid}.jsonl"
 
 

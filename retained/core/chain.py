@@ -3,21 +3,10 @@
 It checks, for each line: it parses (L1), its bytes are canonical (L1), its
 hash recomputes, its ``prev`` names the previous chained record's hash (L3)
 and its ``seq`` follows on (L2). It never stops at the first problem: a
-verifier that gives up hides the second one.
-
-Linking after damage: a damaged line that still claims a seq and hash is a
-valid predecessor for the next line too, so one flipped byte is reported as
-one finding (at the record it hit), not as a cascade; and the next append's
-rule (link to the last *valid* record) is accepted as well.
-
-Two entry points give the same report: ``walk(lines)`` over any lines (a
-scan, an import file), and ``verify_file(log)``, which ``verify`` uses: the
-per-line work (parse, canonical bytes, digests) needs only the line, so the
-file is read in byte ranges (``pool.map_ranges``: in worker processes only
-when the caller asks for them), and only the linking (seq, prev) runs in
-order, here. Both turn lines into the same items (`_items`) and link them
-with the same `_Linker`; tests/unit/test_chain_parallel.py holds the two to
-the same report on every kind of damage, across range boundaries.
+verifier that gives up hides the second one. `walk` verifies any lines (a
+scan, an import file), `verify_file` a log read in byte ranges; both link with
+the same `_Linker`, and tests/unit/test_chain_parallel.py holds the two to the
+same report on every kind of damage.
 """
 
 from __future__ import annotations
@@ -127,6 +116,11 @@ class _Linker:
     Fed one line at a time (``add``) or, for a run of records already known
     to link one to the next, its first line and then the rest in one step
     (``extend``). Both feeds give the same report line for line.
+
+    After damage: a damaged line that still claims a seq and hash is a valid
+    predecessor for the next line too, so one flipped byte is reported as one
+    finding (at the record it hit), not as a cascade; and the next append's
+    rule (link to the last *valid* record) is accepted as well.
     """
 
     def __init__(self, log_name: str, watch: Iterable[int] = ()) -> None:

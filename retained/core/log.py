@@ -1,28 +1,12 @@
 """The append-only log file: the only writer of ``log.jsonl``.
 
-Invariants (cited by id in tests and comments):
-
-- L1: one canonical JSON record per line, ending in ``\\n``.
-- L2: ``seq`` runs 1, 2, 3 over chained records with no gaps.
-- L3: ``prev`` equals the previous chained record's ``hash``.
-- L4: a write is acknowledged only after write, fsync, and a byte-exact
-  read-back of the line at the offset it was written at.
-- L5: the index is derived from the log alone, never the reverse.
-- L6: the index holds only durable bytes (``Log.durable_end``): a line
-  indexed between its writer's write and fsync, then lost to a power cut,
-  would leave the index ahead of the log, a false "rolled back" for ever.
-
-Crash cases this module defends, each at its step in ``Log.append``:
-
-- killed before ``os.write``: nothing changed.
-- killed during ``os.write`` or a short write: an unterminated tail, never
-  acknowledged; the next append sets it aside and truncates (recovery.py T2).
-- killed after ``os.write``, before or during ``fsync``: the line may or may
-  not survive a power cut; it was not acknowledged either way. If it
-  survives whole it is a valid record and the chain continues from it.
-- ``fsync`` or read-back fails: no acknowledgement, and the handle is
-  poisoned (LogUnusable) because the page cache may now disagree with the
-  disk; reopening re-derives every cached fact from the file.
+It keeps the log's invariants L1-L6 (docs/format.md; cited by id in tests and
+comments): one canonical record per line (L1), ``seq`` without gaps (L2),
+``prev`` naming the previous chained record's ``hash`` (L3), no
+acknowledgement before write, fsync and a byte-exact read-back (L4), an index
+derived from the log alone (L5) and holding only durable bytes (L6,
+``Log.durable_end``). ``Log.append`` is the one way into the file; the crash
+cases it defends are listed there.
 """
 
 from __future__ import annotations
@@ -656,6 +640,18 @@ class Log:
         its link checked, and each caller returns only once its own records
         are durable. A caller whose records are refused (too large, a missing
         supersedes target) gets its own error; the others are unaffected.
+
+        Crash cases, each at its step:
+
+        - killed before ``os.write``: nothing changed.
+        - killed during ``os.write`` or a short write: an unterminated tail, never
+          acknowledged; the next append sets it aside and truncates (recovery.py T2).
+        - killed after ``os.write``, before or during ``fsync``: the line may or may
+          not survive a power cut; it was not acknowledged either way. If it
+          survives whole it is a valid record and the chain continues from it.
+        - ``fsync`` or read-back fails: no acknowledgement, and the handle is
+          poisoned (LogUnusable) because the page cache may now disagree with the
+          disk; reopening re-derives every cached fact from the file.
 
         Returns:
             One proof per content, in order: seq, hash, prev, offset, length,

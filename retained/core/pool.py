@@ -1,31 +1,11 @@
 """The worker pool: one task over the byte ranges of a file, in this process or in worker processes.
 
-The contract. ``map_ranges(task, path, bounds, workers)`` gives
-``task(path, start, stop)`` for each range ``[start, stop)`` of ``bounds``,
-in file order, whoever computed it:
-
-- ``workers`` 0 (every library call's default) or 1: each range in this
-  process, one after the other. This is the serial path; there is no other.
-- ``workers`` 2 or more: up to that many worker processes classify ranges
-  ahead while the caller consumes results here. Only a caller that can vouch
-  for its main module opts in (the ``retained`` command does, for verify,
-  rebuild and stats): a worker started afresh (spawn, forkserver) imports
-  the main module, so a script without an ``if __name__ == "__main__":``
-  guard would run again in each worker, as with ``multiprocessing`` itself.
-  A library call never starts a process unless its caller passes workers.
-
-``task`` must be a module-level function (or a ``functools.partial`` of one;
-a worker imports it by name) that depends on nothing but the file and its
-arguments, so that running it here gives what a worker gives: the results do
-not depend on ``workers``. ``plan_ranges`` cuts the file at line starts
-(``range_lines`` reads one range's lines) and decides whether workers are
-worth starting (a file under ``parallel_min_bytes`` is worked through here).
-
-Failures never change the results: a worker that cannot start, dies, fails a
-range or sends nothing for ``stall_s`` seconds is ended and its ranges are
-worked through here (a task's error recurs here, with its traceback). Every
-worker is ended before ``map_ranges`` returns, also when the caller stops
-early or raises. Memory holds about two ranges per worker.
+`map_ranges` runs ``task(path, start, stop)`` for each range and gives the
+results in file order; its docstring is the contract (the results never depend
+on ``workers``, failures never change them, and a library call starts no
+process unless its caller passes workers). `plan_ranges` cuts a file at line
+starts and decides whether workers are worth starting; `range_lines` reads one
+range's lines.
 """
 
 from __future__ import annotations
@@ -196,12 +176,33 @@ def map_ranges(
     mp_context: Any = None,
     stall_s: float = WORKER_STALL_S,
 ) -> Generator[Any, None, None]:
-    """``task(path, start, stop)`` for each range of ``bounds``, the results in file order (see the module's contract).
+    """``task(path, start, stop)`` for each range ``[start, stop)`` of ``bounds``, the results in file order, whoever computed them.
 
     ``workers`` as ``plan_ranges`` returns it; ``mp_context`` is a
     ``multiprocessing`` context (fork, spawn, forkserver), None for the
     platform's default (spawn instead of fork when this process runs other
     threads).
+
+    - ``workers`` 0 (every library call's default) or 1: each range in this
+      process, one after the other. This is the serial path; there is no other.
+    - ``workers`` 2 or more: up to that many worker processes classify ranges
+      ahead while the caller consumes results here. Only a caller that can vouch
+      for its main module opts in (the ``retained`` command does, for verify,
+      rebuild and stats): a worker started afresh (spawn, forkserver) imports
+      the main module, so a script without an ``if __name__ == "__main__":``
+      guard would run again in each worker, as with ``multiprocessing`` itself.
+      A library call never starts a process unless its caller passes workers.
+
+    ``task`` must be a module-level function (or a ``functools.partial`` of one;
+    a worker imports it by name) that depends on nothing but the file and its
+    arguments, so that running it here gives what a worker gives: the results do
+    not depend on ``workers``.
+
+    Failures never change the results: a worker that cannot start, dies, fails a
+    range or sends nothing for ``stall_s`` seconds is ended and its ranges are
+    worked through here (a task's error recurs here, with its traceback). Every
+    worker is ended before this returns, also when the caller stops early or
+    raises. Memory holds about two ranges per worker.
 
     Worker ``k`` of ``n`` takes ranges ``k``, ``k + n``, ... and sends each
     result down a pipe of its own, read here in file order. Nothing is

@@ -1,26 +1,13 @@
 """What an appender does with the log's last bytes before it appends.
 
-The table below is the whole policy. Each row names a state of the log's end,
-the crash that leaves it, and the action. ``decide`` picks exactly one row for
-any state (a test walks every combination).
-
-| row | log's end                          | crash behind it                              | action     |
-|-----|------------------------------------|----------------------------------------------|------------|
-| T0  | empty file                         | none (new store) or crash before first write | accept     |
-| T1  | ends with ``\\n``                   | none, or a crash after a whole line landed   | accept     |
-| T2  | bytes after the last ``\\n``        | crash (or short write) in the middle of an   | quarantine |
-|     |                                    | append, before its read-back: never acked    | + truncate |
-
-Why T2 may truncate: an acknowledgement needs the whole line, newline
-included, read back after fsync, so bytes without their newline were never
-acknowledged to anyone. They are still copied aside (``log.jsonl.torn-<offset>``,
-fsynced) before the truncation, so nothing is lost even if that reasoning
-were wrong.
-
-Why nothing else is ever repaired: a complete line that fails to parse or to
-verify (a flipped byte, a foreign program's line, a hand edit) may be
-evidence. It is kept in place, reported by verify with its offset, and
-skipped by the chain; the next record links to the last valid record.
+``TABLE`` is the whole policy: each row names a state of the log's end (T0 an
+empty file, T1 ending with ``\\n``, T2 bytes after the last ``\\n``), the
+crash that leaves it, and the action. ``decide`` picks exactly one row for any
+state (a test walks every combination). Nothing else is ever repaired: a
+complete line that fails to parse or to verify (a flipped byte, a foreign
+program's line, a hand edit) may be evidence. It is kept in place, reported by
+verify with its offset, and skipped by the chain; the next record links to the
+last valid record.
 """
 
 from __future__ import annotations
@@ -32,7 +19,10 @@ from retained.errors import InvariantBroken
 # empty / ends_with_newline: bool, or None for either; action: "accept" | "quarantine".
 Row = namedtuple("Row", "name empty ends_with_newline action crash")
 
-
+# Why T2 may truncate: an acknowledgement needs the whole line, newline included,
+# read back after fsync, so bytes without their newline were never acknowledged to
+# anyone. They are still copied aside (``log.jsonl.torn-<offset>``, fsynced) before
+# the truncation, so nothing is lost even if that reasoning were wrong.
 TABLE = (
     Row("T0", True, None, "accept", "none, or a crash before the first write"),
     Row("T1", False, True, "accept", "none, or a crash after a whole line landed"),

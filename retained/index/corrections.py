@@ -1,40 +1,13 @@
 """The newer fact first: a result that may correct an earlier one ranks above it.
 
-A fact that changes is often written again without ``supersedes`` ("The API
-timeout is 60 seconds." after "The API timeout is 30 seconds."). Both match
-a question about it, at about the same relevance, and the older one used to
-come first about a third of the time (issue 30). After a search has chosen
-its results, each pair of results in the same scope where the newer record
-may correct the older one is put in date order, newer first, and both are
-marked: the newer with ``may_correct`` (the older seqs), the older with
-``may_be_corrected_by``. Nothing is stored: the link is derived at query time
-from the records and their vectors, so a rebuilt index gives the same links.
-
-"May correct" is one of two tests, never a guess across subjects:
-
-- the subject words agree (``query.same_subject``, the test a write's reply
-  uses to propose a supersedes), or
-- with vectors, their cosine is at least ``COSINE_NEAR``: the two say
-  nearly the same thing, though a correction may share few words with the
-  original (threshold from the pairs of harness/data/corrections.json:
-  docs/retrieval.md).
-
-Either test needs more evidence than the two records alone; each of these
-cut links the LoCoMo conversations' later turns made above the answer
-(docs/retrieval.md):
-
-- with vectors, the two are each the other's nearest among the results
-  (two turns of a conversation by ``MARGIN`` at least over each one's next
-  nearest: one speaker's turns on a topic are all close to each other);
-- a record that asks something (a "?" in its text) neither corrects nor is
-  corrected: a question states no fact;
-- two turns of a conversation are a pair only when one speaker said both.
-
-Records of different subjects pass neither test and keep their relevance
-order. A newer result changes place only with an older result it may
-correct, from at most ``MOVE_RANKS_MAX`` places below it (comparable
-relevance): the two swap, and every result between them keeps its place.
-Retractions, redactions and checkpoints are never part of a pair.
+A fact that changes is often written again without ``supersedes``; both
+versions match a question about it at about the same relevance (issue 30).
+After a search has chosen its results, `newer_first` puts each pair of results
+where the newer may correct the older (`may_correct`) newer first, at
+comparable relevance, and marks both: the newer with ``may_correct`` (the
+older seqs), the older with ``may_be_corrected_by``. Nothing is stored: the
+link is derived at query time from the records and their vectors, so a rebuilt
+index gives the same links. Why each test and threshold: docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -66,6 +39,16 @@ def may_correct(
     subjects: dict[str, frozenset[str]] | None = None,
 ) -> bool:
     """Whether result ``newer`` may correct result ``older`` (same scope, later, same subject).
+
+    One of two tests, never a guess across subjects: the subject words agree
+    (``query.same_subject``, the test a write's reply uses to propose a
+    supersedes), or with vectors the cosine is at least ``COSINE_NEAR`` (a
+    correction may share few words with the original). Either needs more
+    evidence than the two records alone: with vectors, each is the other's
+    nearest among the results; a record that asks something (a "?" in its
+    text) states no fact; two turns of a conversation are a pair only when one
+    speaker said both. Retractions, redactions and checkpoints are never part
+    of a pair.
 
     ``cosine``: of the two records' vectors, None when either has none.
     ``mutual``: each is the other's nearest among the results (by cosine;

@@ -1,19 +1,14 @@
 """Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF (docs/embeddings.md).
 
-What it owns: the ``vectors`` and ``vectors_meta`` tables in the index file
-(one row per record and model: seq, chain hash, model, dimension, the
-L2-normalised float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and the
-search that fuses ``Index.ranked`` (bm25) with the cosine ranking of
-``dense.Matrix`` (``vectors.rrf``, the first ``keep_lexical`` lexical results
-kept at the head). It never writes the log or the index's own tables; a
-vector whose hash no longer matches its record is ignored and replaced.
-Optional, never a single point of failure (DESIGN "Embeddings"): writes and
-searches never wait for an embedder (a search embeds only its query;
-``kick()`` and ``backfill()`` fill the rest), and every reply says ``mode``,
-``mode_reason`` and ``without_vectors``. In hybrid mode the matches are the
-lexical ones plus the records that reached the top k through the vectors
-alone, so I2 holds as in lexical mode. How the defaults were chosen:
-docs/retrieval.md.
+It owns the ``vectors`` and ``vectors_meta`` tables in the index file (one row
+per record and model: seq, chain hash, model, dimension, the L2-normalised
+float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and `Hybrid.search`, which
+fuses ``Index.ranked`` (bm25) with the cosine ranking of ``dense.Matrix``. It
+never writes the log or the index's own tables; a vector whose hash no longer
+matches its record is ignored and replaced. Optional, never a single point of
+failure (DESIGN "Embeddings"): writes and searches never wait for an embedder,
+and every reply says ``mode``, ``mode_reason`` and ``without_vectors``. How
+the defaults were chosen: docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -482,6 +477,12 @@ class Hybrid:
         (the cosine ranking alone, for evaluation; falls back like auto).
         The reply is `Index.search`'s plus ``mode``, ``mode_reason`` and
         ``vectors`` (model, missing, breaker state); ``context`` as there.
+
+        Hybrid: bm25 and cosine rankings fused by ``vectors.rrf``, the first
+        ``keep_lexical`` lexical results kept at the head. The matches are the
+        lexical ones plus the records that reached the top k through the
+        vectors alone, so I2 holds as in lexical mode. A search embeds only its
+        query; ``kick()`` and ``backfill()`` fill in the rest.
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")

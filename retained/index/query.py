@@ -1,38 +1,9 @@
-"""The query builder: any user string to a safe FTS5 MATCH expression.
+"""The query builder: any user string to a safe FTS5 MATCH expression (`build`, `terms`).
 
 Also owns the text segmentation shared by indexing and querying (CJK runs
-become overlapping bigrams, see `segment`), so both sides always agree.
-
-Safety: the expression is built only from double-quoted strings joined by
-``OR``, and every quoted string contains only letters and digits (the
-characters a tokenizer keeps), so no user input can reach the FTS5 query
-parser as syntax. ``AND``, ``NOT``, ``NEAR(``, ``*``, ``:``, ``-``,
-parentheses and quotes typed by a user are searched as words or dropped as
-punctuation, never interpreted.
-
-Dates: "may" is a stop word ("you may"), except next to a day or a year
-("in May 2022", "7 May", "May 7th"), where it is the month. The other
-month names are not stop words.
-
-Recall: a word joined by punctuation ("e-mail", "v1.2", "don't", "C++") is
-split the way the index tokenizer splits it (unicode61 treats punctuation as a
-separator), so the pieces find the same tokens the indexed text produced.
-Terms are OR-ed and ranked by bm25, so a question finds records that share
-only some of its words. Stop words are dropped, unless the query has nothing
-else, so "what is it" still gets an answer.
-
->>> build("Don't e-mail the C++ v1.2 guide!")
-'"e" OR "mail" OR "c" OR "v1" OR "2" OR "guide"'
->>> build('NEAR(a b) AND "x" OR z*')
-'"near" OR "b" OR "x" OR "z"'
->>> build("the") is None
-False
->>> build("  ") is None
-True
->>> build("what happened in May 2022")
-'"happened" OR "may" OR "2022"'
->>> build("東京都庁")
-'"東京 京都 都庁"'
+become overlapping bigrams, see `segment`), so both sides always agree, and
+the subject words a correction is matched by (`subject`, `same_subject`). No
+user input reaches the FTS5 query parser as syntax (see `build`).
 """
 
 from __future__ import annotations
@@ -63,8 +34,9 @@ yourselves also ever every get got may much must shall us whose yet
 """.split()
 )
 
-# Month names, and the short forms people write. "may" is also a stop word;
-# it is kept as a search term when a day or a year stands next to it.
+# Month names, and the short forms people write. "may" is also a stop word ("you
+# may"); it is kept as a search term when a day or a year stands next to it ("in
+# May 2022", "7 May", "May 7th"). The other month names are not stop words.
 MONTHS = frozenset(
     "january february march april may june july august september october november december"
     " jan feb mar apr jun jul aug sep sept oct nov dec".split()
@@ -273,6 +245,33 @@ def build(
 
     None means nothing can match (empty input, only punctuation or emoji);
     callers answer with zero matches instead of running a query.
+
+    Safety: the expression is built only from double-quoted strings joined by
+    ``OR``, and every quoted string contains only letters and digits (the
+    characters a tokenizer keeps), so no user input can reach the FTS5 query
+    parser as syntax. ``AND``, ``NOT``, ``NEAR(``, ``*``, ``:``, ``-``,
+    parentheses and quotes typed by a user are searched as words or dropped as
+    punctuation, never interpreted.
+
+    Recall: a word joined by punctuation ("e-mail", "v1.2", "don't", "C++") is
+    split the way the index tokenizer splits it, so the pieces find the same
+    tokens the indexed text produced. Terms are OR-ed and ranked by bm25, so a
+    question finds records that share only some of its words. Stop words are
+    dropped, unless the query has nothing else, so "what is it" still gets an
+    answer; "may" is the month only next to a day or a year.
+
+    >>> build("Don't e-mail the C++ v1.2 guide!")
+    '"e" OR "mail" OR "c" OR "v1" OR "2" OR "guide"'
+    >>> build('NEAR(a b) AND "x" OR z*')
+    '"near" OR "b" OR "x" OR "z"'
+    >>> build("the") is None
+    False
+    >>> build("  ") is None
+    True
+    >>> build("what happened in May 2022")
+    '"happened" OR "may" OR "2022"'
+    >>> build("東京都庁")
+    '"東京 京都 都庁"'
     """
     found = terms(text, stop_words=stop_words, irregular=irregular, months=months, frame=frame)
     if not found:

@@ -1,18 +1,14 @@
 """Ranked search over the index, with honest accounting (invariant I2).
 
-Search: bm25 over the text, the body and the string values of other caller
-fields, with porter stemming over unicode61 (diacritics folded) and CJK runs
-segmented into bigrams by ``query.segment``, then a bounded re-rank of the
-best 50 (`Ranking`: coverage of the query's terms, the rarer counting for
-more; turns of a conversation read with their neighbours and with the
-other matching turns near them; newer first on the same subject; see
-docs/retrieval.md). Every reply accounts for what it matched (invariant I2):
-``returned + sum(left_out.values()) == total_matches``. Also here: the
-records around each result (`attach_context`) and the earlier records a new
-one may correct (`related`).
-
-`Search` is a part of ``writer.Index`` (its ``searcher``), which supplies
-the connection, its lock, catch-up and the checked reads from the log.
+bm25 over the text, the body and the string values of other caller fields
+(porter stemming over unicode61, diacritics folded, CJK runs segmented by
+``query.segment``), then a bounded re-rank of the best 50 (`Ranking`,
+docs/retrieval.md). Every reply accounts for what it matched (I2): ``returned
++ sum(left_out.values()) == total_matches``. Also here: the records around
+each result (`attach_context`) and the earlier records a new one may correct
+(`related`). `Search` is a part of ``writer.Index`` (its ``searcher``), which
+supplies the connection, its lock, catch-up and the checked reads from the
+log.
 """
 
 from __future__ import annotations

@@ -4,25 +4,11 @@ What it holds: an FTS5 table for lexical search (contentless: the log has the
 text) and a ``records`` table with each chained record's place in the log
 (offset, length, hash) and the flags the log implies (superseded, retracted,
 redacted). Nothing here is the truth: results are read back from the log by
-offset and checked against the hash before they are returned.
-
-Catch-up: the index keeps a high-water mark (the log offset it has read to,
-and the seq, hash and place of the last record it indexed). Every read first
-indexes whatever the log gained since, whoever wrote it. Catch-up runs in a
-``BEGIN IMMEDIATE`` transaction that re-reads the mark inside it, so two
-processes catching up at once never index a record twice. If the line at the
-mark no longer carries the recorded hash, or the log is shorter than the mark,
-the log was replaced (restored from a copy, redacted, truncated by hand):
-reads then rebuild, and ``verify`` reports it first. Catch-up and rebuild
-index lines one way (`Index._index_lines`: ranges of the log through
-``pool.map_ranges``; a rebuild's caller may ask for worker processes).
-
-The file name, the tables, the mark and the read-only queries are defined
-once in ``schema``; what the index stores for a record (its words,
-links and token cost) is in ``documents``; ranked search, a part of `Index`
-(its ``searcher``), is in ``search``; the two-way verify is in ``verify``.
-Reads are batched: one catch-up per Store call (`Index.one_catch_up`) and
-one open of the log for the records of a reply (`Index.read_rows`).
+offset and checked against the hash before they are returned. Every read first
+catches up (`Index.catch_up`). The file name, the tables, the mark and the
+read-only queries are defined in ``schema``; what the index stores for a
+record in ``documents``; ranked search (`Index.searcher`) in ``search``; the
+two-way verify in ``verify``.
 """
 
 from __future__ import annotations
@@ -408,6 +394,15 @@ class Index:
 
     def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]:
         """Index whatever the log gained since the mark; returns what happened.
+
+        The mark is the log offset the index has read to, and the seq, hash
+        and place of the last record it indexed. Every read first indexes
+        whatever the log gained since, whoever wrote it, in a ``BEGIN
+        IMMEDIATE`` transaction that re-reads the mark inside it, so two
+        processes catching up at once never index a record twice. If the line
+        at the mark no longer carries the recorded hash, or the log is shorter
+        than the mark, the log was replaced (restored from a copy, redacted,
+        truncated by hand): reads then rebuild, and ``verify`` reports it first.
 
         ``on_replaced`` is ``"rebuild"`` (reads: the answer must reflect the
         log) or ``"report"`` (verify: keep the drift so it can be shown).

@@ -1,34 +1,13 @@
 """MCP over stdio: every request read gets a reply, the server keeps serving, and it stops when told.
 
-The SDK's stdio transport parses each line with its JSON reader and hands
-what fails (not JSON, a lone surrogate escape, nesting past the reader's
-depth, an integer of thousands of digits, a message of the wrong shape) to
-its dispatcher as an exception, which the dispatcher drops: a client that
-sent a request waits for a reply that never comes. At end of input the
-dispatcher cancels the requests still in flight, so a write read just
-before stdin closed is done but never answered. And its reader blocks a
-worker thread, which an interrupt must wait for.
-
-This edge sits in front of the SDK's transport (``stdio_server`` with our
-own input; its output side and its claim of fd 1 are unchanged):
-
-- stdin is read on a daemon thread, so SIGINT and SIGTERM stop the server
-  at once (``serve``);
-- a line the SDK's reader accepts is passed on as is; any other line is
-  answered here (``answer``): -32700 for a line that is not JSON, -32600
-  for one that is not a request, and for a request whose content the
-  reader refuses a tool error (``tools/call``: the same
-  ``invalid_argument`` sentence the tools give) or -32602 naming the
-  argument; a notification or a stray response gets no reply, as JSON-RPC
-  says, and a line is logged on stderr;
-- a request whose id is not a string or an integer (a float, a bool, null,
-  an array, an object) gets -32600 with a null id, as JSON-RPC asks, also
-  when the SDK's reader would take it for a notification and drop it;
-- a line that is not valid UTF-8 is refused (-32700), as over HTTP, never
-  passed on with replacement characters; a line over the size limit is
-  answered with its own id when the id is among its first bytes;
-- at end of input, the requests already passed on are answered before the
-  SDK sees the end (bounded by ``DRAIN_WAIT_S``).
+The SDK's stdio transport hands a line its JSON reader fails on (not JSON, a
+lone surrogate escape, nesting past the reader's depth, an integer of
+thousands of digits, a message of the wrong shape) to its dispatcher, which
+drops it: the client waits for a reply that never comes. At end of input the
+dispatcher cancels the requests still in flight, and its reader blocks a
+worker thread, which an interrupt must wait for. `StdinFront` sits in front of
+the SDK's transport (``stdio_server`` with our own input; its output side and
+its claim of fd 1 are unchanged); `serve` runs the server behind it.
 """
 
 from __future__ import annotations
@@ -270,6 +249,24 @@ class StdinFront:
     Iterate it asynchronously (``stdio_server(stdin=front)``). ``attach``
     gives it the transport's write stream (for its own replies) and returns
     the stream the dispatcher must reply on (so it knows what is answered).
+
+    - stdin is read on a daemon thread, so SIGINT and SIGTERM stop the server
+      at once (``serve``);
+    - a line the SDK's reader accepts is passed on as is; any other line is
+      answered here (``answer``): -32700 for a line that is not JSON, -32600
+      for one that is not a request, and for a request whose content the
+      reader refuses a tool error (``tools/call``: the same
+      ``invalid_argument`` sentence the tools give) or -32602 naming the
+      argument; a notification or a stray response gets no reply, as JSON-RPC
+      says, and a line is logged on stderr;
+    - a request whose id is not a string or an integer (a float, a bool, null,
+      an array, an object) gets -32600 with a null id, as JSON-RPC asks, also
+      when the SDK's reader would take it for a notification and drop it;
+    - a line that is not valid UTF-8 is refused (-32700), as over HTTP, never
+      passed on with replacement characters; a line over the size limit is
+      answered with its own id when the id is among its first bytes;
+    - at end of input, the requests already passed on are answered before the
+      SDK sees the end (bounded by ``DRAIN_WAIT_S``).
     """
 
     def __init__(self, fd: int = 0, *, line_bytes_max: int) -> None:

@@ -1,21 +1,10 @@
 """Credential detection: which parts of a string are secrets, and of what kind.
 
 Pure: no I/O, no environment. :func:`find_secrets` finds, in one string,
-provider formats (AWS, GCP, Azure, GitHub, GitLab, Slack, Stripe, OpenAI,
-Anthropic, npm, PyPI, Hugging Face, SendGrid, Mailgun, Shopify, webhook
-URLs), JWTs, PEM private-key blocks, passwords in URLs and in ``curl -u``,
-values assigned to secret-looking names (``password=``, ``"api_key": ...``,
-``Authorization: Bearer ...``, "the password is X" for a password-shaped X),
-and long random-looking tokens (:func:`looks_random`). The write guard
-(guard.py) applies it to every string of a record.
-
-Known limits, stated rather than hidden: a random token shorter than
-``GENERIC_CHARS_MIN`` is found only in a secret-looking context; hex-only
-strings (digests, SHAs, ids) are never taken as secrets by shape alone; a
-random token inside a URL path is taken for an id, not a secret (webhook URLs
-excepted); a password made of words, assigned in code rather than in an env
-file or a JSON field, reads as a variable name; and long base64 runs
-(``GENERIC_CHARS_MAX`` and over, or wrapped lines of it) are taken for data.
+provider formats, JWTs, PEM private-key blocks, passwords in URLs and in
+``curl -u``, values assigned to secret-looking names, and long random-looking
+tokens (:func:`looks_random`); docs/secrets.md lists the kinds. The write
+guard (guard.py) applies it to every string of a record.
 
 >>> [(f.kind, f.end - f.start) for f in find_secrets("deploy key AKIA" + "ABCDEFGHIJ234567 today")]
 [('aws_access_key', 20)]
@@ -1189,6 +1178,14 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     whitespace (`_split_findings`) and, for a text that is not ASCII, the text
     with format characters removed and compatibility forms folded
     (`normalise`). Spans are always the original text's.
+
+    Known limits, stated rather than hidden: a random token shorter than
+    ``GENERIC_CHARS_MIN`` is found only in a secret-looking context; hex-only
+    strings (digests, SHAs, ids) are never taken as secrets by shape alone; a
+    random token inside a URL path is taken for an id, not a secret (webhook URLs
+    excepted); a password made of words, assigned in code rather than in an env
+    file or a JSON field, reads as a variable name; and long base64 runs
+    (``GENERIC_CHARS_MAX`` and over, or wrapped lines of it) are taken for data.
     """
     if len(text) < 8 or text in allow:
         return []

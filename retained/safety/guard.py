@@ -2,18 +2,8 @@
 
 Pure: no I/O, no environment, no printing. The store builds one :class:`Guard`
 from its settings and calls :meth:`Guard.apply` on the caller-set part of a
-record (``text``, ``body``, ``scope``, ... and every caller field: dict
-values, list items and dict keys) before the record is encoded. First the
-private spans go, whatever the policy (any case, nested, an unclosed one to
-the end of its string); then what is left is scanned by
-``credentials.find_secrets``, plus a value under a secret-named dict key:
-policy ``refuse`` raises :class:`~retained.errors.SecretDetected`, ``redact``
-puts ``[secret:<kind>]`` in each secret's place, ``off`` only removes spans.
-Findings name field paths (``text``, ``fields.<key>.<key>[i]``; a key that
-is a secret in its redacted form), never a value; ``client_op_id`` is not
-scanned. :meth:`Guard.untouched` answers
-exactly, from the record's JSON, that most ordinary records hold nothing to
-act on, so they skip the full scan.
+record before the record is encoded; :meth:`Guard.untouched` lets most
+ordinary records skip the full scan.
 
 >>> g = Guard(policy="redact")
 >>> r = g.apply({"text": "deploy key AKIA" + "ABCDEFGHIJ234567 <private>my pin</private>ok"})
@@ -363,6 +353,17 @@ class Guard:
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.
+
+        ``fields``: the caller-set part of a record (``text``, ``body``,
+        ``scope``, ... and every caller field: dict values, list items and dict
+        keys). First the private spans go, whatever the policy (any case,
+        nested, an unclosed one to the end of its string); then what is left is
+        scanned by ``credentials.find_secrets``, plus a value under a
+        secret-named dict key: ``refuse`` raises, ``redact`` puts
+        ``[secret:<kind>]`` in each secret's place, ``off`` only removes spans.
+        Findings name field paths (``text``, ``fields.<key>.<key>[i]``; a key
+        that is a secret in its redacted form), never a value;
+        ``client_op_id`` is not scanned.
 
         Raises:
             SecretDetected: under ``refuse``, naming the first field path and

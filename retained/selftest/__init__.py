@@ -1,30 +1,15 @@
 """The self-test: named checks of retained's claims, each in a fresh temporary store.
 
-``python -m retained --selftest`` (also ``retained selftest``) runs every check
-and prints one line per check; this package only returns results, the CLI
-prints them. Each check builds its own store in a new temporary directory
-(0700, removed afterwards), does what a user or a crash would do, and looks at
-the bytes on disk itself: the proof in an acknowledgement is compared with the
-file, chain hashes are recomputed here from the specification (blake3 over
-canonical JSON) rather than taken from the library, and the restart and
-concurrency checks run real child processes.
-
-A check returns one line of evidence with numbers, or fails with a reason. A
-check whose feature is missing fails with ``not available: ...``: a missing
-feature is never reported as passing, nor silently skipped.
-
-Faults can be injected for tests of the checks themselves (a check never shown
-failing proves nothing): ``faults`` maps a point name (``"<check>.<point>"``)
-to a function called with the check's context at that point, typically to
-damage the store on purpose; ``store_factory`` replaces the ``Store`` class,
-e.g. with one whose verify is blind.
-
-The checks are grouped by what they test: ``checks_log`` (proofs, the chain,
-crashes, concurrency, damage), ``checks_search`` (search, the index,
-embeddings, the brief), ``checks_input`` (what comes in, erasure, the lock,
-file modes) and ``checks_mcp`` (every request to the MCP server over stdio
-answered). ``spec`` reads the on-disk format independently of the library,
-``children`` runs the child processes, ``context`` is what a check gets.
+``python -m retained --selftest`` (also ``retained selftest``) runs every
+check (`run`, `run_check`); this package only returns results, the CLI prints
+them. A check does what a user or a crash would do and looks at the bytes on
+disk itself: a proof is compared with the file, chain hashes are recomputed
+from the specification (``spec``) rather than taken from the library, and the
+restart and concurrency checks run real child processes (``children``). A
+check returns one line of evidence with numbers, or fails with a reason; a
+missing feature fails with ``not available: ...``, never passes nor is
+silently skipped. The checks are in ``checks_log``, ``checks_search``,
+``checks_input`` and ``checks_mcp``; ``context`` is what a check gets.
 """
 
 from __future__ import annotations
@@ -139,6 +124,13 @@ def run_check(
     python: str | None = None,
 ) -> dict[str, Any]:
     """Run one check in a fresh temporary store; returns ``{"name", "ok", "detail", "ms"}``.
+
+    The store is in a new temporary directory (0700, removed afterwards).
+    Faults can be injected for tests of the checks themselves (a check never
+    shown failing proves nothing): ``faults`` maps a point name
+    (``"<check>.<point>"``) to a function called with the check's context at
+    that point, typically to damage the store on purpose; ``store_factory``
+    replaces the ``Store`` class, e.g. with one whose verify is blind.
 
     Raises:
         InvalidRecord: no check has that name.

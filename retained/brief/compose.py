@@ -502,9 +502,9 @@ def build_brief(
             return _status(directory, "empty", f"no records yet in {shown_dir}", budget, scope, and_unscoped)
         last = None
         if project is not None:
-            from retained.brief import last_session as recent
+            from retained.brief import last_session
 
-            last = recent.last_session(directory, project, budget // recent.SHARE)
+            last = last_session.last_session(directory, project, budget // last_session.SHARE)
             budget -= last["tokens"] if last else 0
         builder, index, counts = _read(directory, size, budget, scope, and_unscoped, scan_bytes_max, None)
         read = _newest_pulled(directory, pulled)
@@ -778,9 +778,9 @@ def render_text(result: dict[str, Any]) -> str:
     blocks = [render_block(e) for e in result["included"]]
     first = []
     if result.get("last_session"):
-        from retained.brief import last_session as recent
+        from retained.brief import last_session
 
-        first.append(recent.render(result["last_session"]))
+        first.append(last_session.render(result["last_session"]))
     return "\n".join([*first, opening_line(result), *blocks, closing_line(result)])
 
 

@@ -252,7 +252,6 @@ class _Index(Protocol):
     def connection(self) -> sqlite3.Connection: ...
     def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]: ...
     def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]: ...
-    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None: ...
 
 
 class Search:
@@ -264,7 +263,8 @@ class Search:
         self._mutex = index.lock
         self.busy_timeout_s = index.busy_timeout_s
         self.connection, self.catch_up = index.connection, index.catch_up
-        self._read_checked = index._read_checked
+        self._related_recent = _Recent()  # see `related`
+        self._related_worker = _Worker()  # see `look_ahead`
 
     @property
     def ranking(self) -> Ranking:
@@ -774,7 +774,7 @@ class Search:
         or `RELATED_RECENT_MAX` records wait, and only when at most
         `RELATED_CATCH_UP_BYTES` of the log wait for it.
         """
-        recent = self._recent()
+        recent = self._related_recent
         if not links:
             recent.expect(seq, scope)
         if limit <= 0:
@@ -849,13 +849,10 @@ class Search:
         answer, and gives way when another thread holds the index. The
         caller waits for it (or cancels it) before its write returns.
         """
-        worker = self.__dict__.get("_related_worker")
-        if worker is None:
-            worker = self.__dict__.setdefault("_related_worker", _Worker())
-        return worker.submit(self._look_ahead_now, text, scope)
+        return self._related_worker.submit(self._look_ahead_now, text, scope)
 
     def _look_ahead_now(self, text: str, scope: str | None) -> None:
-        recent = self._recent()
+        recent = self._related_recent
         if not self._mutex.acquire(blocking=False):
             return
         try:
@@ -872,12 +869,6 @@ class Search:
             pass  # the step after the acknowledgement looks them up itself
         finally:
             self._mutex.release()
-
-    def _recent(self) -> _Recent:
-        recent = self.__dict__.get("_related_recent")
-        if recent is None:
-            recent = self.__dict__.setdefault("_related_recent", _Recent())
-        return recent
 
     def _backlog(self, db: Any, stop: int | None) -> int:
         """Bytes of the log before ``stop`` (its end when None) the index has not read yet."""

@@ -614,7 +614,7 @@ class Search:
         caught = self.catch_up()
         found = query.terms(text)
         expr = " OR ".join(found) if found else None  # query.build's expression, from the terms _top needs too
-        total = sup_only = ret_only = both = 0
+        total = hidden_sup = hidden_ret = 0
         top: list[tuple[int, float, int, int, str, bool]] = []
         shown = Filter(scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
                        include_retracted=include_retracted)
@@ -623,12 +623,9 @@ class Search:
                 total, sup_only, ret_only, both = self._count(expr, shown)
                 hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
                 hidden_ret = 0 if include_retracted else ret_only + both
-                visible = total - hidden_sup - hidden_ret
-                if visible > 0 and k > 0:
+                if total - hidden_sup - hidden_ret > 0 and k > 0:
                     top = self._top(found, expr, k, shown, subjects)
         total += sum(1 for row in top if not row[5])  # replies that no query word matched
-        hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
-        hidden_ret = 0 if include_retracted else ret_only + both
         visible = total - hidden_sup - hidden_ret
         results: list[Entry] = []
         used = over_budget = unreadable = 0

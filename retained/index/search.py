@@ -990,16 +990,21 @@ class _Recent:
         # Guards ``seen`` against `expect`, which runs without the index's lock.
         self.lock = threading.Lock()
         self.common: set[str] = set()
-        self.rows: dict[str, tuple[int, ...]] = {}
-        self.rows_top: int | None = None
         self.last: tuple[str | None, list[str]] = (None, [])
-        # What a look-ahead found in the index for the next step (`Search.look_ahead`): its key (the words,
-        # the scope, the index's highest seq), the rare terms, the records on their subject and their texts.
-        self.ahead: tuple[tuple[Any, ...], list[str], list[tuple[int, int, _Found]], dict[int, str | None]] | None = None
-        self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
-        self.by_term: dict[str, list[int]] = {}
-        # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
-        self.low, self.high = limits.SEQ_MAX, 0
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget all but ``common`` and ``last`` (the index caught up: it holds what was kept)."""
+        with self.lock:
+            self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
+            self.by_term: dict[str, list[int]] = {}
+            # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
+            self.low, self.high = limits.SEQ_MAX, 0
+            self.rows: dict[str, tuple[int, ...]] = {}
+            self.rows_top: int | None = None
+            # What a look-ahead found in the index for the next step (`Search.look_ahead`): its key (the words,
+            # the scope, the index's highest seq), the rare terms, the records on their subject and their texts.
+            self.ahead: tuple[tuple[Any, ...], list[str], list[tuple[int, int, _Found]], dict[int, str | None]] | None = None
 
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
@@ -1077,15 +1082,6 @@ class _Recent:
             # older one, or any when this write is alone, makes the index
             # catch up.
             return missing is None or (concurrent and seq - missing <= RELATED_IN_FLIGHT)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.seen = {}
-            self.by_term = {}
-            self.low, self.high = limits.SEQ_MAX, 0
-            self.rows = {}
-            self.rows_top = None
-            self.ahead = None
 
     def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
         """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""

@@ -746,30 +746,19 @@ class Search:
         """Up to ``limit`` earlier visible records of ``scope`` that look like the subject of ``text`` (record ``seq``).
 
         For a write's reply, after its acknowledgement: records it may
-        correct, so the writer can decide to supersede them. One statement
-        over the index finds the earlier rows of each of the text's rare
-        words not looked up since the index last changed (`_hits_sql`,
-        `_Recent.rows_of`), and a second, prepared once, the visible ones of
-        the scope among those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
-        at least two of the text's rare words (its first `RELATED_TERMS`
-        content words, less those matching `RELATED_TERM_ROWS` rows or more)
-        and at least half of the shorter record's (`_same_subject`), most
-        shared first, newest first. The log is read only for the text of the
-        records named, all through one open file. Each is ``{"seq", "ts",
-        "text"}``, the text cut to ``RELATED_CHARS`` characters.
+        correct, so the writer can decide to supersede them. Each is
+        ``{"seq", "ts", "text"}``, most shared words first, newest first, the
+        text cut to ``RELATED_CHARS`` characters. The step and its bounds:
+        docs/retrieval.md ("A write names what it may correct"); its two
+        statements are `_hits_sql` and `_CANDIDATES_SQL`, its test
+        `_same_subject`, what it keeps between calls `_Recent`.
 
-        The records this index's own related steps saw since it last caught
-        up are compared in memory (`_Recent`; ``ts`` is the new record's
-        time, kept for that), so a write does not pay for indexing the one
-        before it. The index catches up (to ``before``, the new record's
-        offset: never the new record itself, however long; without waiting
-        for another process that holds it, see `catch_up_now`) only when a
-        record came in between that no related step saw (another writer's, a
-        retraction, one that ``links`` to others as this one does when it
-        supersedes some; while other writes of this process are under way,
-        ``concurrent``, only one more than `RELATED_IN_FLIGHT` records back)
-        or `RELATED_RECENT_MAX` records wait, and only when at most
-        `RELATED_CATCH_UP_BYTES` of the log wait for it.
+        ``ts``: the new record's time, kept for the later steps that compare
+        it in memory. ``before``: the new record's offset, where a catch-up
+        for the step stops (`catch_up_now`). ``links``: the record names
+        others (it supersedes some), so the index must read it before the
+        next step answers. ``concurrent``: other writes of this process are
+        under way (`_Recent.covers`).
         """
         recent = self._related_recent
         if not links:

@@ -682,12 +682,7 @@ class Index:
             found = schema.places(db, seqs)
             links = cast("dict[int, Links]", schema.links_of(db, list(found)))
         rows = [(seq, *found[seq]) for seq in dict.fromkeys(seqs) if seq in found]
-        out = {}
-        for row, entry in zip(rows, self.read_rows(rows), strict=True):
-            if entry is not None:
-                entry.update(links.get(row[0], {}))
-                out[row[0]] = entry
-        return out
+        return {entry["seq"]: entry for entry in self._read_linked(rows, links)}
 
     def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]:
         """The record at each ``(seq, offset, length, hash)``, read from the log and checked against the hash.
@@ -714,8 +709,14 @@ class Index:
             ok = line.chained and line.seq == seq and line.hash == h
             yield {"seq": seq, "offset": offset, "length": length, "record": line.record} if ok else None
 
-    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None:
-        return next(self._checked([(seq, offset, length, h)]))
+    def _read_linked(self, rows: list[tuple[int, int, int, str]], links: dict[int, Links]) -> list[Entry]:
+        """The records of ``rows`` the log still holds (`read_rows`), each given its ``links``."""
+        out = []
+        for row, entry in zip(rows, self.read_rows(rows), strict=True):
+            if entry is not None:
+                entry.update(links.get(row[0], {}))
+                out.append(entry)
+        return out
 
     def recent(self, limit: int = 20, *, listed: schema.Filter | None = None) -> Listing:
         """Newest records first (for ``list``), each with its links, and the I2 count of what matched.
@@ -732,11 +733,7 @@ class Index:
                 total = schema.count_listed(db, listed=listed)
                 rows = schema.newest(db, limit, listed=listed)
                 links = cast("dict[int, Links]", schema.links_of(db, [row[0] for row in rows]))
-        out = []
-        for row, entry in zip(rows, self.read_rows(rows), strict=True):
-            if entry is not None:
-                entry.update(links.get(row[0], {}))
-                out.append(entry)
+        out = self._read_linked(rows, links)
         return {"records": out, "returned": len(out), "total_matches": total,
                 "left_out": {"beyond_limit": total - len(rows), "unreadable": len(rows) - len(out)}}
 

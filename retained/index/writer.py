@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -299,10 +299,8 @@ class Index:
             n += 1
         os.replace(self.path, aside)
         for suffix in schema.INDEX_SUFFIXES:
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(str(self.path) + suffix)
-            except FileNotFoundError:
-                pass
 
     @property
     def lock(self) -> threading.RLock:
@@ -535,10 +533,8 @@ class Index:
     @staticmethod
     def _detach_bulk(db: sqlite3.Connection) -> None:
         """Let go of the last range's rows (the attached database holds them until detached)."""
-        try:
+        with suppress(sqlite3.OperationalError):  # never attached (the attach itself failed): nothing to let go of
             db.execute(f"DETACH DATABASE {_BULK}")
-        except sqlite3.OperationalError:
-            pass  # never attached (the attach itself failed): nothing to let go of
 
     @staticmethod
     def _load_range(db: sqlite3.Connection, rows: Any) -> None:

@@ -27,7 +27,7 @@ from retained.core import pool, record
 from retained.core.log import Log, make_line
 from retained.errors import InvalidRecord, RetainedError
 from retained.index import schema
-from retained.index.documents import FIELDS_CHARS_MAX, documents, estimate_tokens
+from retained.index.documents import documents, estimate_tokens
 from retained.index.schema import (
     FLAG_COLUMNS,
     INDEX_NAME,
@@ -36,26 +36,16 @@ from retained.index.schema import (
     TOKENIZER,
     link_targets,
 )
-from retained.index.search import (
-    COVERAGE_WEIGHT,
-    K_MAX,
-    RANK_ROWS_MAX,
-    RANKING,
-    RERANK_N,
-    WEIGHTS,
-    Ranking,
-    Search,
-)
+from retained.index.search import COVERAGE_WEIGHT, K_MAX, RANKING, RERANK_N, Ranking, Search
 
 if TYPE_CHECKING:
     from retained.replies import Entry, Links, Listing
 
-# The names callers import from here, those defined in documents and index_search included.
+# The names callers import from here, those defined in documents, schema and search included.
 __all__ = [
-    "COVERAGE_WEIGHT", "FIELDS_CHARS_MAX", "INDEX_NAME", "K_MAX", "RANK_ROWS_MAX", "RERANK_N",
-    "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
+    "COVERAGE_WEIGHT", "INDEX_NAME", "K_MAX", "RERANK_N", "SCHEMA_VERSION", "TOKENIZER", "Index", "IndexError_",
+    "documents", "estimate_tokens",
 ]
-
 
 
 def _entry(

@@ -261,10 +261,7 @@ def build(
     >>> build("東京都庁")
     '"東京 京都 都庁"'
     """
-    found = terms(text, stop_words=stop_words, irregular=irregular, months=months, frame=frame)
-    if not found:
-        return None
-    return " OR ".join(found)
+    return " OR ".join(terms(text, stop_words=stop_words, irregular=irregular, months=months, frame=frame)) or None
 
 
 SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of one comparison
@@ -299,12 +296,7 @@ def subject(text: str) -> frozenset[str]:
     out = set(stems)
     out.discard("")
     if len(out) > SUBJECT_WORDS_MAX:  # the first SUBJECT_WORDS_MAX of the text's words only
-        out = set()
-        for s in stems:
-            if s:
-                out.add(s)
-                if len(out) >= SUBJECT_WORDS_MAX:
-                    break
+        out = set(list(dict.fromkeys(s for s in stems if s))[:SUBJECT_WORDS_MAX])
     return frozenset(out)
 
 

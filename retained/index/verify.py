@@ -54,7 +54,6 @@ def verify(
     size are not compared, and rows the index holds for them (appended since,
     and indexed by a catch-up) are not ghosts. None: the log as it is now.
     """
-    findings: list[dict[str, Any]] = []
     integrity = _IntegrityCheck(path, busy_timeout_s)
     # One read transaction: the mark and every row compared are one state
     # of the index, whatever other processes' catch-ups commit meanwhile.

@@ -46,16 +46,12 @@ K_MAX = 1000  # results one search may return; more is a listing, not a search
 CONTEXT_MAX = limits.CONTEXT_MAX
 RELATED_MAX = 3  # earlier records a write's reply names as ones it may correct
 RELATED_CHARS = 160  # of each one's text in the reply
-# A write's related-records step (`Search.related`) runs on every MCP and
-# command-line write, after the ack but before the reply, so its work is
-# bounded whatever the write holds: the first RELATED_TERMS distinct content
-# words of the text's first RELATED_TEXT_CHARS characters, each matching at
-# most RELATED_TERM_ROWS earlier rows; a word that matches more is common
-# (a speaker's name, "really") and says nothing about the subject. A record
-# on the same subject shares the rare words.
-RELATED_TERMS = 16
+# A write's related-records step (`Search.related`) runs after the ack but
+# before the reply, so its work is bounded whatever the write holds: these
+# bounds and why are in docs/retrieval.md ("A write names what it may correct").
+RELATED_TERMS = 16  # content words looked up: the first of the text's first RELATED_TEXT_CHARS characters
 RELATED_TEXT_CHARS = limits.RELATED_TEXT_CHARS
-RELATED_TERM_ROWS = 32
+RELATED_TERM_ROWS = 32  # earlier rows a word matches at most to count as rare (a common word says nothing of the subject)
 RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
 # Records a process's related steps compare in memory before the index must
 # catch up with them (`_Recent`): the catch-up then indexes them in one go,
@@ -63,27 +59,16 @@ RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, co
 # Not more: a term common among them but not yet in the index would count as
 # rare (at 1024, LoCoMo writes name earlier records half as often again).
 RELATED_RECENT_MAX = 256
-# While a process's writes run at once (the HTTP server's handlers), their
-# steps run in any order: a record this close behind a new one, not seen yet,
-# is taken for one whose step has not begun rather than made to be indexed.
-RELATED_IN_FLIGHT = 64
-# Nor is the index the step catches up with (the lines before the new record
-# that no read indexed yet) unbounded: past this many bytes of them the step
-# answers from the index as it is and leaves them to the next read (a new
-# process's write after another's 4 MB record would otherwise index it first).
-RELATED_CATCH_UP_BYTES = 1024 * 1024
+RELATED_IN_FLIGHT = 64  # concurrent writes of a process: an unseen record this close behind is one whose step has not begun
+RELATED_CATCH_UP_BYTES = 1024 * 1024  # a longer backlog of unindexed lines is left to the next read (another's 4 MB record)
 WORKER_IDLE_S = 1.0  # the related step's look-ahead thread ends after this long without a write (`_Worker`)
-# bm25 scores every matching row in FTS5, so ranking every row that shares
-# one common word with a question is slow at 100k records (a name or "new" in
-# thousands of rows). Terms are ranked rarest first while the rows they match
-# add up to this; a commoner term still counts in total_matches but does not
-# widen the ranking (its bm25 weight is the smallest in the query anyway).
+# bm25 scores every row a term matches, so ranking every row that shares one
+# common word with a question is slow at 100k records (a name or "new" in
+# thousands of rows): the rows ranked are those of the rarest terms, while
+# their matches add up to this (docs/retrieval.md, step 2; a commoner term's
+# bm25 weight is the smallest in the query anyway).
 RANK_ROWS_MAX = 2000
-# The bm25 top RERANK_N are re-ordered by how many distinct query terms each
-# record contains (COVERAGE_WEIGHT per term, added to the bm25 score). bm25
-# alone lets one repeated word outrank a record that has three of the
-# question's words; on LoCoMo this step adds about 0.025 to recall@5
-# (harness/eval_locomo.py --ablation).
+# The bm25 top RERANK_N re-ranked, COVERAGE_WEIGHT per distinct query term a record contains (docs/retrieval.md, step 3).
 RERANK_N = 50
 COVERAGE_WEIGHT = 2.0
 NEAR = 2  # seqs either side of a candidate read at once to find its neighbours in its scope
@@ -93,8 +78,9 @@ NEAR = 2  # seqs either side of a candidate read at once to find its neighbours 
 class Ranking:
     """The re-ranking steps after bm25, each with its weight (0, or 1.0 for a factor, turns a step off).
 
-    The defaults were chosen on half of the LoCoMo conversations and
-    reported on the other half (harness/eval_locomo.py, docs/retrieval.md).
+    Each step and why: docs/retrieval.md ("How a search runs", its steps
+    named below). The defaults were chosen on half of the LoCoMo
+    conversations and reported on the other half (harness/eval_locomo.py).
     """
 
     coverage_weight: float = COVERAGE_WEIGHT  # added per distinct query term a record contains
@@ -103,20 +89,9 @@ class Ranking:
     prev_credit: float = 0.2  # share of a turn's score the other speaker's turn before it gains
     name_factor: float = 0.25  # share of a term a speaker's name counts in a turn someone else says
     recency_band: float = 0.4  # a newer record on the same subject may score this share less and still go first
-    # A question's words are not alike: a speaker's name is in half of a
-    # conversation, "roadtrip" in one turn. Each term's share of the coverage
-    # is its idf to this power, scaled so the shares add up to the number of
-    # terms (0: every term alike, as before): coverage weighs as much as
-    # before, but goes to the turn holding the rare word rather than to one
-    # holding several common ones.
-    rarity: float = 1.0
-    # A turn gains this share of the best score among the other candidate
-    # turns of its scope within `session_window` seqs (its session, when both
-    # carry one): the place where several turns match is likelier the one
-    # asked about than a lone match among unrelated talk. Only turns: notes
-    # are never read with their neighbours.
-    session_credit: float = 0.3
-    session_window: int = 10
+    rarity: float = 1.0  # each term's share of the coverage is its idf to this power, scaled (0: every term alike; step 3)
+    session_credit: float = 0.3  # share of the best score among the candidate turns near it a turn gains (step 4)
+    session_window: int = 10  # seqs either side of a turn that are near it
 
 
 RANKING = Ranking()
@@ -149,9 +124,8 @@ class _Weigher:
     """The coverage score of a record: ``coverage_weight`` per distinct query term it contains.
 
     Each term counts its share (`shares`: by rarity, 1.0 each when not
-    given). A speaker's name counts ``name_factor`` of that in a turn
-    someone else says (a greeting, "Thanks, Caroline!"): the name is then
-    who is spoken to, not who the turn is about.
+    given); a speaker's name counts ``name_factor`` of that in a turn
+    someone else says (docs/retrieval.md, step 4).
     """
 
     def __init__(self, terms: list[str], cover: dict[int, set[int]], ranking: Ranking, speakers: list[str],
@@ -219,13 +193,10 @@ def _session_gain(cand: dict[int, _Candidate], credit: float, window: int) -> No
 def _newer_first(ranked: list[_Candidate], band: float, limit: int) -> list[_Candidate]:
     """The first ``limit`` of the ranking, each record put above older records on its subject that score about as well.
 
-    Walking down the ranking, a record moves above the first record ahead of
-    it that is older (a lower seq), said by the same speaker (or both notes),
-    on the same subject (`query.same_subject`) and scores less than ``band``
-    (a share of that record's score) better. A correction written without
-    ``supersedes`` then ranks above the statement it corrects, while records
-    on other subjects keep their order. A record can only enter the first
-    ``limit`` by moving above one of them, so only those are compared.
+    The rule (an older record, the same speaker, `query.same_subject`,
+    ``band`` a share of the older one's score) and why: docs/retrieval.md,
+    step 5. A record can only enter the first ``limit`` by moving above one
+    of them, so only those are compared.
     """
     out: list[_Candidate] = []
     for c in ranked:
@@ -456,11 +427,9 @@ class Search:
     def _neighbours(self, cand: dict[int, _Candidate], weigh: _Weigher, shown: Filter) -> None:
         """Read each candidate turn with its neighbours in its scope (issue 18), in place.
 
-        A turn that asks something passes ``reply_credit`` of its score to the
-        next turn, when the other speaker says it (the answer); any turn
-        passes ``prev_credit`` of its score to the turn before it, when the
-        other speaker said it and it asked nothing (what the turn reacts to).
-        A neighbour that gains joins the candidates, scored by the query terms
+        ``reply_credit`` and ``prev_credit`` pass from a turn to the other
+        speaker's turn after or before it (docs/retrieval.md, step 4). A
+        neighbour that gains joins the candidates, scored by the query terms
         it contains; one ``shown`` hides (`Filter.hides`) does not.
         """
         r = self.ranking

@@ -3,7 +3,7 @@
 Both directions: every chained log line must have its index row (same place,
 same hash), and every index row must be held by a log line; then the FTS5
 rows must match the records, and FTS5's own integrity check must pass. The
-findings and their kinds are listed on ``Index.verify``.
+findings' kinds: docs/search.md ("Verify, both ways").
 
 Imported by ``Index.verify`` when it runs, so this module (and orjson, which
 parses the lines the byte scan cannot settle) stays off the path of every

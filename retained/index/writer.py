@@ -1,14 +1,11 @@
 """The derived index beside the log, written here (L5: rebuilt from the log alone).
 
-What it holds: an FTS5 table for lexical search (contentless: the log has the
-text) and a ``records`` table with each chained record's place in the log
-(offset, length, hash) and the flags the log implies (superseded, retracted,
-redacted). Nothing here is the truth: results are read back from the log by
-offset and checked against the hash before they are returned. Every read first
-catches up (`Index.catch_up`). The file name, the tables, the mark and the
-read-only queries are defined in ``schema``; what the index stores for a
-record in ``documents``; ranked search (`Index.searcher`) in ``search``; the
-two-way verify in ``verify``.
+What it holds, and how every read first catches it up (`Index.catch_up`):
+docs/search.md ("The index"). Nothing here is the truth: results are read back
+from the log by offset and checked against the hash before they are returned.
+The file name, the tables, the mark and the read-only queries are defined in
+``schema``; what the index stores for a record in ``documents``; ranked search
+(`Index.searcher`) in ``search``; the two-way verify in ``verify``.
 """
 
 from __future__ import annotations
@@ -383,21 +380,13 @@ class Index:
     def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]:
         """Index whatever the log gained since the mark; returns what happened.
 
-        The mark is the log offset the index has read to, and the seq, hash
-        and place of the last record it indexed. Every read first indexes
-        whatever the log gained since, whoever wrote it, in a ``BEGIN
-        IMMEDIATE`` transaction that re-reads the mark inside it, so two
-        processes catching up at once never index a record twice. If the line
-        at the mark no longer carries the recorded hash, or the log is shorter
-        than the mark, the log was replaced (restored from a copy, redacted,
-        truncated by hand): reads then rebuild, and ``verify`` reports it first.
-
-        ``on_replaced`` is ``"rebuild"`` (reads: the answer must reflect the
-        log) or ``"report"`` (verify: keep the drift so it can be shown).
-        ``stop``: index only the lines before this offset (a write's related
-        step reads the records before its own and leaves its own, however
-        long, to the next catch-up).
-        The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
+        The mark, the transaction that re-reads it, and a replaced log:
+        docs/search.md ("The index"). ``on_replaced`` is ``"rebuild"`` (reads:
+        the answer must reflect the log) or ``"report"`` (verify: keep the
+        drift so it can be shown). ``stop``: index only the lines before this
+        offset (a write's related step reads the records before its own and
+        leaves its own, however long, to the next catch-up). The result's
+        ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
         not rebuilt) or ``stale`` (another process held the index past the
         busy timeout, or the disk is full; the answer comes from the index as
         it was, and ``reason`` says why). Inside `one_catch_up` only the
@@ -753,13 +742,8 @@ class Index:
         for lines appended since are not ghosts.
 
         Findings are dicts with ``kind``, ``seq``, ``offset``, ``expected``,
-        ``observed`` and ``message``. Kinds: ``index_log_replaced`` (the mark
-        no longer matches the log), ``index_missing`` (a log record the index
-        lacks), ``index_ghost`` (an index row no log record matches),
-        ``index_offset_mismatch``, ``index_hash_mismatch``,
-        ``index_words_missing`` / ``index_words_ghost`` (records and FTS5 rows
-        disagree), ``index_integrity`` (FTS5's own check). Memory: one bit
-        per seq.
+        ``observed`` and ``message``; their kinds: docs/search.md ("Verify,
+        both ways"). Memory: one bit per seq.
         """
         # Imported here, not at the top: verify is rare, and its module (with
         # orjson) would otherwise load with every reader of the index.

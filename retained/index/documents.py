@@ -1,17 +1,10 @@
-"""What the index stores for one record: its words, its links, its token cost, its turn.
+"""What the index stores for one record: its words, its links, its token cost, its turn, the text a reply shows.
 
 Pure functions over a parsed record, no SQLite: ``writer`` indexes what they
 return, ``search`` and ``hybrid`` charge results with `estimate_tokens`
-and read records in their conversation with `turn`.
-
-Token estimate for ``max_tokens``: ``schema.estimate_tokens`` of a
-result's text and body (a body that is not a string counts as its canonical
-JSON), the same formula the brief charges its records with.
-
-Shown text (`shown`): what a reply's text form carries of each record. Every
-record whole when the texts fit the budget; otherwise the longest are cut to
-an equal share, each cut centred on the query's words (``query.excerpt``) and
-saying where the rest is.
+and read records in their conversation with `turn`; a reply's text form
+shows each record as `shown` cuts it (docs/retrieval.md, "The text a client
+reads").
 """
 
 from __future__ import annotations

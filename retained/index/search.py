@@ -556,16 +556,9 @@ class Search:
 
         Returns ``{"query", "results", "total_matches", "returned",
         "left_out", "tokens", "index"}`` where ``returned +
-        sum(left_out.values()) == total_matches`` always. ``left_out`` says
-        why each of the rest is missing: ``beyond_k`` (ranked below k),
-        ``over_budget`` (in the top k but past ``max_tokens``: results are a
-        prefix of the ranking, so the first that does not fit ends the list),
-        ``superseded`` and ``retracted`` (hidden unless asked for; a record
-        that is both counts as retracted), ``unreadable`` (the log no longer
-        holds the indexed line; verify explains, rebuild clears). Each result
-        is ``{"seq", "offset", "length", "record", "score", "tokens"}``, the
-        record read from the log and checked against the indexed hash.
-        ``total_matches`` counts the records the query matched plus any reply
+        sum(left_out.values()) == total_matches`` always; what each
+        ``left_out`` key counts, and each result's fields, are in
+        docs/search.md ("Honest accounting"). ``total_matches`` counts the records the query matched plus any reply
         that reached the top k only through the turn it answers (see
         `Ranking`), so the sum holds in both cases.
 
@@ -657,15 +650,10 @@ class Search:
     ) -> ContextCount:
         """Give each result ``context``: up to ``n`` records of its scope around it, nearest first, in place.
 
-        The records just before and just after a result alternate (before
-        first: in a conversation it is what the result answers); each list is
-        in seq order. Hidden records (retracted, superseded unless asked for,
-        redacted) are passed over, and so is a record already in the reply (a
-        result, or an earlier result's context): the next one takes its place. Context is charged
-        to ``max_tokens`` after every result (``used`` tokens), in rank order;
-        what does not fit is left out and counted.
-
-        Returns ``{"asked", "included", "tokens", "over_budget"}``.
+        Which records, in what order, and how they are charged:
+        docs/retrieval.md ("Results with their context"); ``used``: the
+        tokens the results took, context being charged in rank order after
+        them. Returns ``{"asked", "included", "tokens", "over_budget"}``.
         """
         cond, args = Filter(include_superseded=include_superseded, include_retracted=include_retracted).where()
         seen = {r["seq"] for r in results}

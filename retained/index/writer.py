@@ -417,8 +417,7 @@ class Index:
         durable = self.log.durable_end(wanted)
         if mark.offset >= durable and self._mark_state(mark, size) != "replaced":
             return {"state": "ok", "indexed": 0, "not_yet_durable": wanted - mark.offset}
-        attached = self._attach_bulk(db)
-        try:
+        with self._bulk_attached(db):
             tx = schema.transaction(db, immediate=True)
             try:
                 with tx:
@@ -436,9 +435,6 @@ class Index:
                 return self._stale_or_raise(exc)
             except sqlite3.Error as exc:
                 return self._stale_or_raise(exc)
-        finally:
-            if attached:
-                self._detach_bulk(db)
         if not replaced:
             out: dict[str, Any] = {"state": "ok", "indexed": n}
             if end < wanted:
@@ -466,7 +462,7 @@ class Index:
 
         The one way lines are indexed, for catch-up and rebuild alike; the
         caller holds the write transaction and has attached `_BULK`
-        (`_attach_bulk`). The ranges go through ``pool.map_ranges``
+        (`_bulk_attached`). The ranges go through ``pool.map_ranges``
         (``workers``, ``parallel_min_bytes`` and ``mp_context`` as there);
         ``progress(done_bytes, stop)`` is called after each range.
         """
@@ -496,24 +492,25 @@ class Index:
         return count
 
     @staticmethod
-    def _attach_bulk(db: sqlite3.Connection) -> bool:
-        """Attach the in-memory database ranges are copied from, unless it is; True when attached here.
+    @contextmanager
+    def _bulk_attached(db: sqlite3.Connection) -> Iterator[None]:
+        """The block with the in-memory database ranges are copied from attached, unless it was already.
 
-        Not allowed inside a transaction.
+        Not allowed inside a transaction. Detached after the block, which lets
+        go of the last range's rows (the attached database holds them until then).
         """
         if db.execute("SELECT 1 FROM pragma_database_list WHERE name = ?", (_BULK,)).fetchone() is not None:
-            return False
+            yield
+            return
         db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")
-        if not _SERIALIZE:
-            for stmt in schema.bulk_statements(_BULK):
-                db.execute(stmt)
-        return True
-
-    @staticmethod
-    def _detach_bulk(db: sqlite3.Connection) -> None:
-        """Let go of the last range's rows (the attached database holds them until detached)."""
-        with suppress(sqlite3.OperationalError):  # never attached (the attach itself failed): nothing to let go of
-            db.execute(f"DETACH DATABASE {_BULK}")
+        try:
+            if not _SERIALIZE:
+                for stmt in schema.bulk_statements(_BULK):
+                    db.execute(stmt)
+            yield
+        finally:
+            with suppress(sqlite3.OperationalError):  # a failure to let go must not hide the block's own error
+                db.execute(f"DETACH DATABASE {_BULK}")
 
     @staticmethod
     def _load_range(db: sqlite3.Connection, rows: Any) -> None:
@@ -613,10 +610,8 @@ class Index:
         durable = self.log.durable_end(self.log.size(), wait_s=self.log.lock_wait_s)
         with self._mutex:
             db = self.connection()
-            attached = False
             try:
-                attached = self._attach_bulk(db)
-                with schema.transaction(db, immediate=True):
+                with self._bulk_attached(db), schema.transaction(db, immediate=True):
                     if self.witness is not None:
                         try:
                             mark = schema.read_mark(db)
@@ -633,9 +628,6 @@ class Index:
                         db.execute(stmt)
             except sqlite3.Error as exc:
                 raise _failure(exc, self.path, "rebuilding") from exc
-            finally:
-                if attached:
-                    self._detach_bulk(db)
             return {"records": n, "bytes": size}
 
     # -- lookups --------------------------------------------------------------

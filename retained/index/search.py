@@ -306,9 +306,7 @@ class Search:
             rows = self._top(found, " OR ".join(found), limit, Filter(
                 scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
                 include_retracted=include_retracted))
-        if with_matched:
-            return [(r[0], -r[1], r[5]) for r in rows]
-        return [(r[0], -r[1]) for r in rows]
+        return [(r[0], -r[1], r[5]) if with_matched else (r[0], -r[1]) for r in rows]
 
     def _rank_terms(self, found: list[str], budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
         """``(kept, matching, counts)``: the rarest terms whose matches add up to ``budget`` rows, all that match,

@@ -308,11 +308,7 @@ def connect(path: Path, timeout_s: float) -> sqlite3.Connection:
 def connect_read_only(path: Path, timeout_s: float) -> sqlite3.Connection:
     """A read-only connection to the index at ``path`` (SQLite may still create ``-wal`` and ``-shm``).
 
-    In autocommit mode: ``BEGIN`` makes one snapshot of several reads.
-
-    Raises:
-        LinkRefused: the index or one of its companions is a symbolic link.
-        sqlite3.Error: SQLite cannot open it.
+    In autocommit mode: ``BEGIN`` makes one snapshot of several reads. Raises as `connect`.
     """
     refuse_links(path)
     return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout_s,

@@ -1,14 +1,11 @@
 """Ranked search over the index, with honest accounting (invariant I2).
 
-bm25 over the text, the body and the string values of other caller fields
-(porter stemming over unicode61, diacritics folded, CJK runs segmented by
-``query.segment``), then a bounded re-rank of the best 50 (`Ranking`,
-docs/retrieval.md). Every reply accounts for what it matched (I2): ``returned
-+ sum(left_out.values()) == total_matches``. Also here: the records around
-each result (`attach_context`) and the earlier records a new one may correct
+bm25, then a bounded re-rank of the best 50 (`Ranking`): docs/retrieval.md.
+Every reply accounts for what it matched (I2): ``returned +
+sum(left_out.values()) == total_matches``. Also here: the records around each
+result (`attach_context`) and the earlier records a new one may correct
 (`related`). `Search` is a part of ``writer.Index`` (its ``searcher``), which
-supplies the connection, its lock, catch-up and the checked reads from the
-log.
+supplies the connection, its lock, catch-up and the checked reads from the log.
 """
 
 from __future__ import annotations
@@ -173,9 +170,9 @@ def _session_gain(cand: dict[int, _Candidate], credit: float, window: int) -> No
 
     Near: the same scope, at most ``window`` seqs away, and the same
     session when both name one. Scores are read before any gain, so the
-    order of the walk does not matter; each turn looks only at the turns
-    within its window (the candidates in seq order), so the step is
-    bounded by the candidates times the window.
+    order of the walk does not matter; each turn looks only at the
+    candidates within its window, so the step is bounded by the candidates
+    times the window.
     """
     turns = sorted(((c, t[1]) for c in cand.values() if (t := c.turn) is not None and c.good > 0),
                    key=lambda pair: pair[0].row[0])

@@ -49,10 +49,8 @@ def verify(
 
     The caller has caught the index up without rebuilding it; ``replaced``:
     that catch-up found the log replaced. ``connection()`` is the index's
-    connection, used only while holding ``lock``. ``snapshot`` is ``(size,
-    head seq)`` of the log as verify fixed it when it began: lines past that
-    size are not compared, and rows the index holds for them (appended since,
-    and indexed by a catch-up) are not ghosts. None: the log as it is now.
+    connection, used only while holding ``lock``. ``lines`` and ``snapshot``
+    as there (None: the log as it is now).
     """
     integrity = _IntegrityCheck(path, busy_timeout_s)
     # One read transaction: the mark and every row compared are one state

@@ -92,6 +92,9 @@ class Ranking:
 
 
 RANKING = Ranking()
+# The flagged records (superseded, retracted or redacted) a MATCH finds, walked from the few flagged rows.
+_FLAGGED_MATCHES = (" FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
+                    " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?")
 
 
 class _Candidate:
@@ -245,11 +248,7 @@ class Search:
             # Rank in FTS5 alone and drop hidden rows afterwards: asking for
             # as many extra rows as there are flagged matches guarantees
             # `limit` visible ones, and flagged records are few.
-            extra = db.execute(
-                "SELECT count(*) FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
-                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
-                (expr,),
-            ).fetchone()[0]
+            extra = db.execute("SELECT count(*)" + _FLAGGED_MATCHES, (expr,)).fetchone()[0]
             out = []
             ranked = db.execute(
                 f"SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ? ORDER BY score, rowid DESC LIMIT ?",
@@ -518,9 +517,7 @@ class Search:
                 "SELECT coalesce(sum(m.redacted), 0),"
                 " coalesce(sum(NOT m.redacted AND m.superseded AND NOT m.retracted), 0),"
                 " coalesce(sum(NOT m.redacted AND m.retracted AND NOT m.superseded), 0),"
-                " coalesce(sum(NOT m.redacted AND m.superseded AND m.retracted), 0)"
-                " FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
-                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
+                " coalesce(sum(NOT m.redacted AND m.superseded AND m.retracted), 0)" + _FLAGGED_MATCHES,
                 (expr,),
             ).fetchone()
             return int(total) - int(red), int(sup), int(ret), int(both)

@@ -327,9 +327,7 @@ class IndexAccess:
         """Rebuild an existing index (the log's lines moved); the reply's ``index`` fields.
 
         ``index`` is ``absent``, ``rebuilt``, or ``unusable`` with
-        ``index_problem`` (it cannot be opened or rebuilt: it is left as it
-        is, reads answer from the log, verify reports it, and the first read
-        that can open it rebuilds it, its mark no longer matching the log).
+        ``index_problem`` (left as it is: docs/erasure.md, on quarantine).
         """
         if not self.present():
             return {"index": "absent"}
@@ -342,14 +340,11 @@ class IndexAccess:
     def scrub_if_present(self) -> dict[str, Any]:
         """After a redaction: leave no erased term in the index, and say how (the reply's ``index`` fields).
 
-        ``index`` is ``absent`` (none to scrub), ``rebuilt`` (rebuilt with
-        secure_delete, ``Index.scrub``), or, when the index cannot be opened
-        or rebuilt (another user's file, a full disk), ``removed`` (deleted:
-        it is derived, and the erased text goes with it), ``set_aside``
-        (it could not be deleted, only renamed out of use: ``index_set_aside``
-        names the file, which may still hold the erased text and which verify
-        reports until it is deleted) or ``unchanged`` (not even that; verify
-        reports the index). ``index_problem`` says why it was not rebuilt.
+        ``index`` is ``absent``, ``rebuilt`` (with secure_delete,
+        ``Index.scrub``), or, when the index cannot be opened or rebuilt,
+        ``removed``, ``set_aside`` (``index_set_aside`` names the file) or
+        ``unchanged``, each told in docs/erasure.md; ``index_problem`` says why
+        it was not rebuilt.
         """
         if not self.present():
             return {"index": "absent"}

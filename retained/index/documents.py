@@ -1,17 +1,10 @@
-"""What the index stores for one record: its words, its links, its token cost, its turn.
+"""What the index stores for one record: its words, its links, its token cost, its turn, the text a reply shows.
 
 Pure functions over a parsed record, no SQLite: ``writer`` indexes what they
 return, ``search`` and ``hybrid`` charge results with `estimate_tokens`
-and read records in their conversation with `turn`.
-
-Token estimate for ``max_tokens``: ``schema.estimate_tokens`` of a
-result's text and body (a body that is not a string counts as its canonical
-JSON), the same formula the brief charges its records with.
-
-Shown text (`shown`): what a reply's text form carries of each record. Every
-record whole when the texts fit the budget; otherwise the longest are cut to
-an equal share, each cut centred on the query's words (``query.excerpt``) and
-saying where the rest is.
+and read records in their conversation with `turn`; a reply's text form
+shows each record as `shown` cuts it (docs/retrieval.md, "The text a client
+reads").
 """
 
 from __future__ import annotations
@@ -63,18 +56,20 @@ def replies(asked: tuple[str, Any] | None, answer: tuple[str, Any] | None) -> bo
     return asked[1] is None or answer[1] is None or asked[1] == answer[1]
 
 
-def estimate_tokens(rec: dict[str, Any]) -> int:
-    """Tokens a result costs against ``max_tokens``: ``index_schema.estimate_tokens`` of its text and body."""
-    parts: list[str | bytes] = []
-    text = rec.get("text")
-    if isinstance(text, str):
-        parts.append(text)
-    body = rec.get("body")
+def _text_and_body(rec: dict[str, Any]) -> list[str | bytes]:
+    """Those of a record's text and body it has, a body that is not a string as its canonical JSON."""
+    text, body = rec.get("text"), rec.get("body")
+    parts: list[str | bytes] = [text] if isinstance(text, str) else []
     if isinstance(body, str):
         parts.append(body)
     elif body is not None:
         parts.append(record.canonical(body))
-    return index_schema.estimate_tokens(*parts)
+    return parts
+
+
+def estimate_tokens(rec: dict[str, Any]) -> int:
+    """Tokens a result costs against ``max_tokens``: ``index_schema.estimate_tokens`` of its text and body."""
+    return index_schema.estimate_tokens(*_text_and_body(rec))
 
 
 def _strings(value: Any, out: list[str], budget: list[int]) -> None:
@@ -133,15 +128,7 @@ CHARS_PER_TOKEN = 4  # the ratio estimate_tokens uses
 
 def record_text(rec: dict[str, Any]) -> str:
     """A record's text and its body (a body that is not a string as canonical JSON), one after the other."""
-    text = rec.get("text")
-    parts = [text] if isinstance(text, str) and text else []
-    body = rec.get("body")
-    if isinstance(body, str):
-        if body:
-            parts.append(body)
-    elif body is not None:
-        parts.append(record.canonical(body).decode("utf-8", "replace"))
-    return "\n".join(parts)
+    return "\n".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in _text_and_body(rec) if p)
 
 
 REST_HINT = "memory_get with ids=[{seq}] returns the whole record"

@@ -102,15 +102,13 @@ _CJK_RANGES = (
 )
 
 
-def _is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    if o < 0x1100:  # Latin, Greek, Cyrillic and the rest below the first CJK range: most words
-        return False
-    return any(lo <= o <= hi for lo, hi in _CJK_RANGES)
-
-
 _CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
-_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_CJK_RUN = re.compile(f"([{_CJK_CLASS}]+)")  # a group: `split` keeps the runs
+
+
+def _is_cjk(ch: str) -> bool:
+    # Latin, Greek, Cyrillic and the rest below the first CJK range (most words) without the regex.
+    return ch >= "\u1100" and _CJK_RUN.match(ch) is not None
 
 
 # For text without other characters: each byte the loop below does not keep becomes a space (then one split).
@@ -202,19 +200,9 @@ def terms(
     `FRAME_WORDS` before "of" go with the stop words ("what kind of art"
     searches for "art").
     """
-    if text.isascii():  # no CJK run to split out
-        words = _words(_normalise(text))
-    else:
-        words = []
-        for raw in _words(_normalise(text)):
-            pos = 0
-            for m in _CJK_RUN.finditer(raw):
-                if m.start() > pos:
-                    words.append(raw[pos : m.start()])
-                words.append(m.group())
-                pos = m.end()
-            if pos < len(raw):
-                words.append(raw[pos:])
+    words = _words(_normalise(text))
+    if not text.isascii():  # a CJK run is a word of its own
+        words = [part for word in words for part in _CJK_RUN.split(word) if part]
     content = [w for i, w in enumerate(words)
                if (w not in stop_words or (months and w in MONTHS and _dated(words, i)))
                and not (frame and stop_words and w in FRAME_WORDS and words[i + 1 : i + 2] == ["of"])]
@@ -273,10 +261,7 @@ def build(
     >>> build("東京都庁")
     '"東京 京都 都庁"'
     """
-    found = terms(text, stop_words=stop_words, irregular=irregular, months=months, frame=frame)
-    if not found:
-        return None
-    return " OR ".join(found)
+    return " OR ".join(terms(text, stop_words=stop_words, irregular=irregular, months=months, frame=frame)) or None
 
 
 SUBJECT_WORDS_MAX = 64  # content words compared per record; bounds the cost of one comparison
@@ -311,12 +296,7 @@ def subject(text: str) -> frozenset[str]:
     out = set(stems)
     out.discard("")
     if len(out) > SUBJECT_WORDS_MAX:  # the first SUBJECT_WORDS_MAX of the text's words only
-        out = set()
-        for s in stems:
-            if s:
-                out.add(s)
-                if len(out) >= SUBJECT_WORDS_MAX:
-                    break
+        out = set(list(dict.fromkeys(s for s in stems if s))[:SUBJECT_WORDS_MAX])
     return frozenset(out)
 
 

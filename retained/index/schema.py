@@ -308,11 +308,7 @@ def connect(path: Path, timeout_s: float) -> sqlite3.Connection:
 def connect_read_only(path: Path, timeout_s: float) -> sqlite3.Connection:
     """A read-only connection to the index at ``path`` (SQLite may still create ``-wal`` and ``-shm``).
 
-    In autocommit mode: ``BEGIN`` makes one snapshot of several reads.
-
-    Raises:
-        LinkRefused: the index or one of its companions is a symbolic link.
-        sqlite3.Error: SQLite cannot open it.
+    In autocommit mode: ``BEGIN`` makes one snapshot of several reads. Raises as `connect`.
     """
     refuse_links(path)
     return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout_s,
@@ -352,15 +348,16 @@ def place(db: sqlite3.Connection, seq: int) -> tuple[int, int, str] | None:
     return (row[0], row[1], row[2]) if row else None
 
 
-def places(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, tuple[int, int, str]]:
-    """``{seq: (offset, length, hash)}`` for those of ``seqs`` the index holds."""
-    out: dict[int, tuple[int, int, str]] = {}
+def _rows_in(db: sqlite3.Connection, sql: str, seqs: Sequence[int]) -> Iterator[Any]:
+    """The rows of ``sql`` for ``seqs``, its ``{}`` an ``IN (...)`` list: one query per `IN_ROWS_MAX` seqs."""
     for i in range(0, len(seqs), IN_ROWS_MAX):
         part = seqs[i : i + IN_ROWS_MAX]
-        out.update((r[0], r[1:]) for r in db.execute(
-            f"SELECT seq, offset, length, hash FROM records WHERE seq IN ({','.join('?' * len(part))})", part
-        ))
-    return out
+        yield from db.execute(sql.format(",".join("?" * len(part))), part)
+
+
+def places(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, tuple[int, int, str]]:
+    """``{seq: (offset, length, hash)}`` for those of ``seqs`` the index holds."""
+    return {r[0]: r[1:] for r in _rows_in(db, "SELECT seq, offset, length, hash FROM records WHERE seq IN ({})", seqs)}
 
 
 def places_between(db: sqlite3.Connection, lo: int, hi: int) -> list[tuple[int, int, int, str]]:
@@ -388,9 +385,8 @@ def rows_beyond(db: sqlite3.Connection, head_seq: int, size: int) -> int:
 
 def places_within(db: sqlite3.Connection, size: int | None) -> Iterator[tuple[int, int, str]]:
     """``(seq, offset, hash)`` of every row in seq order; with ``size``, only rows whose line ends by it."""
-    if size is None:
-        return iter(db.execute("SELECT seq, offset, hash FROM records ORDER BY seq"))
-    return iter(db.execute("SELECT seq, offset, hash FROM records WHERE offset + length <= ? ORDER BY seq", (size,)))
+    within, args = ("", ()) if size is None else (" WHERE offset + length <= ?", (size,))
+    return iter(db.execute(f"SELECT seq, offset, hash FROM records{within} ORDER BY seq", args))
 
 
 def links_of(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str, list[int]]]:
@@ -399,12 +395,9 @@ def links_of(db: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str,
     One query per `IN_ROWS_MAX` seqs; a seq nothing names is absent.
     """
     out: dict[int, dict[str, list[int]]] = {}
-    for i in range(0, len(seqs), IN_ROWS_MAX):
-        part = seqs[i : i + IN_ROWS_MAX]
-        for target, source, rel in db.execute(
-            f"SELECT target, source, rel FROM links WHERE target IN ({','.join('?' * len(part))}) ORDER BY source", part
-        ):
-            out.setdefault(target, {}).setdefault(LINKED_BY[rel], []).append(source)
+    sql = "SELECT target, source, rel FROM links WHERE target IN ({}) ORDER BY source"
+    for target, source, rel in _rows_in(db, sql, seqs):
+        out.setdefault(target, {}).setdefault(LINKED_BY[rel], []).append(source)
     return out
 
 
@@ -537,14 +530,11 @@ def newest(db: sqlite3.Connection, limit: int, listed: Filter) -> list[tuple[int
         rows = sorted((row for half in halves for row in newest(db, limit, half)), reverse=True)
         return rows[-limit:] if listed.above is not None else rows[:limit]
     cond, args = listed.where()
-    if listed.above is not None:
-        rows = db.execute(
-            f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq LIMIT ?", [*args, limit]
-        ).fetchall()
-        return rows[::-1]
-    return db.execute(
-        f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq DESC LIMIT ?", [*args, limit]
+    order = "" if listed.above is not None else " DESC"
+    rows = db.execute(
+        f"SELECT seq, offset, length, hash FROM records WHERE {cond} ORDER BY seq{order} LIMIT ?", [*args, limit]
     ).fetchall()
+    return rows[::-1] if listed.above is not None else rows
 
 
 def head(db: sqlite3.Connection) -> tuple[int, Any] | None:
@@ -592,11 +582,7 @@ def links_below(db: sqlite3.Connection, boundary: int) -> Iterator[tuple[int, st
 
 def kinds_of(db: sqlite3.Connection, seqs: Sequence[int]) -> Iterator[tuple[int, Any, Any, int]]:
     """``(seq, kind, scope, redacted)`` for those of ``seqs`` the index holds."""
-    for i in range(0, len(seqs), IN_ROWS_MAX):
-        part = seqs[i : i + IN_ROWS_MAX]
-        yield from db.execute(
-            f"SELECT seq, kind, scope, redacted FROM records WHERE seq IN ({','.join('?' * len(part))})", part
-        )
+    return _rows_in(db, "SELECT seq, kind, scope, redacted FROM records WHERE seq IN ({})", seqs)
 
 
 def prune_vectors(db: sqlite3.Connection) -> int:

@@ -1,14 +1,11 @@
 """Ranked search over the index, with honest accounting (invariant I2).
 
-bm25 over the text, the body and the string values of other caller fields
-(porter stemming over unicode61, diacritics folded, CJK runs segmented by
-``query.segment``), then a bounded re-rank of the best 50 (`Ranking`,
-docs/retrieval.md). Every reply accounts for what it matched (I2): ``returned
-+ sum(left_out.values()) == total_matches``. Also here: the records around
-each result (`attach_context`) and the earlier records a new one may correct
+bm25, then a bounded re-rank of the best 50 (`Ranking`): docs/retrieval.md.
+Every reply accounts for what it matched (I2): ``returned +
+sum(left_out.values()) == total_matches``. Also here: the records around each
+result (`attach_context`) and the earlier records a new one may correct
 (`related`). `Search` is a part of ``writer.Index`` (its ``searcher``), which
-supplies the connection, its lock, catch-up and the checked reads from the
-log.
+supplies the connection, its lock, catch-up and the checked reads from the log.
 """
 
 from __future__ import annotations
@@ -46,16 +43,12 @@ K_MAX = 1000  # results one search may return; more is a listing, not a search
 CONTEXT_MAX = limits.CONTEXT_MAX
 RELATED_MAX = 3  # earlier records a write's reply names as ones it may correct
 RELATED_CHARS = 160  # of each one's text in the reply
-# A write's related-records step (`Search.related`) runs on every MCP and
-# command-line write, after the ack but before the reply, so its work is
-# bounded whatever the write holds: the first RELATED_TERMS distinct content
-# words of the text's first RELATED_TEXT_CHARS characters, each matching at
-# most RELATED_TERM_ROWS earlier rows; a word that matches more is common
-# (a speaker's name, "really") and says nothing about the subject. A record
-# on the same subject shares the rare words.
-RELATED_TERMS = 16
+# A write's related-records step (`Search.related`) runs after the ack but
+# before the reply, so its work is bounded whatever the write holds: these
+# bounds and why are in docs/retrieval.md ("A write names what it may correct").
+RELATED_TERMS = 16  # content words looked up: the first of the text's first RELATED_TEXT_CHARS characters
 RELATED_TEXT_CHARS = limits.RELATED_TEXT_CHARS
-RELATED_TERM_ROWS = 32
+RELATED_TERM_ROWS = 32  # earlier rows a word matches at most to count as rare (a common word says nothing of the subject)
 RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, counted again each time)
 # Records a process's related steps compare in memory before the index must
 # catch up with them (`_Recent`): the catch-up then indexes them in one go,
@@ -63,27 +56,16 @@ RELATED_COMMON_MAX = 1 << 14  # common words remembered per index (past that, co
 # Not more: a term common among them but not yet in the index would count as
 # rare (at 1024, LoCoMo writes name earlier records half as often again).
 RELATED_RECENT_MAX = 256
-# While a process's writes run at once (the HTTP server's handlers), their
-# steps run in any order: a record this close behind a new one, not seen yet,
-# is taken for one whose step has not begun rather than made to be indexed.
-RELATED_IN_FLIGHT = 64
-# Nor is the index the step catches up with (the lines before the new record
-# that no read indexed yet) unbounded: past this many bytes of them the step
-# answers from the index as it is and leaves them to the next read (a new
-# process's write after another's 4 MB record would otherwise index it first).
-RELATED_CATCH_UP_BYTES = 1024 * 1024
+RELATED_IN_FLIGHT = 64  # concurrent writes of a process: an unseen record this close behind is one whose step has not begun
+RELATED_CATCH_UP_BYTES = 1024 * 1024  # a longer backlog of unindexed lines is left to the next read (another's 4 MB record)
 WORKER_IDLE_S = 1.0  # the related step's look-ahead thread ends after this long without a write (`_Worker`)
-# bm25 scores every matching row in FTS5, so ranking every row that shares
-# one common word with a question is slow at 100k records (a name or "new" in
-# thousands of rows). Terms are ranked rarest first while the rows they match
-# add up to this; a commoner term still counts in total_matches but does not
-# widen the ranking (its bm25 weight is the smallest in the query anyway).
+# bm25 scores every row a term matches, so ranking every row that shares one
+# common word with a question is slow at 100k records (a name or "new" in
+# thousands of rows): the rows ranked are those of the rarest terms, while
+# their matches add up to this (docs/retrieval.md, step 2; a commoner term's
+# bm25 weight is the smallest in the query anyway).
 RANK_ROWS_MAX = 2000
-# The bm25 top RERANK_N are re-ordered by how many distinct query terms each
-# record contains (COVERAGE_WEIGHT per term, added to the bm25 score). bm25
-# alone lets one repeated word outrank a record that has three of the
-# question's words; on LoCoMo this step adds about 0.025 to recall@5
-# (harness/eval_locomo.py --ablation).
+# The bm25 top RERANK_N re-ranked, COVERAGE_WEIGHT per distinct query term a record contains (docs/retrieval.md, step 3).
 RERANK_N = 50
 COVERAGE_WEIGHT = 2.0
 NEAR = 2  # seqs either side of a candidate read at once to find its neighbours in its scope
@@ -93,8 +75,9 @@ NEAR = 2  # seqs either side of a candidate read at once to find its neighbours 
 class Ranking:
     """The re-ranking steps after bm25, each with its weight (0, or 1.0 for a factor, turns a step off).
 
-    The defaults were chosen on half of the LoCoMo conversations and
-    reported on the other half (harness/eval_locomo.py, docs/retrieval.md).
+    Each step and why: docs/retrieval.md ("How a search runs", its steps
+    named below). The defaults were chosen on half of the LoCoMo
+    conversations and reported on the other half (harness/eval_locomo.py).
     """
 
     coverage_weight: float = COVERAGE_WEIGHT  # added per distinct query term a record contains
@@ -103,23 +86,15 @@ class Ranking:
     prev_credit: float = 0.2  # share of a turn's score the other speaker's turn before it gains
     name_factor: float = 0.25  # share of a term a speaker's name counts in a turn someone else says
     recency_band: float = 0.4  # a newer record on the same subject may score this share less and still go first
-    # A question's words are not alike: a speaker's name is in half of a
-    # conversation, "roadtrip" in one turn. Each term's share of the coverage
-    # is its idf to this power, scaled so the shares add up to the number of
-    # terms (0: every term alike, as before): coverage weighs as much as
-    # before, but goes to the turn holding the rare word rather than to one
-    # holding several common ones.
-    rarity: float = 1.0
-    # A turn gains this share of the best score among the other candidate
-    # turns of its scope within `session_window` seqs (its session, when both
-    # carry one): the place where several turns match is likelier the one
-    # asked about than a lone match among unrelated talk. Only turns: notes
-    # are never read with their neighbours.
-    session_credit: float = 0.3
-    session_window: int = 10
+    rarity: float = 1.0  # each term's share of the coverage is its idf to this power, scaled (0: every term alike; step 3)
+    session_credit: float = 0.3  # share of the best score among the candidate turns near it a turn gains (step 4)
+    session_window: int = 10  # seqs either side of a turn that are near it
 
 
 RANKING = Ranking()
+# The flagged records (superseded, retracted or redacted) a MATCH finds, walked from the few flagged rows.
+_FLAGGED_MATCHES = (" FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
+                    " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?")
 
 
 class _Candidate:
@@ -149,9 +124,8 @@ class _Weigher:
     """The coverage score of a record: ``coverage_weight`` per distinct query term it contains.
 
     Each term counts its share (`shares`: by rarity, 1.0 each when not
-    given). A speaker's name counts ``name_factor`` of that in a turn
-    someone else says (a greeting, "Thanks, Caroline!"): the name is then
-    who is spoken to, not who the turn is about.
+    given); a speaker's name counts ``name_factor`` of that in a turn
+    someone else says (docs/retrieval.md, step 4).
     """
 
     def __init__(self, terms: list[str], cover: dict[int, set[int]], ranking: Ranking, speakers: list[str],
@@ -199,9 +173,9 @@ def _session_gain(cand: dict[int, _Candidate], credit: float, window: int) -> No
 
     Near: the same scope, at most ``window`` seqs away, and the same
     session when both name one. Scores are read before any gain, so the
-    order of the walk does not matter; each turn looks only at the turns
-    within its window (the candidates in seq order), so the step is
-    bounded by the candidates times the window.
+    order of the walk does not matter; each turn looks only at the
+    candidates within its window, so the step is bounded by the candidates
+    times the window.
     """
     turns = sorted(((c, t[1]) for c in cand.values() if (t := c.turn) is not None and c.good > 0),
                    key=lambda pair: pair[0].row[0])
@@ -219,13 +193,10 @@ def _session_gain(cand: dict[int, _Candidate], credit: float, window: int) -> No
 def _newer_first(ranked: list[_Candidate], band: float, limit: int) -> list[_Candidate]:
     """The first ``limit`` of the ranking, each record put above older records on its subject that score about as well.
 
-    Walking down the ranking, a record moves above the first record ahead of
-    it that is older (a lower seq), said by the same speaker (or both notes),
-    on the same subject (`query.same_subject`) and scores less than ``band``
-    (a share of that record's score) better. A correction written without
-    ``supersedes`` then ranks above the statement it corrects, while records
-    on other subjects keep their order. A record can only enter the first
-    ``limit`` by moving above one of them, so only those are compared.
+    The rule (an older record, the same speaker, `query.same_subject`,
+    ``band`` a share of the older one's score) and why: docs/retrieval.md,
+    step 5. A record can only enter the first ``limit`` by moving above one
+    of them, so only those are compared.
     """
     out: list[_Candidate] = []
     for c in ranked:
@@ -252,7 +223,6 @@ class _Index(Protocol):
     def connection(self) -> sqlite3.Connection: ...
     def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]: ...
     def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]: ...
-    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None: ...
 
 
 class Search:
@@ -264,7 +234,8 @@ class Search:
         self._mutex = index.lock
         self.busy_timeout_s = index.busy_timeout_s
         self.connection, self.catch_up = index.connection, index.catch_up
-        self._read_checked = index._read_checked
+        self._related_recent = _Recent()  # see `related`
+        self._related_worker = _Worker()  # see `look_ahead`
 
     @property
     def ranking(self) -> Ranking:
@@ -277,11 +248,7 @@ class Search:
             # Rank in FTS5 alone and drop hidden rows afterwards: asking for
             # as many extra rows as there are flagged matches guarantees
             # `limit` visible ones, and flagged records are few.
-            extra = db.execute(
-                "SELECT count(*) FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
-                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
-                (expr,),
-            ).fetchone()[0]
+            extra = db.execute("SELECT count(*)" + _FLAGGED_MATCHES, (expr,)).fetchone()[0]
             out = []
             ranked = db.execute(
                 f"SELECT rowid, bm25(fts, {w}) AS score FROM fts WHERE fts MATCH ? ORDER BY score, rowid DESC LIMIT ?",
@@ -335,9 +302,7 @@ class Search:
             rows = self._top(found, " OR ".join(found), limit, Filter(
                 scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
                 include_retracted=include_retracted))
-        if with_matched:
-            return [(r[0], -r[1], r[5]) for r in rows]
-        return [(r[0], -r[1]) for r in rows]
+        return [(r[0], -r[1], r[5]) if with_matched else (r[0], -r[1]) for r in rows]
 
     def _rank_terms(self, found: list[str], budget: int = RANK_ROWS_MAX) -> tuple[list[str], list[str], list[int]]:
         """``(kept, matching, counts)``: the rarest terms whose matches add up to ``budget`` rows, all that match,
@@ -456,11 +421,9 @@ class Search:
     def _neighbours(self, cand: dict[int, _Candidate], weigh: _Weigher, shown: Filter) -> None:
         """Read each candidate turn with its neighbours in its scope (issue 18), in place.
 
-        A turn that asks something passes ``reply_credit`` of its score to the
-        next turn, when the other speaker says it (the answer); any turn
-        passes ``prev_credit`` of its score to the turn before it, when the
-        other speaker said it and it asked nothing (what the turn reacts to).
-        A neighbour that gains joins the candidates, scored by the query terms
+        ``reply_credit`` and ``prev_credit`` pass from a turn to the other
+        speaker's turn after or before it (docs/retrieval.md, step 4). A
+        neighbour that gains joins the candidates, scored by the query terms
         it contains; one ``shown`` hides (`Filter.hides`) does not.
         """
         r = self.ranking
@@ -554,9 +517,7 @@ class Search:
                 "SELECT coalesce(sum(m.redacted), 0),"
                 " coalesce(sum(NOT m.redacted AND m.superseded AND NOT m.retracted), 0),"
                 " coalesce(sum(NOT m.redacted AND m.retracted AND NOT m.superseded), 0),"
-                " coalesce(sum(NOT m.redacted AND m.superseded AND m.retracted), 0)"
-                " FROM records AS m INDEXED BY records_flagged CROSS JOIN fts ON fts.rowid = m.seq"
-                " WHERE (m.superseded OR m.retracted OR m.redacted) AND fts MATCH ?",
+                " coalesce(sum(NOT m.redacted AND m.superseded AND m.retracted), 0)" + _FLAGGED_MATCHES,
                 (expr,),
             ).fetchone()
             return int(total) - int(red), int(sup), int(ret), int(both)
@@ -587,16 +548,9 @@ class Search:
 
         Returns ``{"query", "results", "total_matches", "returned",
         "left_out", "tokens", "index"}`` where ``returned +
-        sum(left_out.values()) == total_matches`` always. ``left_out`` says
-        why each of the rest is missing: ``beyond_k`` (ranked below k),
-        ``over_budget`` (in the top k but past ``max_tokens``: results are a
-        prefix of the ranking, so the first that does not fit ends the list),
-        ``superseded`` and ``retracted`` (hidden unless asked for; a record
-        that is both counts as retracted), ``unreadable`` (the log no longer
-        holds the indexed line; verify explains, rebuild clears). Each result
-        is ``{"seq", "offset", "length", "record", "score", "tokens"}``, the
-        record read from the log and checked against the indexed hash.
-        ``total_matches`` counts the records the query matched plus any reply
+        sum(left_out.values()) == total_matches`` always; what each
+        ``left_out`` key counts, and each result's fields, are in
+        docs/search.md ("Honest accounting"). ``total_matches`` counts the records the query matched plus any reply
         that reached the top k only through the turn it answers (see
         `Ranking`), so the sum holds in both cases.
 
@@ -614,7 +568,7 @@ class Search:
         caught = self.catch_up()
         found = query.terms(text)
         expr = " OR ".join(found) if found else None  # query.build's expression, from the terms _top needs too
-        total = sup_only = ret_only = both = 0
+        total = hidden_sup = hidden_ret = 0
         top: list[tuple[int, float, int, int, str, bool]] = []
         shown = Filter(scope=scope, and_unscoped=and_unscoped, include_superseded=include_superseded,
                        include_retracted=include_retracted)
@@ -623,12 +577,9 @@ class Search:
                 total, sup_only, ret_only, both = self._count(expr, shown)
                 hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
                 hidden_ret = 0 if include_retracted else ret_only + both
-                visible = total - hidden_sup - hidden_ret
-                if visible > 0 and k > 0:
+                if total - hidden_sup - hidden_ret > 0 and k > 0:
                     top = self._top(found, expr, k, shown, subjects)
         total += sum(1 for row in top if not row[5])  # replies that no query word matched
-        hidden_sup = 0 if include_superseded else sup_only + (both if include_retracted else 0)
-        hidden_ret = 0 if include_retracted else ret_only + both
         visible = total - hidden_sup - hidden_ret
         results: list[Entry] = []
         used = over_budget = unreadable = 0
@@ -691,15 +642,10 @@ class Search:
     ) -> ContextCount:
         """Give each result ``context``: up to ``n`` records of its scope around it, nearest first, in place.
 
-        The records just before and just after a result alternate (before
-        first: in a conversation it is what the result answers); each list is
-        in seq order. Hidden records (retracted, superseded unless asked for,
-        redacted) are passed over, and so is a record already in the reply (a
-        result, or an earlier result's context): the next one takes its place. Context is charged
-        to ``max_tokens`` after every result (``used`` tokens), in rank order;
-        what does not fit is left out and counted.
-
-        Returns ``{"asked", "included", "tokens", "over_budget"}``.
+        Which records, in what order, and how they are charged:
+        docs/retrieval.md ("Results with their context"); ``used``: the
+        tokens the results took, context being charged in rank order after
+        them. Returns ``{"asked", "included", "tokens", "over_budget"}``.
         """
         cond, args = Filter(include_superseded=include_superseded, include_retracted=include_retracted).where()
         seen = {r["seq"] for r in results}
@@ -749,32 +695,21 @@ class Search:
         """Up to ``limit`` earlier visible records of ``scope`` that look like the subject of ``text`` (record ``seq``).
 
         For a write's reply, after its acknowledgement: records it may
-        correct, so the writer can decide to supersede them. One statement
-        over the index finds the earlier rows of each of the text's rare
-        words not looked up since the index last changed (`_hits_sql`,
-        `_Recent.rows_of`), and a second, prepared once, the visible ones of
-        the scope among those sharing two or more (`_CANDIDATES_SQL`): the earlier records sharing
-        at least two of the text's rare words (its first `RELATED_TERMS`
-        content words, less those matching `RELATED_TERM_ROWS` rows or more)
-        and at least half of the shorter record's (`_same_subject`), most
-        shared first, newest first. The log is read only for the text of the
-        records named, all through one open file. Each is ``{"seq", "ts",
-        "text"}``, the text cut to ``RELATED_CHARS`` characters.
+        correct, so the writer can decide to supersede them. Each is
+        ``{"seq", "ts", "text"}``, most shared words first, newest first, the
+        text cut to ``RELATED_CHARS`` characters. The step and its bounds:
+        docs/retrieval.md ("A write names what it may correct"); its two
+        statements are `_hits_sql` and `_CANDIDATES_SQL`, its test
+        `_same_subject`, what it keeps between calls `_Recent`.
 
-        The records this index's own related steps saw since it last caught
-        up are compared in memory (`_Recent`; ``ts`` is the new record's
-        time, kept for that), so a write does not pay for indexing the one
-        before it. The index catches up (to ``before``, the new record's
-        offset: never the new record itself, however long; without waiting
-        for another process that holds it, see `catch_up_now`) only when a
-        record came in between that no related step saw (another writer's, a
-        retraction, one that ``links`` to others as this one does when it
-        supersedes some; while other writes of this process are under way,
-        ``concurrent``, only one more than `RELATED_IN_FLIGHT` records back)
-        or `RELATED_RECENT_MAX` records wait, and only when at most
-        `RELATED_CATCH_UP_BYTES` of the log wait for it.
+        ``ts``: the new record's time, kept for the later steps that compare
+        it in memory. ``before``: the new record's offset, where a catch-up
+        for the step stops (`catch_up_now`). ``links``: the record names
+        others (it supersedes some), so the index must read it before the
+        next step answers. ``concurrent``: other writes of this process are
+        under way (`_Recent.covers`).
         """
-        recent = self._recent()
+        recent = self._related_recent
         if not links:
             recent.expect(seq, scope)
         if limit <= 0:
@@ -849,13 +784,10 @@ class Search:
         answer, and gives way when another thread holds the index. The
         caller waits for it (or cancels it) before its write returns.
         """
-        worker = self.__dict__.get("_related_worker")
-        if worker is None:
-            worker = self.__dict__.setdefault("_related_worker", _Worker())
-        return worker.submit(self._look_ahead_now, text, scope)
+        return self._related_worker.submit(self._look_ahead_now, text, scope)
 
     def _look_ahead_now(self, text: str, scope: str | None) -> None:
-        recent = self._recent()
+        recent = self._related_recent
         if not self._mutex.acquire(blocking=False):
             return
         try:
@@ -872,12 +804,6 @@ class Search:
             pass  # the step after the acknowledgement looks them up itself
         finally:
             self._mutex.release()
-
-    def _recent(self) -> _Recent:
-        recent = self.__dict__.get("_related_recent")
-        if recent is None:
-            recent = self.__dict__.setdefault("_related_recent", _Recent())
-        return recent
 
     def _backlog(self, db: Any, stop: int | None) -> int:
         """Bytes of the log before ``stop`` (its end when None) the index has not read yet."""
@@ -1002,16 +928,21 @@ class _Recent:
         # Guards ``seen`` against `expect`, which runs without the index's lock.
         self.lock = threading.Lock()
         self.common: set[str] = set()
-        self.rows: dict[str, tuple[int, ...]] = {}
-        self.rows_top: int | None = None
         self.last: tuple[str | None, list[str]] = (None, [])
-        # What a look-ahead found in the index for the next step (`Search.look_ahead`): its key (the words,
-        # the scope, the index's highest seq), the rare terms, the records on their subject and their texts.
-        self.ahead: tuple[tuple[Any, ...], list[str], list[tuple[int, int, _Found]], dict[int, str | None]] | None = None
-        self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
-        self.by_term: dict[str, list[int]] = {}
-        # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
-        self.low, self.high = limits.SEQ_MAX, 0
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget all but ``common`` and ``last`` (the index caught up: it holds what was kept)."""
+        with self.lock:
+            self.seen: dict[int, tuple[frozenset[str], int, _Found | None, str | None]] = {}
+            self.by_term: dict[str, list[int]] = {}
+            # Bounds of the seqs in ``seen`` (a record dropped from it may leave them wider than it is).
+            self.low, self.high = limits.SEQ_MAX, 0
+            self.rows: dict[str, tuple[int, ...]] = {}
+            self.rows_top: int | None = None
+            # What a look-ahead found in the index for the next step (`Search.look_ahead`): its key (the words,
+            # the scope, the index's highest seq), the rare terms, the records on their subject and their texts.
+            self.ahead: tuple[tuple[Any, ...], list[str], list[tuple[int, int, _Found]], dict[int, str | None]] | None = None
 
     def learn(self, term: str) -> None:
         if len(self.common) < RELATED_COMMON_MAX:
@@ -1089,15 +1020,6 @@ class _Recent:
             # older one, or any when this write is alone, makes the index
             # catch up.
             return missing is None or (concurrent and seq - missing <= RELATED_IN_FLIGHT)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.seen = {}
-            self.by_term = {}
-            self.low, self.high = limits.SEQ_MAX, 0
-            self.rows = {}
-            self.rows_top = None
-            self.ahead = None
 
     def compare(self, rare: list[str], scope: str | None) -> list[tuple[int, int, _Found]]:
         """``(shared, seq, found)`` for each seen record of ``scope`` on the same subject as ``rare``."""

@@ -27,12 +27,7 @@ VECTORS_BUSY_S = 5.0
 
 
 def _index_files(log: Log) -> dict[str, int]:
-    out = {}
-    for name in index_schema.INDEX_FILES:
-        p = log.directory / name
-        if p.exists():
-            out[p.name] = p.stat().st_size
-    return out
+    return {name: p.stat().st_size for name in index_schema.INDEX_FILES if (p := log.directory / name).exists()}
 
 
 def _index_status(log: Log, head_seq: int) -> dict[str, Any] | None:

@@ -3,7 +3,7 @@
 Both directions: every chained log line must have its index row (same place,
 same hash), and every index row must be held by a log line; then the FTS5
 rows must match the records, and FTS5's own integrity check must pass. The
-findings and their kinds are listed on ``Index.verify``.
+findings' kinds: docs/search.md ("Verify, both ways").
 
 Imported by ``Index.verify`` when it runs, so this module (and orjson, which
 parses the lines the byte scan cannot settle) stays off the path of every
@@ -49,12 +49,9 @@ def verify(
 
     The caller has caught the index up without rebuilding it; ``replaced``:
     that catch-up found the log replaced. ``connection()`` is the index's
-    connection, used only while holding ``lock``. ``snapshot`` is ``(size,
-    head seq)`` of the log as verify fixed it when it began: lines past that
-    size are not compared, and rows the index holds for them (appended since,
-    and indexed by a catch-up) are not ghosts. None: the log as it is now.
+    connection, used only while holding ``lock``. ``lines`` and ``snapshot``
+    as there (None: the log as it is now).
     """
-    findings: list[dict[str, Any]] = []
     integrity = _IntegrityCheck(path, busy_timeout_s)
     # One read transaction: the mark and every row compared are one state
     # of the index, whatever other processes' catch-ups commit meanwhile.

@@ -1,14 +1,11 @@
 """The derived index beside the log, written here (L5: rebuilt from the log alone).
 
-What it holds: an FTS5 table for lexical search (contentless: the log has the
-text) and a ``records`` table with each chained record's place in the log
-(offset, length, hash) and the flags the log implies (superseded, retracted,
-redacted). Nothing here is the truth: results are read back from the log by
-offset and checked against the hash before they are returned. Every read first
-catches up (`Index.catch_up`). The file name, the tables, the mark and the
-read-only queries are defined in ``schema``; what the index stores for a
-record in ``documents``; ranked search (`Index.searcher`) in ``search``; the
-two-way verify in ``verify``.
+What it holds, and how every read first catches it up (`Index.catch_up`):
+docs/search.md ("The index"). Nothing here is the truth: results are read back
+from the log by offset and checked against the hash before they are returned.
+The file name, the tables, the mark and the read-only queries are defined in
+``schema``; what the index stores for a record in ``documents``; ranked search
+(`Index.searcher`) in ``search``; the two-way verify in ``verify``.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -27,7 +24,7 @@ from retained.core import pool, record
 from retained.core.log import Log, make_line
 from retained.errors import InvalidRecord, RetainedError
 from retained.index import schema
-from retained.index.documents import FIELDS_CHARS_MAX, documents, estimate_tokens
+from retained.index.documents import documents, estimate_tokens
 from retained.index.schema import (
     FLAG_COLUMNS,
     INDEX_NAME,
@@ -36,26 +33,16 @@ from retained.index.schema import (
     TOKENIZER,
     link_targets,
 )
-from retained.index.search import (
-    COVERAGE_WEIGHT,
-    K_MAX,
-    RANK_ROWS_MAX,
-    RANKING,
-    RERANK_N,
-    WEIGHTS,
-    Ranking,
-    Search,
-)
+from retained.index.search import COVERAGE_WEIGHT, K_MAX, RANKING, RERANK_N, Ranking, Search
 
 if TYPE_CHECKING:
     from retained.replies import Entry, Links, Listing
 
-# The names callers import from here, those defined in documents and index_search included.
+# The names callers import from here, those defined in documents, schema and search included.
 __all__ = [
-    "COVERAGE_WEIGHT", "FIELDS_CHARS_MAX", "INDEX_NAME", "K_MAX", "RANK_ROWS_MAX", "RERANK_N",
-    "SCHEMA_VERSION", "TOKENIZER", "WEIGHTS", "Index", "IndexError_", "documents", "estimate_tokens",
+    "COVERAGE_WEIGHT", "INDEX_NAME", "K_MAX", "RERANK_N", "SCHEMA_VERSION", "TOKENIZER", "Index", "IndexError_",
+    "documents", "estimate_tokens",
 ]
-
 
 
 def _entry(
@@ -299,10 +286,8 @@ class Index:
             n += 1
         os.replace(self.path, aside)
         for suffix in schema.INDEX_SUFFIXES:
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(str(self.path) + suffix)
-            except FileNotFoundError:
-                pass
 
     @property
     def lock(self) -> threading.RLock:
@@ -395,21 +380,13 @@ class Index:
     def catch_up(self, *, on_replaced: str = "rebuild", stop: int | None = None) -> dict[str, Any]:
         """Index whatever the log gained since the mark; returns what happened.
 
-        The mark is the log offset the index has read to, and the seq, hash
-        and place of the last record it indexed. Every read first indexes
-        whatever the log gained since, whoever wrote it, in a ``BEGIN
-        IMMEDIATE`` transaction that re-reads the mark inside it, so two
-        processes catching up at once never index a record twice. If the line
-        at the mark no longer carries the recorded hash, or the log is shorter
-        than the mark, the log was replaced (restored from a copy, redacted,
-        truncated by hand): reads then rebuild, and ``verify`` reports it first.
-
-        ``on_replaced`` is ``"rebuild"`` (reads: the answer must reflect the
-        log) or ``"report"`` (verify: keep the drift so it can be shown).
-        ``stop``: index only the lines before this offset (a write's related
-        step reads the records before its own and leaves its own, however
-        long, to the next catch-up).
-        The result's ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
+        The mark, the transaction that re-reads it, and a replaced log:
+        docs/search.md ("The index"). ``on_replaced`` is ``"rebuild"`` (reads:
+        the answer must reflect the log) or ``"report"`` (verify: keep the
+        drift so it can be shown). ``stop``: index only the lines before this
+        offset (a write's related step reads the records before its own and
+        leaves its own, however long, to the next catch-up). The result's
+        ``state`` is ``ok``, ``rebuilt``, ``replaced`` (reported,
         not rebuilt) or ``stale`` (another process held the index past the
         busy timeout, or the disk is full; the answer comes from the index as
         it was, and ``reason`` says why). Inside `one_catch_up` only the
@@ -440,8 +417,7 @@ class Index:
         durable = self.log.durable_end(wanted)
         if mark.offset >= durable and self._mark_state(mark, size) != "replaced":
             return {"state": "ok", "indexed": 0, "not_yet_durable": wanted - mark.offset}
-        attached = self._attach_bulk(db)
-        try:
+        with self._bulk_attached(db):
             tx = schema.transaction(db, immediate=True)
             try:
                 with tx:
@@ -459,9 +435,6 @@ class Index:
                 return self._stale_or_raise(exc)
             except sqlite3.Error as exc:
                 return self._stale_or_raise(exc)
-        finally:
-            if attached:
-                self._detach_bulk(db)
         if not replaced:
             out: dict[str, Any] = {"state": "ok", "indexed": n}
             if end < wanted:
@@ -489,7 +462,7 @@ class Index:
 
         The one way lines are indexed, for catch-up and rebuild alike; the
         caller holds the write transaction and has attached `_BULK`
-        (`_attach_bulk`). The ranges go through ``pool.map_ranges``
+        (`_bulk_attached`). The ranges go through ``pool.map_ranges``
         (``workers``, ``parallel_min_bytes`` and ``mp_context`` as there);
         ``progress(done_bytes, stop)`` is called after each range.
         """
@@ -519,26 +492,25 @@ class Index:
         return count
 
     @staticmethod
-    def _attach_bulk(db: sqlite3.Connection) -> bool:
-        """Attach the in-memory database ranges are copied from, unless it is; True when attached here.
+    @contextmanager
+    def _bulk_attached(db: sqlite3.Connection) -> Iterator[None]:
+        """The block with the in-memory database ranges are copied from attached, unless it was already.
 
-        Not allowed inside a transaction.
+        Not allowed inside a transaction. Detached after the block, which lets
+        go of the last range's rows (the attached database holds them until then).
         """
         if db.execute("SELECT 1 FROM pragma_database_list WHERE name = ?", (_BULK,)).fetchone() is not None:
-            return False
+            yield
+            return
         db.execute(f"ATTACH DATABASE ':memory:' AS {_BULK}")
-        if not _SERIALIZE:
-            for stmt in schema.bulk_statements(_BULK):
-                db.execute(stmt)
-        return True
-
-    @staticmethod
-    def _detach_bulk(db: sqlite3.Connection) -> None:
-        """Let go of the last range's rows (the attached database holds them until detached)."""
         try:
-            db.execute(f"DETACH DATABASE {_BULK}")
-        except sqlite3.OperationalError:
-            pass  # never attached (the attach itself failed): nothing to let go of
+            if not _SERIALIZE:
+                for stmt in schema.bulk_statements(_BULK):
+                    db.execute(stmt)
+            yield
+        finally:
+            with suppress(sqlite3.OperationalError):  # a failure to let go must not hide the block's own error
+                db.execute(f"DETACH DATABASE {_BULK}")
 
     @staticmethod
     def _load_range(db: sqlite3.Connection, rows: Any) -> None:
@@ -638,10 +610,8 @@ class Index:
         durable = self.log.durable_end(self.log.size(), wait_s=self.log.lock_wait_s)
         with self._mutex:
             db = self.connection()
-            attached = False
             try:
-                attached = self._attach_bulk(db)
-                with schema.transaction(db, immediate=True):
+                with self._bulk_attached(db), schema.transaction(db, immediate=True):
                     if self.witness is not None:
                         try:
                             mark = schema.read_mark(db)
@@ -658,9 +628,6 @@ class Index:
                         db.execute(stmt)
             except sqlite3.Error as exc:
                 raise _failure(exc, self.path, "rebuilding") from exc
-            finally:
-                if attached:
-                    self._detach_bulk(db)
             return {"records": n, "bytes": size}
 
     # -- lookups --------------------------------------------------------------
@@ -682,12 +649,7 @@ class Index:
             found = schema.places(db, seqs)
             links = cast("dict[int, Links]", schema.links_of(db, list(found)))
         rows = [(seq, *found[seq]) for seq in dict.fromkeys(seqs) if seq in found]
-        out = {}
-        for row, entry in zip(rows, self.read_rows(rows), strict=True):
-            if entry is not None:
-                entry.update(links.get(row[0], {}))
-                out[row[0]] = entry
-        return out
+        return {entry["seq"]: entry for entry in self._read_linked(rows, links)}
 
     def read_rows(self, rows: Iterable[tuple[int, int, int, str]]) -> Iterator[Entry | None]:
         """The record at each ``(seq, offset, length, hash)``, read from the log and checked against the hash.
@@ -714,8 +676,14 @@ class Index:
             ok = line.chained and line.seq == seq and line.hash == h
             yield {"seq": seq, "offset": offset, "length": length, "record": line.record} if ok else None
 
-    def _read_checked(self, seq: int, offset: int, length: int, h: str) -> Entry | None:
-        return next(self._checked([(seq, offset, length, h)]))
+    def _read_linked(self, rows: list[tuple[int, int, int, str]], links: dict[int, Links]) -> list[Entry]:
+        """The records of ``rows`` the log still holds (`read_rows`), each given its ``links``."""
+        out = []
+        for row, entry in zip(rows, self.read_rows(rows), strict=True):
+            if entry is not None:
+                entry.update(links.get(row[0], {}))
+                out.append(entry)
+        return out
 
     def recent(self, limit: int = 20, *, listed: schema.Filter | None = None) -> Listing:
         """Newest records first (for ``list``), each with its links, and the I2 count of what matched.
@@ -732,11 +700,7 @@ class Index:
                 total = schema.count_listed(db, listed=listed)
                 rows = schema.newest(db, limit, listed=listed)
                 links = cast("dict[int, Links]", schema.links_of(db, [row[0] for row in rows]))
-        out = []
-        for row, entry in zip(rows, self.read_rows(rows), strict=True):
-            if entry is not None:
-                entry.update(links.get(row[0], {}))
-                out.append(entry)
+        out = self._read_linked(rows, links)
         return {"records": out, "returned": len(out), "total_matches": total,
                 "left_out": {"beyond_limit": total - len(rows), "unreadable": len(rows) - len(out)}}
 
@@ -770,13 +734,8 @@ class Index:
         for lines appended since are not ghosts.
 
         Findings are dicts with ``kind``, ``seq``, ``offset``, ``expected``,
-        ``observed`` and ``message``. Kinds: ``index_log_replaced`` (the mark
-        no longer matches the log), ``index_missing`` (a log record the index
-        lacks), ``index_ghost`` (an index row no log record matches),
-        ``index_offset_mismatch``, ``index_hash_mismatch``,
-        ``index_words_missing`` / ``index_words_ghost`` (records and FTS5 rows
-        disagree), ``index_integrity`` (FTS5's own check). Memory: one bit
-        per seq.
+        ``observed`` and ``message``; their kinds: docs/search.md ("Verify,
+        both ways"). Memory: one bit per seq.
         """
         # Imported here, not at the top: verify is rare, and its module (with
         # orjson) would otherwise load with every reader of the index.

@@ -86,6 +86,16 @@ def client(value: Any) -> str:
     return "unknown"
 
 
+def header(seq: Any, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's header fields as ``block`` takes them: seq, kind, ts, client, and scope and source when set."""
+    entry: dict[str, Any] = {"seq": seq, "kind": short(rec.get("kind", "note")), "ts": ts(rec.get("ts")),
+                             "client": client(rec.get("client"))}
+    for name in ("scope", "source"):
+        if rec.get(name) is not None:
+            entry[name] = short(rec[name])
+    return entry
+
+
 def _seq_refs(seqs: Any) -> str:
     return ",".join(f"#{s}" for s in seqs)
 
@@ -147,11 +157,7 @@ def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_s
     if rec.get("redacted"):
         shown = f"#{seq} [redacted]"
         return shown + "".join(f" {name}={_seq_refs(seqs)}" for name, seqs in links.items())
-    shown_entry: dict[str, Any] = {"seq": seq, "kind": short(rec.get("kind", "note")), "ts": ts(rec.get("ts")),
-                                   "client": client(rec.get("client"))}
-    for name in ("scope", "source"):
-        if rec.get(name) is not None:
-            shown_entry[name] = short(rec[name])
+    shown_entry = header(seq, rec)
     shown_entry["supersedes"] = link_targets(rec.get("supersedes"))
     shown_entry["links"] = links
     # The other link fields (retracts, redacts) are shown as seq references too.

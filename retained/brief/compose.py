@@ -36,8 +36,9 @@ from retained.render import FIELD_CHARS_MAX  # header fields (kind, scope, sourc
 from retained.render import block as render_block  # the one text form of a record; the budget counts it
 from retained.render import body_text as _body_text
 from retained.render import clean as _clean
-from retained.render import client as _client
+from retained.render import client as _client  # noqa: F401 (tests/unit/test_brief.py reads it here)
 from retained.render import dumps as _dumps
+from retained.render import header as _header
 from retained.render import short as _short
 from retained.render import ts as _ts
 from retained.sync import layout as sync_layout  # the stores `retained sync` pulled beside this one
@@ -100,15 +101,7 @@ class _Candidate:
 
 def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict[str, int] | None,
            origin: dict[str, Any] | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "seq": seq,
-        "kind": _short(rec.get("kind")),
-        "ts": _ts(rec.get("ts")),
-        "client": _client(rec.get("client")),
-    }
-    for name in ("scope", "source"):
-        if rec.get(name) is not None:
-            entry[name] = _short(rec[name])
+    entry = _header(seq, rec)  # a candidate's kind is always a string (``_eligible``, the index's filter)
     sup = link_targets(rec.get("supersedes"))
     if sup:
         entry["supersedes"] = sup[:8]

@@ -37,6 +37,7 @@ from retained.render import block as render_block  # the one text form of a reco
 from retained.render import body_text as _body_text
 from retained.render import clean as _clean
 from retained.render import client as _client  # noqa: F401 (tests/unit/test_brief.py reads it here)
+from retained.render import count as _plural
 from retained.render import dumps as _dumps
 from retained.render import header as _header
 from retained.render import short as _short
@@ -268,12 +269,11 @@ class _Brief:
         for target, rel, kind, scope, redacted in index_schema.links_below(db, boundary):
             rels.setdefault(target, set()).add(rel)
             rows[target] = (kind, scope, redacted)
-        extra = [t for rel in LINK_FIELDS for t in self.hidden[rel] if t < boundary]
         for rel in LINK_FIELDS:
             for t in self.hidden[rel]:
                 if t < boundary:
                     rels.setdefault(t, set()).add(rel)
-        missing = sorted({t for t in extra if t not in rows})
+        missing = sorted(t for t in rels if t not in rows)
         for seq, kind, scope, redacted in index_schema.kinds_of(db, missing):
             rows[seq] = (kind, scope, redacted)
         superseded = retracted = 0
@@ -294,16 +294,15 @@ class _Brief:
                 superseded += 1
         visible = eligible - superseded - retracted
 
-        flagged = {t for t, found in rels.items()}
-        self._fetch(db, boundary, "checkpoint", flagged)
-        self._fetch(db, boundary, "note", flagged)
+        self._fetch(db, boundary, "checkpoint", rels)
+        self._fetch(db, boundary, "note", rels)
         if self.head is None:
             newest = index_schema.head(db)
             if newest is not None:
                 self.head = {"seq": newest[0], "ts": _ts(newest[1])}
         return {"visible": visible, "superseded": superseded, "retracted": retracted}
 
-    def _fetch(self, db: sqlite3.Connection, boundary: int, group: str, flagged: set[int]) -> None:
+    def _fetch(self, db: sqlite3.Connection, boundary: int, group: str, flagged: dict[int, set[str]]) -> None:
         """Candidates of one group below ``boundary``, newest first, read from the log and checked."""
         kind, kinds_not = ("checkpoint", ()) if group == "checkpoint" else (None, _NOT_NOTES)
         below = boundary
@@ -396,7 +395,7 @@ class _Brief:
         return [*shown_cp, *shown_notes], used[0], limit[0]
 
 
-def _status(directory: Path, status: str, message: str, budget: int, scope: str | None,
+def _status(directory: Path, status: str, message: str | None, budget: int, scope: str | None,
             and_unscoped: bool) -> dict[str, Any]:
     return {
         "status": status,
@@ -512,8 +511,7 @@ def build_brief(
         return result
     except (OSError, StoreDamaged) as exc:
         reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
-        return _status(directory, "unreadable", f"the store at {shown_dir} could not be read ({_short(reason, 200)}); "
-                       "nothing to show", budget, scope, and_unscoped)
+        return unavailable(directory, reason, budget=budget, scope=scope, and_unscoped=and_unscoped)
 
 
 def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int, str, int]) -> dict[str, Any]:
@@ -645,11 +643,7 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
         if ob is not None:
             p["shown"] = sum(1 for e in entries if e.get("origin", {}).get("store_id") == p["store_id"])
     return {
-        "status": "ok",
-        "message": None,
-        "store": str(b.directory),
-        **index_schema.scope_reply(b.scope, b.and_unscoped),
-        "budget": b.budget,
+        **_status(b.directory, "ok", None, b.budget, b.scope, b.and_unscoped),
         "tokens": tokens,
         "included": entries,
         "dropped": dropped,
@@ -661,7 +655,6 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
                   "how": counts["how"]},
         "log_bytes_read": b.scanned_bytes,
         "skipped": b.skipped,
-        "anchor": None,
         "pulled": [p for p, _, _ in others if not p.get("skipped")],
         "pulled_skipped": {"stores": sum(1 for p, _, _ in others if p.get("skipped")),
                            "records": sum(p["not_read"] for p, _, _ in others if p.get("skipped"))},
@@ -669,10 +662,6 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
 
 
 # -- rendering -------------------------------------------------------------------
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _scope_words(result: dict[str, Any]) -> str:
@@ -705,10 +694,7 @@ def closing_line(result: dict[str, Any]) -> str:
         where = (f"past the output cap of {OUTPUT_BYTES_MAX} bytes" if result.get("limit") == "output_cap"
                  else f"past the {result['budget']}-token budget")
         parts.append(f"{d['over_budget']} {where}")
-    if d["superseded"]:
-        parts.append(f"{d['superseded']} superseded")
-    if d["retracted"]:
-        parts.append(f"{d['retracted']} retracted")
+    parts += [f"{d[why]} {why}" for why in ("superseded", "retracted") if d[why]]
     if d["unreadable"]:
         parts.append(f"{d['unreadable']} unreadable (the index points at lines that no longer hold them)")
     pulled = result.get("pulled") or []

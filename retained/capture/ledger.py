@@ -117,8 +117,7 @@ def status(store_dir: Path, spooled_now: int | None = None) -> dict[str, Any]:
         if item.get("retried") and eid in waiting:
             at = waiting.pop(eid)
             first = counted[at]
-            counted[at] = {**item, "ts": first.get("ts"), "session": first.get("session") or item.get("session"),
-                           "redactions": int(item.get("redactions") or 0), "private_spans": int(item.get("private_spans") or 0)}
+            counted[at] = {**item, "ts": first.get("ts"), "session": first.get("session") or item.get("session")}
         else:
             counted.append(item)
         if item["outcome"] == "spooled":

@@ -120,16 +120,14 @@ def identity(cwd: str | os.PathLike[str], explicit: str | None = None) -> Identi
     if repo is not None:
         worktree, common = repo
         name = common.parent if common.name == ".git" else common
-        scope = str(name)
-        if len(scope) > SCOPE_CHARS_MAX:
-            scope = "…" + scope[-(SCOPE_CHARS_MAX - 1):]
         shared = "" if worktree == name else f" ({worktree} is a worktree of it)"
-        return Identity(scope, "git", f"{start} is inside the git repository whose common directory is {common}{shared}",
-                        git_common_dir=str(common))
-    scope = str(start)
-    if len(scope) > SCOPE_CHARS_MAX:
-        scope = "…" + scope[-(SCOPE_CHARS_MAX - 1):]
-    return Identity(scope, "directory", f"{start} is not inside a git repository: the directory is the project")
+        found = Identity(str(name), "git", f"{start} is inside the git repository whose common directory is {common}{shared}",
+                         git_common_dir=str(common))
+    else:
+        found = Identity(str(start), "directory", f"{start} is not inside a git repository: the directory is the project")
+    if len(found.scope) > SCOPE_CHARS_MAX:
+        found.scope = "…" + found.scope[-(SCOPE_CHARS_MAX - 1):]
+    return found
 
 
 OFF_WORDS = ("0", "off", "false", "no")  # RETAINED_CAPTURE values that turn capture, and the project's reads, off

@@ -67,7 +67,3 @@ def load(path: Path) -> dict[str, Any] | None:
     except (OSError, orjson.JSONDecodeError):
         return None
     return item if isinstance(item, dict) else None
-
-
-def remove(path: Path) -> None:
-    path.unlink(missing_ok=True)

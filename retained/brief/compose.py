@@ -123,39 +123,36 @@ def _cost(entry: dict[str, Any], block: str) -> tuple[int, int]:
     return tokens, nbytes
 
 
-def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] | None:
-    """The candidate's entry cut to fit, with a marker; None if too little room is left."""
+def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> tuple[dict[str, Any], int, int] | None:
+    """``(entry, tokens, bytes)``: the candidate's entry cut to fit, with a marker; None if too little room is left."""
     if tokens_left < CUT_TOKENS_MIN:
         return None
     text_b = cand.text.encode("utf-8", "replace")
     body_b = cand.body.encode("utf-8", "replace")
     total = len(text_b) + len(body_b)
 
-    def make(n: int) -> tuple[dict[str, Any], str, int, int]:
+    def make(n: int) -> tuple[dict[str, Any], int, int]:
         t = text_b[:n].decode("utf-8", "ignore")
         rest = n - len(text_b)
         b = body_b[:rest].decode("utf-8", "ignore") if rest > 0 else ""
         shown = len(t.encode()) + len(b.encode())
         entry = _entry(cand.seq, cand.rec, t, b or None, {"shown_bytes": shown, "total_bytes": total}, cand.origin)
-        block = render_block(entry)
-        tk, nb = _cost(entry, block)
-        return entry, block, tk, nb
+        return (entry, *_cost(entry, render_block(entry)))
 
     lo, hi = 0, min(total, tokens_left * 4, bytes_left)
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
-        entry, block, tk, nb = make(mid)
+        entry, tk, nb = make(mid)
         if tk <= tokens_left and nb <= bytes_left:
-            best = (entry, block, tk, nb)
+            best = (entry, tk, nb)
             lo = mid + 1
         else:
             hi = mid - 1
     if best is None or best[0]["cut"]["shown_bytes"] < min(total, CUT_BYTES_MIN):
         return None
-    entry, block, tk, nb = best
-    entry["tokens"] = tk
-    return {"entry": entry, "block": block, "tokens": tk, "nbytes": nb}
+    best[0]["tokens"] = best[1]
+    return best
 
 
 # -- the builder ---------------------------------------------------------------
@@ -375,9 +372,9 @@ class _Brief:
                 limit[0] = "budget" if used[0] + c.tokens > tokens_max else "output_cap"
                 cut = _cut(c, tokens_max - used[0], bytes_max - used[1]) if may_cut else None
                 if cut is not None:
-                    out.append(cut["entry"])
-                    used[0] += cut["tokens"]
-                    used[1] += cut["nbytes"]
+                    out.append(cut[0])
+                    used[0] += cut[1]
+                    used[1] += cut[2]
                     i += 1
                 return i, True
             return i, False

@@ -80,16 +80,13 @@ def last_session(store_dir: Path, scope: str, budget: int) -> dict[str, Any] | N
     tokens = 0
     nbytes = 0
     for turn in found:
-        text = turn["text"]
-        cut = len(text) > TURN_CHARS_MAX
-        if cut:
-            text = text[:TURN_CHARS_MAX]
-        shown_line = render_turn({**turn, "text": text, "cut": cut})
+        item = {**turn, "text": turn["text"][:TURN_CHARS_MAX], "cut": len(turn["text"]) > TURN_CHARS_MAX}
+        shown_line = render_turn(item)
         cost = estimate_tokens(shown_line)
         size_b = len(shown_line.encode("utf-8", "surrogatepass")) + 1
         if len(shown) >= TURNS_MAX or tokens + cost > budget or nbytes + size_b > SECTION_BYTES_MAX:
             break
-        shown.append({**turn, "text": text, "cut": cut, "tokens": cost})
+        shown.append({**item, "tokens": cost})
         tokens += cost
         nbytes += size_b
     shown.reverse()

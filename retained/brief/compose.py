@@ -1,16 +1,11 @@
 """The session-start brief: what the store holds, within a token budget, and what it left out (docs/brief.md).
 
-``build_brief(store_dir, budget, scope)`` returns the brief as a dict and
-``render_text(result)`` the text a session-start hook prints: checkpoints,
-then other records, each group newest first, and how many records were not
-shown and why (I2: ``len(included) + sum(dropped.values()) == eligible``).
-It reads the log backwards through ``brief.reader`` (the one module that
-keeps the brief's start-up budget) down to the index's mark, the older
-records through ``index.schema`` (never ``index.writer``); without a usable
-index at most ``SCAN_BYTES_MAX`` bytes, the rest counted as ``not_read``.
-The stores ``retained sync`` pulled are read alike (at most
-``sync.layout.PULLED_READ_MAX``) and share the budget and the output cap
-(``OUTPUT_BYTES_MAX``). It takes no lock and writes nothing but its anchor.
+``build_brief`` returns the brief as a dict (I2: ``len(included) +
+sum(dropped.values()) == eligible``) and ``render_text`` its text. It reads
+the log backwards through ``brief.reader`` (the one module that keeps the
+brief's start-up budget) down to the index's mark, the older records through
+``index.schema`` (never ``index.writer``). It takes no lock and writes
+nothing but its anchor.
 """
 
 from __future__ import annotations
@@ -348,12 +343,8 @@ class _Brief:
     def compose(self) -> tuple[list[dict[str, Any]], int, str | None]:
         """Fill the budget; returns (entries, tokens, what ended the list).
 
-        Checkpoints are shown first, then the other records, each group
-        newest first. While other records wait, checkpoints take at most half
-        the budget (and half the output cap); what the other records leave
-        unused goes to more checkpoints. In each group the first record that
-        does not fit whole is cut to the room left (if at least
-        ``CUT_BYTES_MIN`` bytes of its text fit) and ends the group.
+        The order, the checkpoints' share and the cut are docs/brief.md's
+        ("What it shows"); the checkpoints' half holds for the output cap too.
         """
         used = [0, 0]  # tokens, bytes
         limit: list[str | None] = [None]
@@ -447,12 +438,9 @@ def build_brief(
     ``head`` (newest record's seq and ts), ``index`` (its state and how the
     counts were made) and ``skipped`` (lines of the part read that are not
     records). A missing or unreadable store is a status, not an error.
-    ``pulled``: the stores ``retained sync`` pulled beside this one whose
-    records were read, each ``{"store_id", "machine", "seq", "eligible",
-    "shown", "not_read"}`` (or ``"error"`` when its mirror could not be
-    read); their records compete for the same budget, marked with
-    ``origin``; ``pulled_skipped``: ``{"stores", "records"}`` of those past
-    ``sync.layout.PULLED_READ_MAX`` (see the module's docstring).
+    ``pulled`` and ``pulled_skipped``: the stores ``retained sync`` pulled,
+    read (their records share the budget, marked with ``origin``) or not
+    (docs/brief.md).
     ``scan_bytes_max`` bounds how far the log is read without a usable index.
     With ``anchor_dir`` the head the brief read is recorded there
     (``anchors.record_head``: one small write, none when it is already the
@@ -595,10 +583,7 @@ def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str 
                  scan_bytes_max: int) -> tuple[dict[str, Any], _Brief | None, dict[str, Any]]:
     """A pulled store's part: ``(its entry in "pulled", its builder, its counts)``, or no builder when it cannot be read.
 
-    Read as this store is (its mirror is a store directory: the verified log
-    and its own index), with the same budget and scope; a mirror that
-    cannot be read never fails the brief (``retained sync`` and ``verify``
-    report it).
+    A mirror that cannot be read never fails the brief (``retained sync`` and ``verify`` report it).
     """
     mdir = sync_layout.mirror_dir(directory, str(meta["store_id"]))
     origin = {"store_id": meta["store_id"], "machine": meta.get("machine"), "local": False}

@@ -1,14 +1,9 @@
-"""The last turns of a project's latest captured session, for the top of the session-start brief.
+"""The last turns of a project's latest captured session, for the top of the session-start brief (docs/capture.md).
 
-The log is read backwards from its end with the brief's own reader
-(``brief.reader.LogReader``: the standard library's JSON), at most ``SCAN_BYTES_MAX``
-bytes. The newest ``turn`` record of the project's scope names the session;
-that session's turns found in the part read are kept newest first within a
-token budget and shown oldest first. Retracted and superseded turns are
-left out, as the brief leaves them out; whatever else is left out is
-counted and said.
-
-Standard library only (no orjson): the brief imports it.
+The log is read backwards with the brief's own reader (``brief.reader``:
+standard library only, no orjson), at most ``SCAN_BYTES_MAX`` bytes. The
+newest ``turn`` record of the project's scope names the session; its turns
+found there are kept newest first within a token budget and shown oldest first.
 """
 
 from __future__ import annotations

@@ -87,16 +87,10 @@ def _common(gitdir: Path) -> Path:
 
 
 def identity(cwd: str | os.PathLike[str], explicit: str | None = None) -> Identity:
-    """The project identity of ``cwd``: the first of these that applies.
+    """The project identity of ``cwd``: the first that applies of the four in docs/capture.md#the-scope-the-project.
 
-    1. an explicit scope (``--scope``, or ``RETAINED_SCOPE`` read by the edge);
-    2. a ``.retained-scope`` file in the directory or a parent (up to the
-       repository's top): its first line is the scope, for one project;
-    3. the git repository's common directory when the directory is inside a
-       repository, so every worktree of one repository is one project: named by
-       the main worktree's path (the directory holding ``.git``), or the common
-       directory itself for a bare repository;
-    4. the directory itself.
+    ``explicit`` is ``--scope`` or ``RETAINED_SCOPE`` (read by the edge). A
+    bare repository is named by its common directory itself.
     """
     if explicit:
         return Identity(explicit[:SCOPE_CHARS_MAX], "explicit", "given with --scope or RETAINED_SCOPE")

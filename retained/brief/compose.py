@@ -190,11 +190,10 @@ class _Brief:
         self.need[group][0] += cand.tokens
         self.need[group][1] += cand.nbytes
 
-    def _eligible(self, rec: dict[str, Any]) -> bool:
-        kind = rec.get("kind")
+    def _eligible(self, kind: Any, scope: Any) -> bool:
         if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
             return False
-        return index_schema.scope_admits(self.scope, rec.get("scope"), self.and_unscoped)
+        return index_schema.scope_admits(self.scope, scope, self.and_unscoped)
 
     # the log, newest first -----------------------------------------------------
 
@@ -233,7 +232,7 @@ class _Brief:
             for target in link_targets(rec.get(rel)):
                 if target < seq:
                     self.hidden[rel].add(target)
-        if seq in self.hidden["redacts"] or not self._eligible(rec):
+        if seq in self.hidden["redacts"] or not self._eligible(rec.get("kind"), rec.get("scope")):
             return
         if seq in self.hidden["retracts"]:
             self.read["retracted"] += 1
@@ -270,13 +269,8 @@ class _Brief:
             rows[seq] = (kind, scope, redacted)
         superseded = retracted = 0
         for target, found in rels.items():
-            row = rows.get(target)
-            if row is None:
-                continue
-            kind, scope, redacted = row
-            if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
-                continue
-            if not index_schema.scope_admits(self.scope, scope, self.and_unscoped):
+            kind, scope, redacted = rows.get(target, (None, None, False))
+            if not self._eligible(kind, scope):
                 continue
             if redacted or "redacts" in found:
                 eligible -= 1
@@ -758,23 +752,20 @@ def parse_args(argv: list[str]) -> dict[str, Any] | None:
     """
     values: dict[str, Any] = {"dir": None, "json": False, "all_scopes": False, "budget": None, "scope": None,
                               "format": "text"}
-    i = 0
-    while i < len(argv):
-        name, eq, value = argv[i].partition("=")
+    args = iter(argv)
+    for arg in args:
+        name, eq, value = arg.partition("=")
         key = name[2:] if name.startswith("--") else ""
         if key in ("json", "all-scopes") and not eq:
             values[key.replace("-", "_")] = True
-            i += 1
             continue
         if key not in ("budget", "scope", "format", "dir"):
             return None
         if not eq:
-            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+            value = next(args, "-")  # the option's value; a missing one, or another option, is argparse's to report
+            if value.startswith("-"):
                 return None
-            i += 1
-            value = argv[i]
         values[key] = value
-        i += 1
     if values["budget"] is not None:
         if not values["budget"].isdigit():
             return None

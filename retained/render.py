@@ -135,8 +135,7 @@ def block(entry: Mapping[str, Any]) -> str:
     for part in (entry.get("text"), entry.get("body")):
         if part:
             lines.append("  " + part.replace("\n", "\n  "))
-    cut = entry.get("cut")
-    if cut:
+    if cut := entry.get("cut"):
         lines.append(f"  [cut: {cut['shown_bytes']} of {cut['total_bytes']} bytes shown]")
     return "\n".join(lines)
 
@@ -256,8 +255,7 @@ def search(reply: Mapping[str, Any], *, query: str | None = None, max_tokens: in
     tail = f"{reply.get('returned', len(lines))} of {reply.get('total_matches', '?')} match(es) returned"
     if why:
         tail += f"; left out: {why}"
-    context = reply.get("context")
-    if context:
+    if context := reply.get("context"):
         tail += f"; context: {context['included']} record(s) (| lines), {context['tokens']} tokens"
         if context.get("over_budget"):
             tail += f", {context['over_budget']} left out over budget"
@@ -298,18 +296,14 @@ def verify(report: Mapping[str, Any]) -> str:
     lines = []
     if not report.get("exists", True):
         lines.append(f"no log yet at {report.get('log')}: nothing to verify")
-    head = report.get("head") or {}
-    if head:
+    if head := report.get("head"):
         lines.append(f"{count(report.get('records'), 'record')}, head seq {head.get('seq')} {str(head.get('hash'))[:16]}..., "
                      f"{report.get('bytes')} bytes")
-    redacted = report.get("redacted") or []
-    if redacted:
+    if redacted := report.get("redacted"):
         lines.append(f"{len(redacted)} redacted (chain intact): seq {', '.join(map(str, redacted[:20]))}")
-    foreign = report.get("foreign") or []
-    if foreign:
+    if foreign := report.get("foreign"):
         lines.append(f"{count(len(foreign), 'foreign line')} kept and skipped by the chain, at byte {', '.join(map(str, foreign[:20]))}")
-    torn = report.get("torn_tail")
-    if torn:
+    if torn := report.get("torn_tail"):
         lines.append(f"unterminated tail of {torn['bytes']} bytes at byte {torn['offset']} (never acknowledged)")
     for q in report.get("quarantined") or ():
         lines.append(f"quarantined torn tail: {q['file']} ({q['bytes']} bytes, was at byte {q['offset']})")
@@ -409,8 +403,7 @@ def stats(s: dict[str, Any]) -> str:
     out.append("vectors: " + vectors_held(s))
     if s["findings"]:
         out.append(f"verify findings: {s['findings']} (run `retained verify`)")
-    cap = s.get("capture")
-    if cap:
+    if cap := s.get("capture"):
         t = cap["totals"]
         out.append(f"capture: received {t['received']} = captured {t['captured']} + deduplicated {t['deduplicated']} + "
                    f"skipped {t['skipped']} + spooled {t['spooled']} + failed {t['failed']}; secrets redacted "

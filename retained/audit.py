@@ -1,12 +1,6 @@
 """Verify and anchor acceptance: the checks a Store runs over its log, index, vectors, anchors and permissions.
 
-``verify`` walks the chain once (``chain.verify_file``), lets the index
-check the lines the walk passes it (one read of the log), checks every
-recorded and given anchor against the chain, reports files others may
-write, and records the head it judged. ``anchor`` lists the anchors with
-their state on today's chain and, asked to, accepts the history as it is
-with an ``anchor_accept`` record. Both work on a `Store` through the few
-parts named in `Parts`.
+Both work on a `Store` through the few parts named in `Parts`.
 """
 
 from __future__ import annotations
@@ -122,14 +116,9 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
     Verify judges one snapshot: the log's size and head when it begins
     (``snapshot`` in the report). The chain walk and the index check both
     stop there, so records appended meanwhile are neither judged nor taken
-    for damage.
-
-    Anchors: every head recorded outside the store (``anchor_dir``) and not
-    yet accepted must still be on the chain, as must each ``anchor`` given
-    (``SEQ:HASH``, e.g. saved in git); a log cut back below one is
-    ``rolled_back``, one re-chained after it ``anchor_mismatch``. Then the head
-    judged is recorded. A store directory, log or anchor directory others may
-    write is ``unsafe_permissions``.
+    for damage. Every anchor recorded and not yet accepted, and each
+    ``anchor`` given (``SEQ:HASH``), must still be on the chain
+    (docs/anchors.md); then the head judged is recorded.
     """
     given = [anchors.parse(a) for a in ([anchor] if isinstance(anchor, str) else anchor or [])]
     # Anchors are read before the snapshot is fixed: one recorded by
@@ -251,13 +240,10 @@ def _record_judged_head(
 def anchor(
     store: Parts, append: Callable[[record.Content], WriteProof], *, accept: bool = False, reason: str | None = None,
 ) -> dict[str, Any]:
-    """``Store.anchor``: the anchors with their state; with ``accept`` the history accepted.
+    """``Store.anchor``: the anchors with their state; with ``accept`` the history accepted (docs/anchors.md).
 
-    Listing walks the chain once. ``accept``: when anchors are not on the
-    chain (``rolled_back``, ``anchor_mismatch``), append an ``anchor_accept``
-    record naming them (``append`` writes one record of the store's own kind
-    through the write guard and returns its proof), mark them settled in
-    their files, and record the new head: verify reports them no more.
+    Listing walks the chain once. ``append`` writes the ``anchor_accept``
+    record (one of the store's own kind) through the write guard and returns its proof.
     """
     anchor_dir = store.anchor_dir
     if anchor_dir is None:

@@ -86,6 +86,16 @@ def client(value: Any) -> str:
     return "unknown"
 
 
+def header(seq: Any, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's header fields as ``block`` takes them: seq, kind, ts, client, and scope and source when set."""
+    entry: dict[str, Any] = {"seq": seq, "kind": short(rec.get("kind", "note")), "ts": ts(rec.get("ts")),
+                             "client": client(rec.get("client"))}
+    for name in ("scope", "source"):
+        if rec.get(name) is not None:
+            entry[name] = short(rec[name])
+    return entry
+
+
 def _seq_refs(seqs: Any) -> str:
     return ",".join(f"#{s}" for s in seqs)
 
@@ -125,33 +135,26 @@ def block(entry: Mapping[str, Any]) -> str:
     for part in (entry.get("text"), entry.get("body")):
         if part:
             lines.append("  " + part.replace("\n", "\n  "))
-    cut = entry.get("cut")
-    if cut:
+    if cut := entry.get("cut"):
         lines.append(f"  [cut: {cut['shown_bytes']} of {cut['total_bytes']} bytes shown]")
     return "\n".join(lines)
 
 
-def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_shown: tuple[str, str | None] | None = None) -> str:
+def record(entry: Mapping[str, Any], *, text_shown: tuple[str, str | None] | None = None) -> str:
     """A stored record (``{"seq", "record", "superseded_by"?, ...}`` as the Store returns it) as text.
 
     Every field its writer set is shown: the chain's own fields (hash, prev)
-    are left to the structured form. With ``preview_chars`` the text is one
-    line cut to that width and the body is left out (a short listing);
-    without, text and body are shown whole. ``text_shown`` is the text a
-    reply's budget left for it (``documents.shown``: text and body, whole or
-    cut around the query's words) and the note that says where the rest is.
+    are left to the structured form. Text and body are shown whole, unless
+    ``text_shown`` gives the text a reply's budget left (``documents.shown``:
+    text and body, whole or cut around the query's words) and the note that
+    says where the rest is.
     """
     rec: Mapping[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else entry
     seq = entry.get("seq", rec.get("seq"))
     links = {name: entry[name] for name in (*LINKED_BY.values(), *DERIVED_LINKS) if entry.get(name)}
     if rec.get("redacted"):
-        shown = f"#{seq} [redacted]"
-        return shown + "".join(f" {name}={_seq_refs(seqs)}" for name, seqs in links.items())
-    shown_entry: dict[str, Any] = {"seq": seq, "kind": short(rec.get("kind", "note")), "ts": ts(rec.get("ts")),
-                                   "client": client(rec.get("client"))}
-    for name in ("scope", "source"):
-        if rec.get(name) is not None:
-            shown_entry[name] = short(rec[name])
+        return f"#{seq} [redacted]" + "".join(f" {name}={_seq_refs(seqs)}" for name, seqs in links.items())
+    shown_entry = header(seq, rec)
     shown_entry["supersedes"] = link_targets(rec.get("supersedes"))
     shown_entry["links"] = links
     # The other link fields (retracts, redacts) are shown as seq references too.
@@ -168,8 +171,6 @@ def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_s
         text, body = clean(text_shown[0]), ""
         if text_shown[1]:
             text += f"\n[{text_shown[1]}]"
-    elif preview_chars is not None:
-        text, body = short(" ".join(text.split()), preview_chars), ""
     cut = entry.get("cut")
     if isinstance(cut, dict) and isinstance(cut.get("message"), str):  # a search result cut to its budget
         text += f"\n[{cut['message']}]"
@@ -177,16 +178,11 @@ def record(entry: Mapping[str, Any], *, preview_chars: int | None = None, text_s
     return block(shown_entry)
 
 
-def _proof_line(proof: Mapping[str, Any]) -> str:
-    if proof.get("duplicate"):
-        return f"already recorded as seq {proof['seq']} (same client_op_id); nothing new was written"
-    return f"recorded seq {proof['seq']} at {proof.get('ts')}: durable and read back"
-
-
 def proof(proof: Mapping[str, Any]) -> str:
     """A write's proof: where the record is and how it links, then what the write guard changed."""
     lines = [
-        _proof_line(proof),
+        f"already recorded as seq {proof['seq']} (same client_op_id); nothing new was written" if proof.get("duplicate")
+        else f"recorded seq {proof['seq']} at {proof.get('ts')}: durable and read back",
         f"  hash   {proof['hash']}",
         f"  prev   {proof['prev']}",
         f"  offset {proof['offset']}  length {proof['length']}",
@@ -220,7 +216,7 @@ def _within(entries: Sequence[Mapping[str, Any]], query: str | None, max_tokens:
     return shown([e.get("record") or {} for e in entries], query, max_tokens, rest=rest or REST_HINT)
 
 
-def records(result: Mapping[str, Any], *, preview_chars: int | None = None, whole: bool = False) -> str:
+def records(result: Mapping[str, Any], *, whole: bool = False) -> str:
     """Records read by seq, newest first (``Store.list``) or around a seq (``Store.timeline``), and what was not shown.
 
     ``whole``: every record's text whole within the default budget (cuts say
@@ -231,7 +227,7 @@ def records(result: Mapping[str, Any], *, preview_chars: int | None = None, whol
         texts = _within(entries, None, None, "the structured result holds the whole record")
         lines = [record(r, text_shown=t) for r, t in zip(entries, texts, strict=True)]
     else:
-        lines = [record(r, preview_chars=preview_chars) for r in entries]
+        lines = [record(r) for r in entries]
     tail = f"{result['returned']} record(s) returned"
     if "more_before" in result:
         tail += f"; {result['more_before']} older and {result['more_after']} newer not shown"
@@ -259,8 +255,7 @@ def search(reply: Mapping[str, Any], *, query: str | None = None, max_tokens: in
     tail = f"{reply.get('returned', len(lines))} of {reply.get('total_matches', '?')} match(es) returned"
     if why:
         tail += f"; left out: {why}"
-    context = reply.get("context")
-    if context:
+    if context := reply.get("context"):
         tail += f"; context: {context['included']} record(s) (| lines), {context['tokens']} tokens"
         if context.get("over_budget"):
             tail += f", {context['over_budget']} left out over budget"
@@ -301,18 +296,14 @@ def verify(report: Mapping[str, Any]) -> str:
     lines = []
     if not report.get("exists", True):
         lines.append(f"no log yet at {report.get('log')}: nothing to verify")
-    head = report.get("head") or {}
-    if head:
+    if head := report.get("head"):
         lines.append(f"{count(report.get('records'), 'record')}, head seq {head.get('seq')} {str(head.get('hash'))[:16]}..., "
                      f"{report.get('bytes')} bytes")
-    redacted = report.get("redacted") or []
-    if redacted:
+    if redacted := report.get("redacted"):
         lines.append(f"{len(redacted)} redacted (chain intact): seq {', '.join(map(str, redacted[:20]))}")
-    foreign = report.get("foreign") or []
-    if foreign:
+    if foreign := report.get("foreign"):
         lines.append(f"{count(len(foreign), 'foreign line')} kept and skipped by the chain, at byte {', '.join(map(str, foreign[:20]))}")
-    torn = report.get("torn_tail")
-    if torn:
+    if torn := report.get("torn_tail"):
         lines.append(f"unterminated tail of {torn['bytes']} bytes at byte {torn['offset']} (never acknowledged)")
     for q in report.get("quarantined") or ():
         lines.append(f"quarantined torn tail: {q['file']} ({q['bytes']} bytes, was at byte {q['offset']})")
@@ -379,7 +370,7 @@ def vectors_held(s: Mapping[str, Any]) -> str:
     return ", ".join(f"{m} {n:,} of {s['records']:,} records" for m, n in vec.items())
 
 
-def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
+def stats(s: dict[str, Any]) -> str:
     """What ``Store.stats`` found: counts, sizes, head, damage, index lag, vectors."""
     head = s["head"]
     sizes = s["sizes"]
@@ -390,9 +381,9 @@ def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
         "by kind: " + (", ".join(f"{k} {n}" for k, n in s["by_kind"].items()) or "none"),
     ]
     scopes = list(s["by_scope"].items())
-    line = "by scope: " + (", ".join(f"{k} {n}" for k, n in scopes[:scopes_shown]) or "none")
-    if len(scopes) > scopes_shown:
-        line += f" (and {len(scopes) - scopes_shown} more scopes)"
+    line = "by scope: " + (", ".join(f"{k} {n}" for k, n in scopes[:SCOPES_SHOWN]) or "none")
+    if len(scopes) > SCOPES_SHOWN:
+        line += f" (and {len(scopes) - SCOPES_SHOWN} more scopes)"
     out.append(line)
     out.append(f"superseded {s['superseded']}, retracted {s['retracted']}, redacted {s['redacted']}")
     out.append(
@@ -412,8 +403,7 @@ def stats(s: dict[str, Any], scopes_shown: int = SCOPES_SHOWN) -> str:
     out.append("vectors: " + vectors_held(s))
     if s["findings"]:
         out.append(f"verify findings: {s['findings']} (run `retained verify`)")
-    cap = s.get("capture")
-    if cap:
+    if cap := s.get("capture"):
         t = cap["totals"]
         out.append(f"capture: received {t['received']} = captured {t['captured']} + deduplicated {t['deduplicated']} + "
                    f"skipped {t['skipped']} + spooled {t['spooled']} + failed {t['failed']}; secrets redacted "

@@ -1,16 +1,11 @@
 """The session-start brief: what the store holds, within a token budget, and what it left out (docs/brief.md).
 
-``build_brief(store_dir, budget, scope)`` returns the brief as a dict and
-``render_text(result)`` the text a session-start hook prints: checkpoints,
-then other records, each group newest first, and how many records were not
-shown and why (I2: ``len(included) + sum(dropped.values()) == eligible``).
-It reads the log backwards through ``brief.reader`` (the one module that
-keeps the brief's start-up budget) down to the index's mark, the older
-records through ``index.schema`` (never ``index.writer``); without a usable
-index at most ``SCAN_BYTES_MAX`` bytes, the rest counted as ``not_read``.
-The stores ``retained sync`` pulled are read alike (at most
-``sync.layout.PULLED_READ_MAX``) and share the budget and the output cap
-(``OUTPUT_BYTES_MAX``). It takes no lock and writes nothing but its anchor.
+``build_brief`` returns the brief as a dict (I2: ``len(included) +
+sum(dropped.values()) == eligible``) and ``render_text`` its text. It reads
+the log backwards through ``brief.reader`` (the one module that keeps the
+brief's start-up budget) down to the index's mark, the older records through
+``index.schema`` (never ``index.writer``). It takes no lock and writes
+nothing but its anchor.
 """
 
 from __future__ import annotations
@@ -36,8 +31,10 @@ from retained.render import FIELD_CHARS_MAX  # header fields (kind, scope, sourc
 from retained.render import block as render_block  # the one text form of a record; the budget counts it
 from retained.render import body_text as _body_text
 from retained.render import clean as _clean
-from retained.render import client as _client
+from retained.render import client as _client  # noqa: F401 (tests/unit/test_brief.py reads it here)
+from retained.render import count as _plural
 from retained.render import dumps as _dumps
+from retained.render import header as _header
 from retained.render import short as _short
 from retained.render import ts as _ts
 from retained.sync import layout as sync_layout  # the stores `retained sync` pulled beside this one
@@ -100,15 +97,7 @@ class _Candidate:
 
 def _entry(seq: int, rec: dict[str, Any], text: str, body: str | None, cut: dict[str, int] | None,
            origin: dict[str, Any] | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "seq": seq,
-        "kind": _short(rec.get("kind")),
-        "ts": _ts(rec.get("ts")),
-        "client": _client(rec.get("client")),
-    }
-    for name in ("scope", "source"):
-        if rec.get(name) is not None:
-            entry[name] = _short(rec[name])
+    entry = _header(seq, rec)  # a candidate's kind is always a string (``_eligible``, the index's filter)
     sup = link_targets(rec.get("supersedes"))
     if sup:
         entry["supersedes"] = sup[:8]
@@ -129,39 +118,36 @@ def _cost(entry: dict[str, Any], block: str) -> tuple[int, int]:
     return tokens, nbytes
 
 
-def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> dict[str, Any] | None:
-    """The candidate's entry cut to fit, with a marker; None if too little room is left."""
+def _cut(cand: _Candidate, tokens_left: int, bytes_left: int) -> tuple[dict[str, Any], int, int] | None:
+    """``(entry, tokens, bytes)``: the candidate's entry cut to fit, with a marker; None if too little room is left."""
     if tokens_left < CUT_TOKENS_MIN:
         return None
     text_b = cand.text.encode("utf-8", "replace")
     body_b = cand.body.encode("utf-8", "replace")
     total = len(text_b) + len(body_b)
 
-    def make(n: int) -> tuple[dict[str, Any], str, int, int]:
+    def make(n: int) -> tuple[dict[str, Any], int, int]:
         t = text_b[:n].decode("utf-8", "ignore")
         rest = n - len(text_b)
         b = body_b[:rest].decode("utf-8", "ignore") if rest > 0 else ""
         shown = len(t.encode()) + len(b.encode())
         entry = _entry(cand.seq, cand.rec, t, b or None, {"shown_bytes": shown, "total_bytes": total}, cand.origin)
-        block = render_block(entry)
-        tk, nb = _cost(entry, block)
-        return entry, block, tk, nb
+        return (entry, *_cost(entry, render_block(entry)))
 
     lo, hi = 0, min(total, tokens_left * 4, bytes_left)
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
-        entry, block, tk, nb = make(mid)
+        entry, tk, nb = make(mid)
         if tk <= tokens_left and nb <= bytes_left:
-            best = (entry, block, tk, nb)
+            best = (entry, tk, nb)
             lo = mid + 1
         else:
             hi = mid - 1
     if best is None or best[0]["cut"]["shown_bytes"] < min(total, CUT_BYTES_MIN):
         return None
-    entry, block, tk, nb = best
-    entry["tokens"] = tk
-    return {"entry": entry, "block": block, "tokens": tk, "nbytes": nb}
+    best[0]["tokens"] = best[1]
+    return best
 
 
 # -- the builder ---------------------------------------------------------------
@@ -204,11 +190,10 @@ class _Brief:
         self.need[group][0] += cand.tokens
         self.need[group][1] += cand.nbytes
 
-    def _eligible(self, rec: dict[str, Any]) -> bool:
-        kind = rec.get("kind")
+    def _eligible(self, kind: Any, scope: Any) -> bool:
         if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
             return False
-        return index_schema.scope_admits(self.scope, rec.get("scope"), self.and_unscoped)
+        return index_schema.scope_admits(self.scope, scope, self.and_unscoped)
 
     # the log, newest first -----------------------------------------------------
 
@@ -247,7 +232,7 @@ class _Brief:
             for target in link_targets(rec.get(rel)):
                 if target < seq:
                     self.hidden[rel].add(target)
-        if seq in self.hidden["redacts"] or not self._eligible(rec):
+        if seq in self.hidden["redacts"] or not self._eligible(rec.get("kind"), rec.get("scope")):
             return
         if seq in self.hidden["retracts"]:
             self.read["retracted"] += 1
@@ -275,23 +260,17 @@ class _Brief:
         for target, rel, kind, scope, redacted in index_schema.links_below(db, boundary):
             rels.setdefault(target, set()).add(rel)
             rows[target] = (kind, scope, redacted)
-        extra = [t for rel in LINK_FIELDS for t in self.hidden[rel] if t < boundary]
         for rel in LINK_FIELDS:
             for t in self.hidden[rel]:
                 if t < boundary:
                     rels.setdefault(t, set()).add(rel)
-        missing = sorted({t for t in extra if t not in rows})
+        missing = sorted(t for t in rels if t not in rows)
         for seq, kind, scope, redacted in index_schema.kinds_of(db, missing):
             rows[seq] = (kind, scope, redacted)
         superseded = retracted = 0
         for target, found in rels.items():
-            row = rows.get(target)
-            if row is None:
-                continue
-            kind, scope, redacted = row
-            if not isinstance(kind, str) or kind in BOOKKEEPING_KINDS:
-                continue
-            if not index_schema.scope_admits(self.scope, scope, self.and_unscoped):
+            kind, scope, redacted = rows.get(target, (None, None, False))
+            if not self._eligible(kind, scope):
                 continue
             if redacted or "redacts" in found:
                 eligible -= 1
@@ -301,16 +280,15 @@ class _Brief:
                 superseded += 1
         visible = eligible - superseded - retracted
 
-        flagged = {t for t, found in rels.items()}
-        self._fetch(db, boundary, "checkpoint", flagged)
-        self._fetch(db, boundary, "note", flagged)
+        self._fetch(db, boundary, "checkpoint", rels)
+        self._fetch(db, boundary, "note", rels)
         if self.head is None:
             newest = index_schema.head(db)
             if newest is not None:
                 self.head = {"seq": newest[0], "ts": _ts(newest[1])}
         return {"visible": visible, "superseded": superseded, "retracted": retracted}
 
-    def _fetch(self, db: sqlite3.Connection, boundary: int, group: str, flagged: set[int]) -> None:
+    def _fetch(self, db: sqlite3.Connection, boundary: int, group: str, flagged: dict[int, set[str]]) -> None:
         """Candidates of one group below ``boundary``, newest first, read from the log and checked."""
         kind, kinds_not = ("checkpoint", ()) if group == "checkpoint" else (None, _NOT_NOTES)
         below = boundary
@@ -359,12 +337,8 @@ class _Brief:
     def compose(self) -> tuple[list[dict[str, Any]], int, str | None]:
         """Fill the budget; returns (entries, tokens, what ended the list).
 
-        Checkpoints are shown first, then the other records, each group
-        newest first. While other records wait, checkpoints take at most half
-        the budget (and half the output cap); what the other records leave
-        unused goes to more checkpoints. In each group the first record that
-        does not fit whole is cut to the room left (if at least
-        ``CUT_BYTES_MIN`` bytes of its text fit) and ends the group.
+        The order, the checkpoints' share and the cut are docs/brief.md's
+        ("What it shows"); the checkpoints' half holds for the output cap too.
         """
         used = [0, 0]  # tokens, bytes
         limit: list[str | None] = [None]
@@ -383,9 +357,9 @@ class _Brief:
                 limit[0] = "budget" if used[0] + c.tokens > tokens_max else "output_cap"
                 cut = _cut(c, tokens_max - used[0], bytes_max - used[1]) if may_cut else None
                 if cut is not None:
-                    out.append(cut["entry"])
-                    used[0] += cut["tokens"]
-                    used[1] += cut["nbytes"]
+                    out.append(cut[0])
+                    used[0] += cut[1]
+                    used[1] += cut[2]
                     i += 1
                 return i, True
             return i, False
@@ -403,7 +377,7 @@ class _Brief:
         return [*shown_cp, *shown_notes], used[0], limit[0]
 
 
-def _status(directory: Path, status: str, message: str, budget: int, scope: str | None,
+def _status(directory: Path, status: str, message: str | None, budget: int, scope: str | None,
             and_unscoped: bool) -> dict[str, Any]:
     return {
         "status": status,
@@ -458,12 +432,9 @@ def build_brief(
     ``head`` (newest record's seq and ts), ``index`` (its state and how the
     counts were made) and ``skipped`` (lines of the part read that are not
     records). A missing or unreadable store is a status, not an error.
-    ``pulled``: the stores ``retained sync`` pulled beside this one whose
-    records were read, each ``{"store_id", "machine", "seq", "eligible",
-    "shown", "not_read"}`` (or ``"error"`` when its mirror could not be
-    read); their records compete for the same budget, marked with
-    ``origin``; ``pulled_skipped``: ``{"stores", "records"}`` of those past
-    ``sync.layout.PULLED_READ_MAX`` (see the module's docstring).
+    ``pulled`` and ``pulled_skipped``: the stores ``retained sync`` pulled,
+    read (their records share the budget, marked with ``origin``) or not
+    (docs/brief.md).
     ``scan_bytes_max`` bounds how far the log is read without a usable index.
     With ``anchor_dir`` the head the brief read is recorded there
     (``anchors.record_head``: one small write, none when it is already the
@@ -519,8 +490,7 @@ def build_brief(
         return result
     except (OSError, StoreDamaged) as exc:
         reason = exc.message if isinstance(exc, StoreDamaged) else f"{exc.strerror or exc}"
-        return _status(directory, "unreadable", f"the store at {shown_dir} could not be read ({_short(reason, 200)}); "
-                       "nothing to show", budget, scope, and_unscoped)
+        return unavailable(directory, reason, budget=budget, scope=scope, and_unscoped=and_unscoped)
 
 
 def _anchor(anchor_dir: str | os.PathLike[str], directory: Path, tail: tuple[int, str, int]) -> dict[str, Any]:
@@ -607,10 +577,7 @@ def _read_pulled(directory: Path, meta: dict[str, Any], budget: int, scope: str 
                  scan_bytes_max: int) -> tuple[dict[str, Any], _Brief | None, dict[str, Any]]:
     """A pulled store's part: ``(its entry in "pulled", its builder, its counts)``, or no builder when it cannot be read.
 
-    Read as this store is (its mirror is a store directory: the verified log
-    and its own index), with the same budget and scope; a mirror that
-    cannot be read never fails the brief (``retained sync`` and ``verify``
-    report it).
+    A mirror that cannot be read never fails the brief (``retained sync`` and ``verify`` report it).
     """
     mdir = sync_layout.mirror_dir(directory, str(meta["store_id"]))
     origin = {"store_id": meta["store_id"], "machine": meta.get("machine"), "local": False}
@@ -652,11 +619,7 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
         if ob is not None:
             p["shown"] = sum(1 for e in entries if e.get("origin", {}).get("store_id") == p["store_id"])
     return {
-        "status": "ok",
-        "message": None,
-        "store": str(b.directory),
-        **index_schema.scope_reply(b.scope, b.and_unscoped),
-        "budget": b.budget,
+        **_status(b.directory, "ok", None, b.budget, b.scope, b.and_unscoped),
         "tokens": tokens,
         "included": entries,
         "dropped": dropped,
@@ -668,7 +631,6 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
                   "how": counts["how"]},
         "log_bytes_read": b.scanned_bytes,
         "skipped": b.skipped,
-        "anchor": None,
         "pulled": [p for p, _, _ in others if not p.get("skipped")],
         "pulled_skipped": {"stores": sum(1 for p, _, _ in others if p.get("skipped")),
                            "records": sum(p["not_read"] for p, _, _ in others if p.get("skipped"))},
@@ -676,10 +638,6 @@ def _build(b: _Brief, index: IndexView, counts: dict[str, Any],
 
 
 # -- rendering -------------------------------------------------------------------
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _scope_words(result: dict[str, Any]) -> str:
@@ -712,10 +670,7 @@ def closing_line(result: dict[str, Any]) -> str:
         where = (f"past the output cap of {OUTPUT_BYTES_MAX} bytes" if result.get("limit") == "output_cap"
                  else f"past the {result['budget']}-token budget")
         parts.append(f"{d['over_budget']} {where}")
-    if d["superseded"]:
-        parts.append(f"{d['superseded']} superseded")
-    if d["retracted"]:
-        parts.append(f"{d['retracted']} retracted")
+    parts += [f"{d[why]} {why}" for why in ("superseded", "retracted") if d[why]]
     if d["unreadable"]:
         parts.append(f"{d['unreadable']} unreadable (the index points at lines that no longer hold them)")
     pulled = result.get("pulled") or []
@@ -797,23 +752,20 @@ def parse_args(argv: list[str]) -> dict[str, Any] | None:
     """
     values: dict[str, Any] = {"dir": None, "json": False, "all_scopes": False, "budget": None, "scope": None,
                               "format": "text"}
-    i = 0
-    while i < len(argv):
-        name, eq, value = argv[i].partition("=")
+    args = iter(argv)
+    for arg in args:
+        name, eq, value = arg.partition("=")
         key = name[2:] if name.startswith("--") else ""
         if key in ("json", "all-scopes") and not eq:
             values[key.replace("-", "_")] = True
-            i += 1
             continue
         if key not in ("budget", "scope", "format", "dir"):
             return None
         if not eq:
-            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+            value = next(args, "-")  # the option's value; a missing one, or another option, is argparse's to report
+            if value.startswith("-"):
                 return None
-            i += 1
-            value = argv[i]
         values[key] = value
-        i += 1
     if values["budget"] is not None:
         if not values["budget"].isdigit():
             return None

@@ -1,14 +1,9 @@
-"""The last turns of a project's latest captured session, for the top of the session-start brief.
+"""The last turns of a project's latest captured session, for the top of the session-start brief (docs/capture.md).
 
-The log is read backwards from its end with the brief's own reader
-(``brief.reader.LogReader``: the standard library's JSON), at most ``SCAN_BYTES_MAX``
-bytes. The newest ``turn`` record of the project's scope names the session;
-that session's turns found in the part read are kept newest first within a
-token budget and shown oldest first. Retracted and superseded turns are
-left out, as the brief leaves them out; whatever else is left out is
-counted and said.
-
-Standard library only (no orjson): the brief imports it.
+The log is read backwards with the brief's own reader (``brief.reader``:
+standard library only, no orjson), at most ``SCAN_BYTES_MAX`` bytes. The
+newest ``turn`` record of the project's scope names the session; its turns
+found there are kept newest first within a token budget and shown oldest first.
 """
 
 from __future__ import annotations
@@ -80,16 +75,13 @@ def last_session(store_dir: Path, scope: str, budget: int) -> dict[str, Any] | N
     tokens = 0
     nbytes = 0
     for turn in found:
-        text = turn["text"]
-        cut = len(text) > TURN_CHARS_MAX
-        if cut:
-            text = text[:TURN_CHARS_MAX]
-        shown_line = render_turn({**turn, "text": text, "cut": cut})
+        item = {**turn, "text": turn["text"][:TURN_CHARS_MAX], "cut": len(turn["text"]) > TURN_CHARS_MAX}
+        shown_line = render_turn(item)
         cost = estimate_tokens(shown_line)
         size_b = len(shown_line.encode("utf-8", "surrogatepass")) + 1
         if len(shown) >= TURNS_MAX or tokens + cost > budget or nbytes + size_b > SECTION_BYTES_MAX:
             break
-        shown.append({**turn, "text": text, "cut": cut, "tokens": cost})
+        shown.append({**item, "tokens": cost})
         tokens += cost
         nbytes += size_b
     shown.reverse()

@@ -44,7 +44,6 @@ from retained.index.schema import INDEX_NAME
 INDEX_BUSY_S = 0.2
 
 
-
 def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -167,14 +166,14 @@ class IndexView:
             db = index_schema.connect_read_only(path, INDEX_BUSY_S)
         except (sqlite3.Error, LinkRefused) as exc:
             # A link in place of the index is never opened; the log alone answers.
-            self._unusable(f"index cannot be opened ({exc})")
+            self.give_up("unusable", f"index cannot be opened ({exc})")
             return
         try:
             db.execute("BEGIN")  # one snapshot for the mark and every count
             mark = index_schema.read_mark(db, index_schema.READABLE_VERSIONS)
         except (sqlite3.Error, ValueError) as exc:
             db.close()
-            self._unusable(f"index cannot be read ({exc})")
+            self.give_up("unusable", f"index cannot be read ({exc})")
             return
         if mark.offset > size:
             size = log.size()  # a writer appended, and the index caught up, since the brief began
@@ -182,17 +181,13 @@ class IndexView:
         state = index_schema.mark_state(mark, size, log.read_at)
         if state in ("log_shorter", "log_other"):
             db.close()
-            self._unusable(f"the index was built from {'a longer' if state == 'log_shorter' else 'another'} log")
+            self.give_up("unusable", f"the index was built from {'a longer' if state == 'log_shorter' else 'another'} log")
             return
         self.db = db
         self.state = "current" if state == "ok" else "behind"
         self.reason = ""
         self.hwm_offset = mark.offset
         self.hwm_seq = mark.seq
-
-    def _unusable(self, reason: str) -> None:
-        self.state = "unusable"
-        self.reason = reason
 
     def give_up(self, state: str, reason: str) -> None:
         self.close()

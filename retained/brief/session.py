@@ -1,10 +1,7 @@
 """The one way into the brief: the Store, the command line, the hook's fast path and the MCP prompt call it.
 
-``session_brief`` gives the brief's dict (``compose.build_brief``) with the
-budget defaulted once (``limits.BRIEF_BUDGET_DEFAULT``) and the head it read
-anchored where the settings say. A caller that starts a session
-(``never_fail``: the hook, ``retained brief``) gets an ``unreadable`` brief
-instead of an exception: a brief must never fail its host.
+A caller that starts a session (``never_fail``: the hook, ``retained brief``)
+gets an ``unreadable`` brief instead of an exception: a brief must never fail its host.
 """
 
 from __future__ import annotations
@@ -32,13 +29,11 @@ def session_brief(
     never_fail: bool = False,
     project: str | None = None,
 ) -> dict[str, Any]:
-    """The brief of the store at ``directory`` (see ``compose.build_brief``); ``budget`` None is the default.
+    """The brief of the store at ``directory`` (``compose.build_brief`` says each argument); ``budget`` None is the default.
 
-    ``and_unscoped``: with ``scope``, the records with no scope too (``index.schema.Filter``).
     ``environ``: the settings an edge read (``os.environ``); the anchor
     directory comes from them (``anchors.dir_from``) unless ``anchor_dir``
-    is given. ``project``: the project the session starts in (``retained
-    scope``), whose last captured session opens the brief.
+    is given.
 
     Raises:
         InvalidRecord: ``budget`` or ``scope`` is malformed (with ``never_fail`` too: that is the caller's mistake).

@@ -1,13 +1,10 @@
-"""The ledger: one line per event received, saying what became of it; and the counts (docs/capture.md).
+"""The ledger: one line per event received, saying what became of it; and the counts (docs/capture.md#the-ledger).
 
 ``capture/ledger.jsonl`` beside the log (0600, in a 0700 directory), one JSON
 object per line (``ts``, ``event_id``, ``host``, ``event``, ``session``,
 ``outcome``, ``reason``, ``records``, ``duplicates``, ``redactions``,
 ``private_spans``, ``seqs``), appended with one ``os.write`` on an
-``O_APPEND`` descriptor and fsynced. A retry of the spool settles the spooled
-event (its line has ``retried`` and the same ``event_id``) instead of
-counting a new one, so always: received = captured + deduplicated + skipped
-+ spooled + failed.
+``O_APPEND`` descriptor and fsynced; ``status`` counts them.
 """
 
 from __future__ import annotations
@@ -117,8 +114,7 @@ def status(store_dir: Path, spooled_now: int | None = None) -> dict[str, Any]:
         if item.get("retried") and eid in waiting:
             at = waiting.pop(eid)
             first = counted[at]
-            counted[at] = {**item, "ts": first.get("ts"), "session": first.get("session") or item.get("session"),
-                           "redactions": int(item.get("redactions") or 0), "private_spans": int(item.get("private_spans") or 0)}
+            counted[at] = {**item, "ts": first.get("ts"), "session": first.get("session") or item.get("session")}
         else:
             counted.append(item)
         if item["outcome"] == "spooled":

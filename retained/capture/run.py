@@ -328,7 +328,7 @@ def retry(store: Any, *, limit: int | None = None) -> list[dict[str, Any]]:
     """
     store_dir = store.directory
     out = []
-    for path in spool.waiting(store_dir)[: limit if limit is not None else None]:
+    for path in spool.waiting(store_dir)[:limit]:
         item = spool.load(path)
         if item is None:
             continue
@@ -340,7 +340,7 @@ def retry(store: Any, *, limit: int | None = None) -> list[dict[str, Any]]:
         if entry["outcome"] == "spooled":
             out.append(entry)
             break  # still busy or failing: leave the rest for later
-        spool.remove(path)
+        path.unlink(missing_ok=True)
         entry["event_id"] = path.name[: -len(spool.SUFFIX)]
         entry["retried"] = True
         out.append(_noted(store_dir, entry))

@@ -87,16 +87,10 @@ def _common(gitdir: Path) -> Path:
 
 
 def identity(cwd: str | os.PathLike[str], explicit: str | None = None) -> Identity:
-    """The project identity of ``cwd``: the first of these that applies.
+    """The project identity of ``cwd``: the first that applies of the four in docs/capture.md#the-scope-the-project.
 
-    1. an explicit scope (``--scope``, or ``RETAINED_SCOPE`` read by the edge);
-    2. a ``.retained-scope`` file in the directory or a parent (up to the
-       repository's top): its first line is the scope, for one project;
-    3. the git repository's common directory when the directory is inside a
-       repository, so every worktree of one repository is one project: named by
-       the main worktree's path (the directory holding ``.git``), or the common
-       directory itself for a bare repository;
-    4. the directory itself.
+    ``explicit`` is ``--scope`` or ``RETAINED_SCOPE`` (read by the edge). A
+    bare repository is named by its common directory itself.
     """
     if explicit:
         return Identity(explicit[:SCOPE_CHARS_MAX], "explicit", "given with --scope or RETAINED_SCOPE")
@@ -120,16 +114,14 @@ def identity(cwd: str | os.PathLike[str], explicit: str | None = None) -> Identi
     if repo is not None:
         worktree, common = repo
         name = common.parent if common.name == ".git" else common
-        scope = str(name)
-        if len(scope) > SCOPE_CHARS_MAX:
-            scope = "…" + scope[-(SCOPE_CHARS_MAX - 1):]
         shared = "" if worktree == name else f" ({worktree} is a worktree of it)"
-        return Identity(scope, "git", f"{start} is inside the git repository whose common directory is {common}{shared}",
-                        git_common_dir=str(common))
-    scope = str(start)
-    if len(scope) > SCOPE_CHARS_MAX:
-        scope = "…" + scope[-(SCOPE_CHARS_MAX - 1):]
-    return Identity(scope, "directory", f"{start} is not inside a git repository: the directory is the project")
+        found = Identity(str(name), "git", f"{start} is inside the git repository whose common directory is {common}{shared}",
+                         git_common_dir=str(common))
+    else:
+        found = Identity(str(start), "directory", f"{start} is not inside a git repository: the directory is the project")
+    if len(found.scope) > SCOPE_CHARS_MAX:
+        found.scope = "…" + found.scope[-(SCOPE_CHARS_MAX - 1):]
+    return found
 
 
 OFF_WORDS = ("0", "off", "false", "no")  # RETAINED_CAPTURE values that turn capture, and the project's reads, off

@@ -1,11 +1,8 @@
-"""The spool: events that could not be written now, kept beside the store for a retry.
+"""The spool: events that could not be written now, kept beside the store for a retry (docs/capture.md#the-spool).
 
-``capture/spool/<event_id>.json`` (0600, in a 0700 directory): the host's
-event as received and the options it came with. A file is created
-exclusively under a temporary name, fsynced, and renamed into place, so a
-spooled event is whole or absent; the retry removes it once its turns are
-in the log (the log's client_op_id check makes a retry after a crash
-harmless).
+``capture/spool/<event_id>.json``: the host's event as received and the
+options it came with, whole or absent (``files.replace_with``); the retry
+removes it once its turns are in the log.
 """
 
 from __future__ import annotations
@@ -67,7 +64,3 @@ def load(path: Path) -> dict[str, Any] | None:
     except (OSError, orjson.JSONDecodeError):
         return None
     return item if isinstance(item, dict) else None
-
-
-def remove(path: Path) -> None:
-    path.unlink(missing_ok=True)

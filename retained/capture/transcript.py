@@ -15,6 +15,7 @@ kind of line (bookkeeping) are passed over.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,7 @@ def transcripts(path: Path) -> list[Path]:
     """``path`` itself, or every ``*.jsonl`` below it (sorted, at most FILES_MAX)."""
     if path.is_file():
         return [path]
-    found = []
-    for p in sorted(path.rglob("*.jsonl")):
-        if p.is_file():
-            found.append(p)
-            if len(found) >= FILES_MAX:
-                break
-    return found
+    return list(islice((p for p in sorted(path.rglob("*.jsonl")) if p.is_file()), FILES_MAX))
 
 
 def _text_of(content: Any) -> str | None:

@@ -946,7 +946,8 @@ def _normalised_piece(text: str, found: list[Finding], allow: frozenset[str]) ->
 
 
 # A bare "key" counts as a secret's name only after one of these words.
-_KEY_PREFIX = _lazy(r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?\Z")
+_KEY_WORDS = r"(?:api|access|private|signing|encryption|secret|master|account|license)[_.\- ]?"
+_KEY_PREFIX = _lazy(_KEY_WORDS + r"\Z")
 
 
 _LONG_TEXT_CHARS = 4096
@@ -955,6 +956,11 @@ _LONG_TEXT_CHARS = 4096
 # text with none of them is done at once.
 _LONG_RUN = _lazy(r"[A-Za-z0-9_\-+/.~%=]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
+# Where assigned_secret can start from one of them: the whole name, then a quote, whitespace, "=" or ":"
+# (or "\\", an escape in a record's JSON). "compassion", "passed" and "tokens" hold a name but start no match.
+NAME_BEFORE_VALUE = _lazy(r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|token|credentials?)(?=[\s\"'`=:\\])")
+# Likewise "key" beside a colon: only a key named as _KEY_PREFIX says ("api key:"), not "is key:".
+NAMED_KEY = _lazy(_KEY_WORDS + "key")
 
 
 # A short text with no "=", no secret's name and no run of 16 token
@@ -973,19 +979,24 @@ EQUALS_HINTS = ("key", "sig=", "basic")
 def quiet(text: str, folded: str) -> bool:
     """Whether no rule of :func:`find_secrets` can match ``text`` (``folded``: its lower case): the cheap exit.
 
-    True for a short text with no secret's name (`_NAMES`), no run of 16
-    token characters (`_has_long_run`), either no ``=`` or none of
-    `EQUALS_HINTS`, and either no ``:`` or none of `COLON_HINTS`; every rule
+    True for a short text with no secret's name that a value can follow
+    (`NAME_BEFORE_VALUE`), no run of 16 token characters (`_has_long_run`),
+    either no ``=`` or none of `EQUALS_HINTS`, and either no ``:`` or none of
+    `COLON_HINTS` (a "key" only where `NAMED_KEY` finds one); every rule
     needs one of these. (A key split by whitespace and a disguised text are
     find_secrets' own steps, after this.)
     """
     return (  # the tests most likely to fail first: a text that is not quiet should pay little for asking
         len(text) < _LONG_TEXT_CHARS
-        and (":" not in text or not any(h in folded for h in COLON_HINTS))
+        and (":" not in text or (not any(h in folded for h in COLON_HINTS if h != "key") and not _named_key(folded)))
         and ("=" not in text or not any(name in folded for name in EQUALS_HINTS))
-        and not any(name in folded for name in _NAMES)
+        and not (any(name in folded for name in _NAMES) and NAME_BEFORE_VALUE.search(folded) is not None)
         and not _has_long_run(text)
     )
+
+
+def _named_key(folded: str) -> bool:
+    return "key" in folded and NAMED_KEY.search(folded) is not None
 
 
 def _has_long_run(text: str) -> bool:

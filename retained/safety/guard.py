@@ -27,6 +27,8 @@ from retained.safety.credentials import (
     _SECRET_KEY_NAME,
     COLON_HINTS,
     EQUALS_HINTS,
+    NAME_BEFORE_VALUE,
+    NAMED_KEY,
     SPLIT_ENDS,
     SPLIT_HINTS,
     URL_HINTS,
@@ -318,7 +320,9 @@ class Guard:
                 _DIGEST_STRING.sub(b'""', runs).translate(_RUN_CHARS).find(_RUN_16) >= 0
             ):
                 return False
-            if "pass" in folded or "pwd" in folded or "secret" in folded or "token" in folded or "credential" in folded:
+            if ("pass" in folded or "pwd" in folded or "secret" in folded or "token" in folded or "credential" in folded) and (
+                url or NAME_BEFORE_VALUE.search(folded) is not None
+            ):  # with a URL, any name: a query parameter's (_generic's) may run on ("?tokenId=")
                 return False
             if "=" in text and ("key" in folded or "sig=" in folded or "basic" in folded):
                 return False  # "api_key=", "sig=", "Basic ...=": an assignment that may hold a secret
@@ -347,9 +351,9 @@ class Guard:
         if colons == keys or colons == keys + 2 * len(_TIMESTAMP_STRING.findall(data)):
             return True
         # More colons than keys: in the text ("Caroline: ...", "at 10:30"). A
-        # colon matters only beside one of COLON_HINTS (credentials.quiet);
-        # a URL's "://" was judged above.
-        return not ("-u " in folded or "key" in folded or "basic" in folded)
+        # colon matters only beside one of COLON_HINTS, a "key" only as
+        # NAMED_KEY names one (credentials.quiet); a URL's "://" was judged above.
+        return not ("-u " in folded or "basic" in folded or ("key" in folded and NAMED_KEY.search(folded) is not None))
 
     def apply(self, fields: dict[str, Any]) -> GuardResult:
         """Remove private spans and act on secrets; return the fields to store.

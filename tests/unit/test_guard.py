@@ -469,7 +469,8 @@ FAST_KEYS = st.one_of(
 # Pieces of code, assignments and provider prefixes, some split by whitespace (issues 29 and 31).
 CODE_BITS = ["x=1", "timeout=30", "key=", "api_key=", "sig=", "Basic", "YWI6Y2Q=", "AKIA", "QX7T", "Z2K9WM4B",
              "ghp_", "sk-", "sk_live_", "xoxb-", "MIIE", "eyJ", "Zq3v9XkL", "R6YD", "\n", "\t", '"', "(", ")", "#",
-             "def", "return", "client.get(url,", "==", "://", "a:b", "password", "-"]
+             "def", "return", "client.get(url,", "==", "://", "a:b", "password", "-", "compassion", "tokens", "is key",
+             "api key", "Speaker:", ":", "passwords", "secret_key", "credentials"]
 # URLs whose tails hold long runs, with what makes one hold a secret mixed in (issue 31): userinfo, a webhook,
 # query parameters named like secrets, provider prefixes, random tokens, a "://" with no scheme before it.
 URL_BITS = ["https://", "http://", "git+ssh://", "://", " ://", "\n://", "example.com", "db.example.com", "user:", "a:b@",
@@ -526,7 +527,8 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
                     "https://x.io/?t=glrt-" + "x" * 20, "https://x.io/ABIA" + "B" * 16, "x https://x.io/key-abc",
                     "api key: x", "Authorization: Basic x", "curl -u a:b", "run " + "x" * 16, "x sig=abc",
                     "caf\u00e9 au lait", "bell\x07here", "back\\slash", "y " * 2100, "AKIA QX7T", "use ghp_ ab",
-                    "a key=v"):
+                    "a key=v", "Jon: my passphrase is hunter2X", "the password\tfoo", "a\nsecret_key: x", 'say "token" x',
+                    "Caroline: the api key x", "see https://x.io/?tokenId=" + "q8Xr2LmZ0vTn5KfW"):
         assert not g.untouched({**plain, "text": changed}), changed
     # An "=" without a key's name, sig= or Basic beside it, and the escapes of a newline, a tab or a quote,
     # cannot make a secret (issue 31): code and text with line breaks take the fast path.
@@ -534,7 +536,10 @@ def test_untouched_says_no_for_every_corpus_secret_and_yes_for_plain_notes():
         assert g.untouched({**plain, "text": code}), code
     # A colon without a URL, curl's -u, a key's name or Basic beside it cannot make a secret (issue 31):
     # conversation turns and times take the fast path.
-    for turn in ("Caroline: I went to the support group yesterday.", "we met at 10:30, then: lunch", "note: x"):
+    # Nor do a secret's name inside a word and a "key" that names no key: only a whole name with a value
+    # after it, or a key named as credentials._KEY_PREFIX says, can start a match.
+    for turn in ("Caroline: I went to the support group yesterday.", "we met at 10:30, then: lunch", "note: x",
+                 "Mel: her compassion passed to the kids", "Jon: tokens, secrets, credentials.", "Caroline: it is key, the key."):
         assert g.untouched({**plain, "text": turn}), turn
     # A URL whose tail holds long runs but no userinfo, webhook, query secret or rule's hint (issue 31).
     for url in ("see https://example.com/docs/page-12?ref=notes#part-3", "Jon: https://github.com/org/retained-memory/pull/31",

@@ -196,10 +196,6 @@ def _url_hints(tails: bytes) -> bool:
     return False
 
 
-def _orjson_dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
-
-
 # -- the guard ---------------------------------------------------------------
 
 
@@ -277,7 +273,7 @@ class Guard:
             fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}
             encoded = None
         try:
-            data = encoded if encoded is not None else _orjson_dumps(fields)
+            data = encoded if encoded is not None else orjson.dumps(fields)
         except TypeError:  # a non-string key, a bad string: apply() or validation names it
             return False
         # The byte tests first, most telling first: a record that needs the

@@ -56,7 +56,6 @@ def _line_identity(fmt: str, number: int, raw: bytes, part: int | None = None) -
     return f"{IDENTITY_PREFIX}{fmt}:{where}:{digest}"
 
 
-
 # -- reading an import file -------------------------------------------------
 
 

@@ -155,4 +155,3 @@ class Remote:
         except self._errors as exc:
             raise self._fail("listing", prefix, exc) from exc
         return names
-

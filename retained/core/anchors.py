@@ -74,11 +74,7 @@ def outside(anchor_dir: Path, store_dir: Path) -> Path:
     Raises:
         InvalidRecord: the anchor directory is inside ``store_dir`` (nothing was read or written).
     """
-    try:
-        inside = anchor_dir.resolve().is_relative_to(store_dir.expanduser().resolve())
-    except OSError:
-        inside = False
-    if inside:
+    if files.inside(anchor_dir, store_dir.expanduser()):
         raise InvalidRecord(
             f"the anchor directory {anchor_dir} is inside the store {store_dir}: anchors there would be rolled back "
             "or deleted with the log they check; set RETAINED_ANCHOR_DIR (anchor_dir=) to a directory outside the store",

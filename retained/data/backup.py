@@ -14,15 +14,11 @@ import orjson
 
 from retained import limits
 from retained.core import chain
-from retained.core.files import fsync_dir, is_link, open_fd, open_read, write_all
+from retained.core.files import fsync_dir, inside, is_link, open_fd, open_read, write_all
 from retained.core.log import LOG_NAME, Log
 from retained.errors import BackupFailed, BackupRefused
 
 BACKUP_MANIFEST = "backup.json"
-
-
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
 
 
 def _is_backup_dir(path: Path) -> bool:
@@ -66,9 +62,9 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
     src_dir = log.directory.resolve()
     dest = Path(dest).expanduser()
     target = dest.resolve()
-    if _inside(target, src_dir):
+    if inside(target, src_dir):
         raise BackupRefused(f"backup destination {dest} is inside the store {src_dir}; choose a directory outside it", path=str(dest))
-    if _inside(src_dir, target):
+    if inside(src_dir, target):
         raise BackupRefused(f"backup destination {dest} contains the store {src_dir}; choose a directory of its own", path=str(dest))
     if not log.exists():
         raise BackupRefused(f"no log at {log.path}: nothing to back up", path=str(log.path))

@@ -150,14 +150,11 @@ def _make_id(path: Path) -> str | None:
         raise AnchorError(f"{path} cannot be created ({exc.strerror or exc}); free space or fix permissions",
                           path=str(path)) from exc
     try:
-        files.write_all(fd, (sid + "\n").encode("ascii"))
-        os.fsync(fd)
+        files.write_synced(fd, (sid + "\n").encode("ascii"))
     except OSError as exc:
-        os.close(fd)
         os.unlink(path)
         raise AnchorError(f"{path} cannot be written ({exc.strerror or exc}); free space, then retry",
                           path=str(path)) from exc
-    os.close(fd)
     files.fsync_dir(path.parent)
     return sid
 
@@ -524,12 +521,7 @@ def settle(loaded: Loaded, by: dict[str, Any]) -> None:
     for path, read in loaded.files.items():
         line = _line({"settled_to": read, "time": utc_now(), "by": by})
         try:
-            fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                files.write_all(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            files.write_synced(files.open_fd(path, os.O_WRONLY | os.O_APPEND), line)
         except OSError as exc:
             raise AnchorError(f"settling the anchors in {path} failed ({exc.strerror or exc}); "
                               "run `retained anchor --accept` again", path=str(path)) from exc
@@ -539,23 +531,15 @@ def _rewrite(path: Path, body: bytes, read: int) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = files.create_exclusive(tmp)
+        newer = b""  # lines appended since it was read; none if it shrank (another rewrite)
         try:
-            try:
-                with files.open_read(path) as f:
-                    # Lines appended since it was read; none if it shrank (another rewrite).
-                    newer = b""
-                    if os.fstat(f.fileno()).st_size >= read:
-                        f.seek(read)
-                        newer = f.read(FILE_BYTES_MAX)
-            except FileNotFoundError:
-                newer = b""
-            files.write_all(fd, body + newer[: newer.rfind(b"\n") + 1])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        files.fsync_dir(path.parent)
+            with files.open_read(path) as f:
+                if os.fstat(f.fileno()).st_size >= read:
+                    f.seek(read)
+                    newer = f.read(FILE_BYTES_MAX)
+        except FileNotFoundError:
+            pass
+        files.replace_with(path, body + newer[: newer.rfind(b"\n") + 1], tmp)
     except OSError as exc:
         try:
             os.unlink(tmp)

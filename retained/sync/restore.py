@@ -56,12 +56,8 @@ def restore(directory: Path, log: Log, remote: Remote, sid: str, progress: mirro
     if copy is None:
         raise state.SyncError(problems[0]["message"], path="restore")
     if existing is None:
-        fd = files.open_fd(directory / anchors.ID_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            files.write_all(fd, (sid + "\n").encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        files.write_synced(files.open_fd(directory / anchors.ID_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL),
+                           (sid + "\n").encode("ascii"))
     size = os.path.getsize(copy)
     # The log appears last: until then the directory has no store in it.
     os.replace(copy, log.path)

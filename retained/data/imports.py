@@ -75,6 +75,11 @@ def _lines(data: bytes, progress: Progress | None = None) -> Iterator[tuple[int,
             progress(offset, len(data))
 
 
+def _line_count(data: bytes) -> int:
+    """How many lines ``_lines`` yields for ``data``."""
+    return data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
+
+
 def detect_format(data: bytes) -> str:
     """``retained``, ``memory`` or ``jsonl``, from the first non-blank line."""
     for _, _, raw in _lines(data):
@@ -149,19 +154,23 @@ def _content_error(exc: InvalidRecord) -> str:
     return exc.message.removesuffix("; nothing was written")
 
 
-def _parse_object(raw: bytes, number: int, problems: _Problems) -> dict[str, Any] | None:
-    try:
-        # Exact integers: orjson would turn one beyond 64 bits into a float and
-        # import a different number; the record's integer rule refuses it instead.
-        obj = json_input.loads_exact(raw)
-    except json_input.NotJSON as exc:
-        reason = str(exc)
-        problems.add(number, f"{reason} (expected one JSON object per line)" if reason == "not JSON" else reason)
-        return None
-    if not isinstance(obj, dict):
-        problems.add(number, f"a JSON {type(obj).__name__}, expected an object")
-        return None
-    return obj
+def _objects(data: bytes, problems: _Problems, progress: Progress | None) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """``(line number, line bytes, object)`` of each non-blank line of a jsonl or memory file; any other line is a problem."""
+    for number, _, raw in _lines(data, progress):
+        if not raw.strip():
+            continue
+        try:
+            # Exact integers: orjson would turn one beyond 64 bits into a float and
+            # import a different number; the record's integer rule refuses it instead.
+            obj = json_input.loads_exact(raw)
+        except json_input.NotJSON as exc:
+            reason = str(exc)
+            problems.add(number, f"{reason} (expected one JSON object per line)" if reason == "not JSON" else reason)
+            continue
+        if not isinstance(obj, dict):
+            problems.add(number, f"a JSON {type(obj).__name__}, expected an object")
+            continue
+        yield number, raw, obj
 
 
 def _plan_plain(
@@ -169,14 +178,7 @@ def _plan_plain(
 ) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
-    lines = 0
-    for number, _, raw in _lines(data, progress):
-        lines = number
-        if not raw.strip():
-            continue
-        obj = _parse_object(raw, number, problems)
-        if obj is None:
-            continue
+    for number, raw, obj in _objects(data, problems, progress):
         text = obj.get("text")
         if not isinstance(text, str):
             problems.add(number, "needs a string field text" if text is None else f"field text is a {type(text).__name__}, expected a string")
@@ -212,7 +214,7 @@ def _plan_plain(
             continue
         items.append(_Item(number, content))
     problems.raise_if_any()
-    return ImportPlan(path, "jsonl", items, lines)
+    return ImportPlan(path, "jsonl", items, _line_count(data))
 
 
 _ENTITY_KEYS = {"type", "name", "entityType", "observations"}
@@ -223,16 +225,9 @@ _MEMORY_FIELDS = {"entity", "entity_type", "from", "to", "relation_type"}
 def _plan_memory(data: bytes, path: str, scope: str | None, identity: bool, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
-    lines = 0
     source = f"server-memory:{Path(path).name}"
     entities = relations = 0
-    for number, _, raw in _lines(data, progress):
-        lines = number
-        if not raw.strip():
-            continue
-        obj = _parse_object(raw, number, problems)
-        if obj is None:
-            continue
+    for number, raw, obj in _objects(data, problems, progress):
         kind = obj.get("type")
         known = _ENTITY_KEYS if kind == "entity" else _RELATION_KEYS
         extra = {k: v for k, v in obj.items() if k not in known}
@@ -277,16 +272,14 @@ def _plan_memory(data: bytes, path: str, scope: str | None, identity: bool, prog
                 break
             items.append(_Item(number, content))
     problems.raise_if_any()
-    return ImportPlan(path, "memory", items, lines, source_head={"entities": entities, "relations": relations})
+    return ImportPlan(path, "memory", items, _line_count(data), source_head={"entities": entities, "relations": relations})
 
 
 def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     parsed = []
     number_at: dict[int, int] = {}
-    lines = 0
     for number, offset, raw in _lines(data, progress):
-        lines = number
         if not raw.strip():
             problems.add(number, "blank line inside a retained export (an export has one record per line)")
             continue
@@ -356,7 +349,7 @@ def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | 
         items.append(_Item(number, content, old_seq=rec["seq"], links=links or None))
     problems.raise_if_any()
     head = {"seq": report.head_seq, "hash": report.head_hash, "records": report.records}
-    return ImportPlan(path, "retained", items, lines, skipped={"redacted": redacted} if redacted else {}, source_head=head)
+    return ImportPlan(path, "retained", items, _line_count(data), skipped={"redacted": redacted} if redacted else {}, source_head=head)
 
 
 def plan_import(

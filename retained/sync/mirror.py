@@ -74,11 +74,6 @@ def fetch(remote: Remote, items: list[tuple[str, str, int]], progress: Progress 
             yield key, got[0], got[1]
 
 
-def download(remote: Remote, items: list[tuple[str, str, int]], progress: Progress | None) -> list[tuple[str, bytes, str]]:
-    """``(key, bytes, etag)`` of each segment, in order."""
-    return list(fetch(remote, items, progress))
-
-
 def check_copy(directory: Path, base: Path | bytes | None, parts: Iterable[tuple[str, bytes, str]], head: dict[str, Any],
                sid: str, got: list[tuple[str, bytes, str]]) -> tuple[Path | None, list[dict[str, Any]]]:
     """Write ``base`` (a log, or its bytes) and ``parts`` (written as they come) into ``directory/log.jsonl`` and verify
@@ -188,7 +183,7 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
     if not erased and have_seq and mlog.exists() and type(recorded_bytes) is int and recorded_bytes <= mlog.stat().st_size:
         # The common case: a few new segments after a mirror already verified. Only they are walked, linked to the
         # mirror's last record, and appended: a pull costs what it brings, not the mirror's size.
-        parts = download(remote, chosen, progress)
+        parts = list(fetch(remote, chosen, progress))
         problems = extend(mlog, recorded_bytes, parts, head, sid, (have_seq, str(have_hash)))
         if problems is not None:
             if problems:

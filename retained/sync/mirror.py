@@ -1,14 +1,8 @@
-"""Pull: other stores' new segments come down into mirrors beside this store, verified before they are used (docs/sync.md).
+"""Pull: other stores' new segments come down into mirrors beside this store, verified before they are used.
 
-A mirror (``mirrors/<store id>/``) holds another store's published log byte
-for byte, the index derived from it, and ``mirror.json`` (the head, the
-machine, each segment's ETag); nothing in it is ever written into this
-store's log. New segments, followed from the mirror's last seq to the
-published head, are appended to a copy of the mirror's log, which must pass
-``chain.verify_file`` and end at the head before it replaces the log; a pull
-that does not is reported and left out whole. Findings, never overwritten:
-``head_moved_back``, ``fork``, ``segment_rewritten``, ``segment_missing``,
-``segment_unverified``.
+What a mirror holds, how a pull is verified (``check_copy`` for a whole
+copy, ``extend`` for new segments after a verified mirror) and its findings:
+docs/sync.md, the union and Findings.
 """
 
 from __future__ import annotations

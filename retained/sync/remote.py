@@ -1,11 +1,8 @@
 """The object store: the few S3 calls sync makes, with the two conditions that make a publish race-free.
 
-A client of boto3 (the ``sync`` extra): AWS's own SDK, released weekly,
-the one client every S3-compatible service documents (R2, MinIO, Ceph,
-SeaweedFS), and it reads endpoint, region and credentials from the usual
-places (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws/config``...).
-Conditional writes need botocore 1.35.9 or later (``IfNoneMatch`` on
-PutObject; ``IfMatch`` from 1.35.99). Imported only when sync runs.
+A client of boto3 (the ``sync`` extra; why boto3: docs/sync.md, Set-up),
+imported only when sync runs. Conditional writes need botocore 1.35.9 or
+later (``IfNoneMatch`` on PutObject; ``IfMatch`` from 1.35.99).
 
 ``create`` is create-only (``If-None-Match: *``): a key that exists is never
 overwritten, the call raises `Exists`. ``swap`` replaces a key only while it

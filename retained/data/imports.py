@@ -1,16 +1,8 @@
-"""Data into a store: import of a retained export, plain JSONL and server-memory's graph (docs/data.md).
+"""Data into a store: import of a retained export, plain JSONL and server-memory's graph.
 
-The whole file is validated before anything is written (one bad line
-refuses it, with its line number; the validated file is held in memory),
-then appended in batches through ``Store.append``: one lock, write, fsync and
-read-back per batch, and a record whose link names one of its own batch
-starts the next. Each record's ``client_op_id`` is an identity its source
-gives it (its own, else ``import:<origin>:<seq>:<hash>`` for an export,
-``origin`` being the first 16 hex digits of the source's seq-1 hash, which
-names its history; ``import:<format>:<line>:<digest>`` otherwise), so
-importing again appends nothing. An export's records keep their originals
-under ``imported``, their links renumbered. export.py and backup.py take
-data out.
+The rules (the whole file validated first, batches through ``Store.append``,
+the identity each record's source gives it as its ``client_op_id``, links
+renumbered): docs/data.md, Import. export.py and backup.py take data out.
 """
 
 from __future__ import annotations
@@ -303,7 +295,7 @@ def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | 
         )
     items: list[_Item] = []
     redacted = 0
-    # The source's seq-1 hash names its history (see the module docstring).
+    # The source's seq-1 hash names its history (docs/data.md: importing is idempotent).
     origin = parsed[0].hash[:ORIGIN_CHARS] if parsed else ""
     for line in parsed:
         if line.status == record.REDACTED:
@@ -365,8 +357,7 @@ def plan_import(
 
     ``progress(bytes read, bytes in all)`` is called every 10,000 lines.
     With ``identity`` (the default) every record carries the identity its
-    source gives it (see the module docstring), so importing the file again
-    appends nothing.
+    source gives it (docs/data.md), so importing the file again appends nothing.
 
     Raises:
         ImportRefused: a bad line (its number is in the message and ``line``).

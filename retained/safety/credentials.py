@@ -1155,15 +1155,8 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     scanned as it is, then for disguises: a provider's key split by
     whitespace (`_split_findings`) and, for a text that is not ASCII, the text
     with format characters removed and compatibility forms folded
-    (`normalise`). Spans are always the original text's.
-
-    Known limits, stated rather than hidden: a random token shorter than
-    ``GENERIC_CHARS_MIN`` is found only in a secret-looking context; hex-only
-    strings (digests, SHAs, ids) are never taken as secrets by shape alone; a
-    random token inside a URL path is taken for an id, not a secret (webhook URLs
-    excepted); a password made of words, assigned in code rather than in an env
-    file or a JSON field, reads as a variable name; and long base64 runs
-    (``GENERIC_CHARS_MAX`` and over, or wrapped lines of it) are taken for data.
+    (`normalise`). Spans are always the original text's. What is not taken
+    for a secret, and the known limits: docs/secrets.md.
     """
     if len(text) < 8 or text in allow:
         return []

@@ -381,12 +381,10 @@ def plan_import(
     if fmt == "retained":
         if scope is not None:
             raise InvalidRecord("--scope does not apply to a retained export: its records keep their own scopes", path="scope")
-        plan = _plan_retained(data, name, identity, progress)
-    elif fmt == "memory":
-        plan = _plan_memory(data, name, scope, identity, progress)
-    else:
-        plan = _plan_plain(data, name, scope, on_reserved, identity, progress)
-    return plan
+        return _plan_retained(data, name, identity, progress)
+    if fmt == "memory":
+        return _plan_memory(data, name, scope, identity, progress)
+    return _plan_plain(data, name, scope, on_reserved, identity, progress)
 
 
 def _batches(items: list[_Item], size: int) -> Iterator[list[_Item]]:

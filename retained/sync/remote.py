@@ -71,8 +71,7 @@ class Remote:
         self._client_error = ClientError
 
     def _fail(self, what: str, key: str, exc: BaseException) -> SyncError:
-        detail = str(exc)
-        return SyncError(f"{what} s3://{self.bucket}/{key} failed: {detail}; check the endpoint, the bucket and the "
+        return SyncError(f"{what} s3://{self.bucket}/{key} failed: {exc}; check the endpoint, the bucket and the "
                          "credentials (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_PROFILE); nothing was changed locally",
                          path=key)
 
@@ -115,10 +114,8 @@ class Remote:
             Moved: the object changed since it was read (another writer), or appeared.
         """
         try:
-            if etag is None:
-                reply = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
-            else:
-                reply = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfMatch=etag)
+            condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+            reply = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **condition)
             return str(reply["ETag"])
         except self._errors as exc:
             status, code = self._status(exc)

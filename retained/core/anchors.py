@@ -51,9 +51,8 @@ class AnchorError(RetainedError):
 def dir_from(environ: Mapping[str, str]) -> Path | None:
     """The anchor directory the settings in ``environ`` name (for the edges), or None when anchoring is off.
 
-    ``RETAINED_ANCHOR_DIR`` (``off`` turns anchoring off), else
-    ``$XDG_STATE_HOME/retained`` (an absolute path only, as the XDG
-    specification says), else ``~/.local/state/retained``.
+    The settings: docs/anchors.md, Where (``XDG_STATE_HOME`` counts only as
+    an absolute path, as the XDG specification says).
     """
     explicit = environ.get("RETAINED_ANCHOR_DIR", "").strip()
     if explicit:
@@ -66,10 +65,7 @@ def dir_from(environ: Mapping[str, str]) -> Path | None:
 
 
 def outside(anchor_dir: Path, store_dir: Path) -> Path:
-    """``anchor_dir``, refused when it lies inside the store (or is it).
-
-    Anchors kept in the store would be rolled back, copied or deleted with
-    it: the very events they exist to catch.
+    """``anchor_dir``, refused when it lies inside the store (or is it): anchors there would go with the log they check.
 
     Raises:
         InvalidRecord: the anchor directory is inside ``store_dir`` (nothing was read or written).
@@ -210,9 +206,8 @@ def record_head(
 
     The brief's path: the store id (one small read), the file's last few KiB
     (one read) and at most one write. ``durable`` also fsyncs (verify and
-    accept do; the brief does not: an anchor lost to a power cut only makes
-    the evidence older, and the next brief or verify records the head again).
-    Returns ``{"file", "store_id", "recorded"}``.
+    accept; why not the brief: docs/anchors.md). Returns ``{"file",
+    "store_id", "recorded"}``.
 
     Raises:
         LinkRefused / AnchorError: nothing recorded; the log is untouched.
@@ -263,11 +258,8 @@ EVERY_S = 300.0  # ... or this many seconds passed
 class Routine:
     """The head recorded after writes, routinely: a process's first write, then at most every N records or S seconds.
 
-    So rolling the log back past recent writes is caught by the next verify
-    (or brief) even when none ran between the writes and the rollback. It
-    runs after the write was acknowledged (the proof is already made), is
-    not fsynced (as the brief's), and a failure to record is not the
-    write's: the next one tries again.
+    Why, and when: docs/anchors.md, When heads are recorded. A failure to
+    record is not the write's (it was acknowledged already): the next one tries again.
     """
 
     def __init__(self, anchor_dir: Path, directory: Path, every: int = EVERY_RECORDS, every_s: float = EVERY_S) -> None:

@@ -51,9 +51,8 @@ class AnchorError(RetainedError):
 def dir_from(environ: Mapping[str, str]) -> Path | None:
     """The anchor directory the settings in ``environ`` name (for the edges), or None when anchoring is off.
 
-    ``RETAINED_ANCHOR_DIR`` (``off`` turns anchoring off), else
-    ``$XDG_STATE_HOME/retained`` (an absolute path only, as the XDG
-    specification says), else ``~/.local/state/retained``.
+    The settings: docs/anchors.md, Where (``XDG_STATE_HOME`` counts only as
+    an absolute path, as the XDG specification says).
     """
     explicit = environ.get("RETAINED_ANCHOR_DIR", "").strip()
     if explicit:
@@ -66,19 +65,12 @@ def dir_from(environ: Mapping[str, str]) -> Path | None:
 
 
 def outside(anchor_dir: Path, store_dir: Path) -> Path:
-    """``anchor_dir``, refused when it lies inside the store (or is it).
-
-    Anchors kept in the store would be rolled back, copied or deleted with
-    it: the very events they exist to catch.
+    """``anchor_dir``, refused when it lies inside the store (or is it): anchors there would go with the log they check.
 
     Raises:
         InvalidRecord: the anchor directory is inside ``store_dir`` (nothing was read or written).
     """
-    try:
-        inside = anchor_dir.resolve().is_relative_to(store_dir.expanduser().resolve())
-    except OSError:
-        inside = False
-    if inside:
+    if files.inside(anchor_dir, store_dir.expanduser()):
         raise InvalidRecord(
             f"the anchor directory {anchor_dir} is inside the store {store_dir}: anchors there would be rolled back "
             "or deleted with the log they check; set RETAINED_ANCHOR_DIR (anchor_dir=) to a directory outside the store",
@@ -154,14 +146,11 @@ def _make_id(path: Path) -> str | None:
         raise AnchorError(f"{path} cannot be created ({exc.strerror or exc}); free space or fix permissions",
                           path=str(path)) from exc
     try:
-        files.write_all(fd, (sid + "\n").encode("ascii"))
-        os.fsync(fd)
+        files.write_synced(fd, (sid + "\n").encode("ascii"))
     except OSError as exc:
-        os.close(fd)
         os.unlink(path)
         raise AnchorError(f"{path} cannot be written ({exc.strerror or exc}); free space, then retry",
                           path=str(path)) from exc
-    os.close(fd)
     files.fsync_dir(path.parent)
     return sid
 
@@ -217,9 +206,8 @@ def record_head(
 
     The brief's path: the store id (one small read), the file's last few KiB
     (one read) and at most one write. ``durable`` also fsyncs (verify and
-    accept do; the brief does not: an anchor lost to a power cut only makes
-    the evidence older, and the next brief or verify records the head again).
-    Returns ``{"file", "store_id", "recorded"}``.
+    accept; why not the brief: docs/anchors.md). Returns ``{"file",
+    "store_id", "recorded"}``.
 
     Raises:
         LinkRefused / AnchorError: nothing recorded; the log is untouched.
@@ -270,11 +258,8 @@ EVERY_S = 300.0  # ... or this many seconds passed
 class Routine:
     """The head recorded after writes, routinely: a process's first write, then at most every N records or S seconds.
 
-    So rolling the log back past recent writes is caught by the next verify
-    (or brief) even when none ran between the writes and the rollback. It
-    runs after the write was acknowledged (the proof is already made), is
-    not fsynced (as the brief's), and a failure to record is not the
-    write's: the next one tries again.
+    Why, and when: docs/anchors.md, When heads are recorded. A failure to
+    record is not the write's (it was acknowledged already): the next one tries again.
     """
 
     def __init__(self, anchor_dir: Path, directory: Path, every: int = EVERY_RECORDS, every_s: float = EVERY_S) -> None:
@@ -528,12 +513,7 @@ def settle(loaded: Loaded, by: dict[str, Any]) -> None:
     for path, read in loaded.files.items():
         line = _line({"settled_to": read, "time": utc_now(), "by": by})
         try:
-            fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                files.write_all(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            files.write_synced(files.open_fd(path, os.O_WRONLY | os.O_APPEND), line)
         except OSError as exc:
             raise AnchorError(f"settling the anchors in {path} failed ({exc.strerror or exc}); "
                               "run `retained anchor --accept` again", path=str(path)) from exc
@@ -543,23 +523,15 @@ def _rewrite(path: Path, body: bytes, read: int) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = files.create_exclusive(tmp)
+        newer = b""  # lines appended since it was read; none if it shrank (another rewrite)
         try:
-            try:
-                with files.open_read(path) as f:
-                    # Lines appended since it was read; none if it shrank (another rewrite).
-                    newer = b""
-                    if os.fstat(f.fileno()).st_size >= read:
-                        f.seek(read)
-                        newer = f.read(FILE_BYTES_MAX)
-            except FileNotFoundError:
-                newer = b""
-            files.write_all(fd, body + newer[: newer.rfind(b"\n") + 1])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        files.fsync_dir(path.parent)
+            with files.open_read(path) as f:
+                if os.fstat(f.fileno()).st_size >= read:
+                    f.seek(read)
+                    newer = f.read(FILE_BYTES_MAX)
+        except FileNotFoundError:
+            pass
+        files.replace_with(path, body + newer[: newer.rfind(b"\n") + 1], tmp)
     except OSError as exc:
         try:
             os.unlink(tmp)

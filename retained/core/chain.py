@@ -77,8 +77,7 @@ class ChainReport:
 
     @property
     def first_bad_seq(self) -> int | None:
-        seqs = [f["seq"] for f in self.findings if f.get("seq") is not None]
-        return seqs[0] if seqs else None
+        return next((f["seq"] for f in self.findings if f.get("seq") is not None), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -78,6 +78,14 @@ def open_read(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
+def inside(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is ``directory`` or lies below it, both resolved (False when one cannot be resolved)."""
+    try:
+        return Path(path).resolve().is_relative_to(Path(directory).resolve())
+    except OSError:
+        return False
+
+
 def create_exclusive(path: str | os.PathLike[str]) -> int:
     """A new file of the store's (0600) for writing, opened exclusively.
 

@@ -57,15 +57,11 @@ def load() -> None:
 
 def _take_file(fd: int) -> bool:
     """Try the exclusive lock on ``fd``; False when another holder has it."""
-    lock, _, flags = _lock_calls()
     if _O_DIRECTORY:
-        try:
-            lock(fd, flags)
-        except BlockingIOError:
-            return False
-        return True
+        return _flock_dir(fd)  # fcntl.flock on the file too (see _lock_calls)
     import portalocker
 
+    lock, _, flags = _lock_calls()
     try:
         lock(fd, flags)
     except portalocker.exceptions.LockException:
@@ -74,7 +70,7 @@ def _take_file(fd: int) -> bool:
 
 
 def _flock_dir(fd: int) -> bool:
-    """Try an exclusive flock on a directory descriptor; False when another holder has it.
+    """Try an exclusive flock on ``fd`` (the directory's, or log.lock's on POSIX); False when another holder has it.
 
     POSIX only (the one place a directory can be opened), so ``fcntl.flock``
     itself: portalocker's wrapper re-checks its enum flags on every call,
@@ -132,10 +128,6 @@ class StoreLock:
                 if self._dir_fd is None:
                     self._dir_fd = os.open(self.path.parent, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
                 self._take(self._dir_fd, deadline, _flock_dir)
-            except LockTimeout:
-                if not self.keep_open:
-                    self.close()
-                raise
             except OSError:
                 # A filesystem without directory locks (some network and FUSE ones): log.lock alone, its identity checked.
                 self._dir_lock = False

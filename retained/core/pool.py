@@ -216,16 +216,10 @@ def map_ranges(
     """
     ranges = list(pairwise(bounds))
     if workers < 2 or len(ranges) < 2:
-        return _here(task, path, ranges)
+        return (task(path, start, stop) for start, stop in ranges)  # each range here, as it is asked for
     results = _elsewhere(task, path, ranges, workers, mp_context, stall_s)
     next(results)  # the workers start now, not at the first result asked for (the generator holds them from here)
     return results
-
-
-def _here(task: Callable[[str, int, int], Any], path: str, ranges: list[tuple[int, int]]) -> Generator[Any, None, None]:
-    """``map_ranges`` in this process: each range in turn, as it is asked for."""
-    for start, stop in ranges:
-        yield task(path, start, stop)
 
 
 def _elsewhere(

@@ -57,16 +57,12 @@ def digest(data: bytes) -> str:
 
 def content_digest(record: dict[str, Any]) -> str:
     """``cd``: the digest of the record without its chain fields."""
-    content = dict(record)  # a shallow copy: the caller's dict keeps its fields
-    content.pop("seq", None)
-    content.pop("prev", None)
-    content.pop("hash", None)
-    return blake3.blake3(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return digest(canonical({k: v for k, v in record.items() if k not in CHAIN_FIELDS}))
 
 
 def chain_hash(cd: str, prev: str, seq: int) -> str:
     """``hash``: links a content digest to its place in the chain."""
-    return blake3.blake3(orjson.dumps({"cd": cd, "prev": prev, "seq": seq}, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return digest(canonical({"cd": cd, "prev": prev, "seq": seq}))
 
 
 def is_hash(value: Any) -> TypeGuard[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -14,15 +13,12 @@ import orjson
 
 from retained import limits
 from retained.core import chain
-from retained.core.files import fsync_dir, is_link, open_fd, open_read, write_all
+from retained.core.files import fsync_dir, inside, is_link, open_fd, open_read, write_all, write_synced
+from retained.core.lines import utc_now
 from retained.core.log import LOG_NAME, Log
 from retained.errors import BackupFailed, BackupRefused
 
 BACKUP_MANIFEST = "backup.json"
-
-
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
 
 
 def _is_backup_dir(path: Path) -> bool:
@@ -66,9 +62,9 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
     src_dir = log.directory.resolve()
     dest = Path(dest).expanduser()
     target = dest.resolve()
-    if _inside(target, src_dir):
+    if inside(target, src_dir):
         raise BackupRefused(f"backup destination {dest} is inside the store {src_dir}; choose a directory outside it", path=str(dest))
-    if _inside(src_dir, target):
+    if inside(src_dir, target):
         raise BackupRefused(f"backup destination {dest} contains the store {src_dir}; choose a directory of its own", path=str(dest))
     if not log.exists():
         raise BackupRefused(f"no log at {log.path}: nothing to back up", path=str(log.path))
@@ -114,7 +110,7 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
             while chunk := f.read(limits.SCAN_CHUNK_BYTES):
                 hasher.update(chunk)
         manifest = {
-            "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "created": utc_now(),
             "source": str(src_dir),
             "head": {"seq": seq, "hash": head_hash},
             "log_bytes": size,
@@ -123,10 +119,7 @@ def backup(log: Log, dest: str | os.PathLike[str], *, force: bool = False) -> di
             "verify": {"ok": report.ok, "records": report.records, "findings": len(report.findings)},
         }
         fd = open_fd(staging / BACKUP_MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        with os.fdopen(fd, "wb") as mf:
-            mf.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-            mf.flush()
-            os.fsync(mf.fileno())
+        write_synced(fd, orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
         fsync_dir(staging)
         if replacing:
             old = target.with_name(f".{target.name}.old-{os.getpid()}")

@@ -18,7 +18,7 @@ import orjson
 
 from retained import limits
 from retained.core import chain, record
-from retained.core.files import fsync_dir, open_fd
+from retained.core.files import fsync_dir, inside, open_fd
 from retained.core.log import Log
 from retained.errors import ExportRefused, InvalidRecord, PathRefused
 
@@ -146,7 +146,7 @@ def export_to_file(log: Log, dest: str | os.PathLike[str], *, overwrite: bool = 
         ExportRefused: verify found problems and ``force`` is false; nothing was written.
     """
     dest = Path(dest)
-    if _inside(dest, log.directory):
+    if inside(dest, log.directory):
         raise PathRefused(f"export target {dest} is inside the store {log.directory}; write the export outside it; "
                           "nothing was written", path=str(dest))
     if os.path.lexists(dest) and not overwrite:
@@ -174,13 +174,6 @@ def export_to_file(log: Log, dest: str | os.PathLike[str], *, overwrite: bool = 
     fsync_dir(dest.parent)
     result["path"] = str(dest)
     return result
-
-
-def _inside(path: Path, directory: Path) -> bool:
-    try:
-        return path.resolve().is_relative_to(directory.resolve())
-    except OSError:
-        return False
 
 
 def _create_beside(dest: Path) -> tuple[int, Path]:

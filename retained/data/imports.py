@@ -1,16 +1,8 @@
-"""Data into a store: import of a retained export, plain JSONL and server-memory's graph (docs/data.md).
+"""Data into a store: import of a retained export, plain JSONL and server-memory's graph.
 
-The whole file is validated before anything is written (one bad line
-refuses it, with its line number; the validated file is held in memory),
-then appended in batches through ``Store.append``: one lock, write, fsync and
-read-back per batch, and a record whose link names one of its own batch
-starts the next. Each record's ``client_op_id`` is an identity its source
-gives it (its own, else ``import:<origin>:<seq>:<hash>`` for an export,
-``origin`` being the first 16 hex digits of the source's seq-1 hash, which
-names its history; ``import:<format>:<line>:<digest>`` otherwise), so
-importing again appends nothing. An export's records keep their originals
-under ``imported``, their links renumbered. export.py and backup.py take
-data out.
+The rules (the whole file validated first, batches through ``Store.append``,
+the identity each record's source gives it as its ``client_op_id``, links
+renumbered): docs/data.md, Import. export.py and backup.py take data out.
 """
 
 from __future__ import annotations
@@ -56,7 +48,6 @@ def _line_identity(fmt: str, number: int, raw: bytes, part: int | None = None) -
     return f"{IDENTITY_PREFIX}{fmt}:{where}:{digest}"
 
 
-
 # -- reading an import file -------------------------------------------------
 
 
@@ -74,6 +65,11 @@ def _lines(data: bytes, progress: Progress | None = None) -> Iterator[tuple[int,
         offset += len(part) + 1
         if progress is not None and number % 10000 == 0:
             progress(offset, len(data))
+
+
+def _line_count(data: bytes) -> int:
+    """How many lines ``_lines`` yields for ``data``."""
+    return data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
 
 
 def detect_format(data: bytes) -> str:
@@ -150,19 +146,23 @@ def _content_error(exc: InvalidRecord) -> str:
     return exc.message.removesuffix("; nothing was written")
 
 
-def _parse_object(raw: bytes, number: int, problems: _Problems) -> dict[str, Any] | None:
-    try:
-        # Exact integers: orjson would turn one beyond 64 bits into a float and
-        # import a different number; the record's integer rule refuses it instead.
-        obj = json_input.loads_exact(raw)
-    except json_input.NotJSON as exc:
-        reason = str(exc)
-        problems.add(number, f"{reason} (expected one JSON object per line)" if reason == "not JSON" else reason)
-        return None
-    if not isinstance(obj, dict):
-        problems.add(number, f"a JSON {type(obj).__name__}, expected an object")
-        return None
-    return obj
+def _objects(data: bytes, problems: _Problems, progress: Progress | None) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """``(line number, line bytes, object)`` of each non-blank line of a jsonl or memory file; any other line is a problem."""
+    for number, _, raw in _lines(data, progress):
+        if not raw.strip():
+            continue
+        try:
+            # Exact integers: orjson would turn one beyond 64 bits into a float and
+            # import a different number; the record's integer rule refuses it instead.
+            obj = json_input.loads_exact(raw)
+        except json_input.NotJSON as exc:
+            reason = str(exc)
+            problems.add(number, f"{reason} (expected one JSON object per line)" if reason == "not JSON" else reason)
+            continue
+        if not isinstance(obj, dict):
+            problems.add(number, f"a JSON {type(obj).__name__}, expected an object")
+            continue
+        yield number, raw, obj
 
 
 def _plan_plain(
@@ -170,14 +170,7 @@ def _plan_plain(
 ) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
-    lines = 0
-    for number, _, raw in _lines(data, progress):
-        lines = number
-        if not raw.strip():
-            continue
-        obj = _parse_object(raw, number, problems)
-        if obj is None:
-            continue
+    for number, raw, obj in _objects(data, problems, progress):
         text = obj.get("text")
         if not isinstance(text, str):
             problems.add(number, "needs a string field text" if text is None else f"field text is a {type(text).__name__}, expected a string")
@@ -213,7 +206,7 @@ def _plan_plain(
             continue
         items.append(_Item(number, content))
     problems.raise_if_any()
-    return ImportPlan(path, "jsonl", items, lines)
+    return ImportPlan(path, "jsonl", items, _line_count(data))
 
 
 _ENTITY_KEYS = {"type", "name", "entityType", "observations"}
@@ -224,16 +217,9 @@ _MEMORY_FIELDS = {"entity", "entity_type", "from", "to", "relation_type"}
 def _plan_memory(data: bytes, path: str, scope: str | None, identity: bool, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     items: list[_Item] = []
-    lines = 0
     source = f"server-memory:{Path(path).name}"
     entities = relations = 0
-    for number, _, raw in _lines(data, progress):
-        lines = number
-        if not raw.strip():
-            continue
-        obj = _parse_object(raw, number, problems)
-        if obj is None:
-            continue
+    for number, raw, obj in _objects(data, problems, progress):
         kind = obj.get("type")
         known = _ENTITY_KEYS if kind == "entity" else _RELATION_KEYS
         extra = {k: v for k, v in obj.items() if k not in known}
@@ -278,16 +264,14 @@ def _plan_memory(data: bytes, path: str, scope: str | None, identity: bool, prog
                 break
             items.append(_Item(number, content))
     problems.raise_if_any()
-    return ImportPlan(path, "memory", items, lines, source_head={"entities": entities, "relations": relations})
+    return ImportPlan(path, "memory", items, _line_count(data), source_head={"entities": entities, "relations": relations})
 
 
 def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | None) -> ImportPlan:
     problems = _Problems(path)
     parsed = []
     number_at: dict[int, int] = {}
-    lines = 0
     for number, offset, raw in _lines(data, progress):
-        lines = number
         if not raw.strip():
             problems.add(number, "blank line inside a retained export (an export has one record per line)")
             continue
@@ -311,7 +295,7 @@ def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | 
         )
     items: list[_Item] = []
     redacted = 0
-    # The source's seq-1 hash names its history (see the module docstring).
+    # The source's seq-1 hash names its history (docs/data.md: importing is idempotent).
     origin = parsed[0].hash[:ORIGIN_CHARS] if parsed else ""
     for line in parsed:
         if line.status == record.REDACTED:
@@ -357,7 +341,7 @@ def _plan_retained(data: bytes, path: str, identity: bool, progress: Progress | 
         items.append(_Item(number, content, old_seq=rec["seq"], links=links or None))
     problems.raise_if_any()
     head = {"seq": report.head_seq, "hash": report.head_hash, "records": report.records}
-    return ImportPlan(path, "retained", items, lines, skipped={"redacted": redacted} if redacted else {}, source_head=head)
+    return ImportPlan(path, "retained", items, _line_count(data), skipped={"redacted": redacted} if redacted else {}, source_head=head)
 
 
 def plan_import(
@@ -373,8 +357,7 @@ def plan_import(
 
     ``progress(bytes read, bytes in all)`` is called every 10,000 lines.
     With ``identity`` (the default) every record carries the identity its
-    source gives it (see the module docstring), so importing the file again
-    appends nothing.
+    source gives it (docs/data.md), so importing the file again appends nothing.
 
     Raises:
         ImportRefused: a bad line (its number is in the message and ``line``).
@@ -398,12 +381,10 @@ def plan_import(
     if fmt == "retained":
         if scope is not None:
             raise InvalidRecord("--scope does not apply to a retained export: its records keep their own scopes", path="scope")
-        plan = _plan_retained(data, name, identity, progress)
-    elif fmt == "memory":
-        plan = _plan_memory(data, name, scope, identity, progress)
-    else:
-        plan = _plan_plain(data, name, scope, on_reserved, identity, progress)
-    return plan
+        return _plan_retained(data, name, identity, progress)
+    if fmt == "memory":
+        return _plan_memory(data, name, scope, identity, progress)
+    return _plan_plain(data, name, scope, on_reserved, identity, progress)
 
 
 def _batches(items: list[_Item], size: int) -> Iterator[list[_Item]]:

@@ -74,7 +74,6 @@ def _compile_lazy() -> None:
             here[name] = re.compile(*value._args)
 
 
-
 class Finding(NamedTuple):
     """One secret in one string: where it is (``start``/``end``) and what it is."""
 
@@ -214,8 +213,8 @@ class _Rule:
     __slots__ = ("_pattern", "_pattern_ci", "anchored", "check", "flags", "fold", "gate", "hints", "kind", "source",
                  "span_back")
 
-    def __init__(self, kind: str, source: str, flags: int, check: _Check | None, hints: tuple[str, ...], gate: bool,
-                 fold: bool, span_back: int, anchored: bool) -> None:
+    def __init__(self, kind: str, source: str, check: _Check | None = None, *, hints: tuple[str, ...], fold: bool = False,
+                 gate: bool = True, span_back: int = 0, anchored: bool = False, flags: int = 0) -> None:
         self.kind = kind
         self.source = source  # the pattern; compiled by ``pattern`` when a text first needs it
         self.flags = flags
@@ -242,26 +241,6 @@ class _Rule:
         if self._pattern_ci is None and self.fold:
             self._pattern_ci = re.compile(self.source, self.flags | re.IGNORECASE)
         return self._pattern_ci
-
-
-def _rule(
-    kind: str,
-    pattern: str,
-    check: _Check | None = None,
-    *,
-    hints: tuple[str, ...],
-    fold: bool = False,
-    gate: bool = True,
-    span_back: int = 0,
-    anchored: bool = False,
-    flags: int = 0,
-) -> _Rule:
-    # Each pattern starts with a literal so that the regex engine can skip
-    # ahead to it; boundaries are lookbehinds placed after the literal.
-    # A ``fold`` rule is written in lower case and runs on the lower-cased
-    # text (the engine then compares plain characters, not case classes); pattern_ci is for text
-    # whose length changes when lower-cased (a few non-ASCII letters).
-    return _Rule(kind, pattern, flags, check, hints, gate, fold, span_back, anchored)
 
 
 def compile_rules() -> None:
@@ -389,9 +368,14 @@ _URLSAFE = r"A-Za-z0-9_\-"
 # when the match carries context around it. ``hints`` are substrings a match
 # must contain (checked on the lower-cased text when ``fold``): a rule whose
 # hints are all absent is not run, which keeps the cost per write low.
+# Each pattern starts with a literal so that the regex engine can skip
+# ahead to it; boundaries are lookbehinds placed after the literal.
+# A ``fold`` rule is written in lower case and runs on the lower-cased
+# text (the engine then compares plain characters, not case classes); pattern_ci is for text
+# whose length changes when lower-cased (a few non-ASCII letters).
 _W = r"A-Za-z0-9_"  # an ASCII word character, for boundaries
 _RULES: tuple[_Rule, ...] = (
-    _rule(
+    _Rule(
         # Armour in any case, with any number of dashes or none, words split by
         # spaces ("BEGIN RSA  PRIVATE KEY") and ended by dashes or a line
         # break (not prose: "begin the private key rotation"); the body a run of 32 base64
@@ -405,128 +389,128 @@ _RULES: tuple[_Rule, ...] = (
         fold=True,
         flags=re.DOTALL,
     ),
-    _rule(
+    _Rule(
         "aws_access_key",
         r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])(?<![A-Za-z0-9]....)[A-Z0-9]{16}(?![A-Za-z0-9])",
         hints=("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), gate=False,
     ),
-    _rule(
+    _Rule(
         "aws_secret_key",
         r"(?:aws|amazon)[\w.\-]{0,30}?secret[\w.\-]{0,20}[\"']?\s*(?:[:=]|=>|:=)?\s*[\"']?"
         r"(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
         hints=("aws", "amazon"),
         fold=True,
     ),
-    _rule("gcp_api_key", rf"AIza(?<![{_W}\-]AIza)[{_URLSAFE}]{{35}}(?![{_W}\-])", hints=("AIza",), gate=False),
-    _rule("gcp_oauth_secret", rf"GOCSPX-(?<![{_W}\-]GOCSPX-)[{_URLSAFE}]{{28}}(?![{_W}\-])", hints=("GOCSPX-",), gate=False),
-    _rule(
+    _Rule("gcp_api_key", rf"AIza(?<![{_W}\-]AIza)[{_URLSAFE}]{{35}}(?![{_W}\-])", hints=("AIza",), gate=False),
+    _Rule("gcp_oauth_secret", rf"GOCSPX-(?<![{_W}\-]GOCSPX-)[{_URLSAFE}]{{28}}(?![{_W}\-])", hints=("GOCSPX-",), gate=False),
+    _Rule(
         "azure_storage_key",
         rf"accountkey=(?P<s>[{_B64}]{{20,}}={{0,2}})",
         hints=("accountkey=",),
         fold=True,
     ),
-    _rule(
+    _Rule(
         "azure_shared_access_key",
         rf"sharedaccesskey=(?P<s>[{_B64}]{{20,}}={{0,2}})",
         hints=("sharedaccesskey=",),
         fold=True,
     ),
-    _rule("azure_sas_token", r"sig=(?<=[?&;]sig=)(?P<s>[A-Za-z0-9%+/=]{20,})", hints=("sig=",), fold=True),
-    _rule(
+    _Rule("azure_sas_token", r"sig=(?<=[?&;]sig=)(?P<s>[A-Za-z0-9%+/=]{20,})", hints=("sig=",), fold=True),
+    _Rule(
         "azure_storage_key",
         rf"==(?<![{_B64}][{_B64}]{{86}}==)(?<=(?<!sha512-)(?<!sha384-)(?<!base64,)[{_B64}]{{86}}==)(?![{_B64}=])",
         _random_body,
         hints=("==",), gate=False,
         span_back=86,
     ),
-    _rule(
+    _Rule(
         "azure_client_secret",
         r"Q~(?<=(?<![\w~.\-])[A-Za-z0-9_~.\-]{3}[0-9]Q~)[A-Za-z0-9_~.\-]{31,34}(?![\w~.\-])",
         hints=("Q~",), gate=False,
         span_back=4,
     ),
-    _rule(
+    _Rule(
         "github_token",
         rf"gh[pousr]_(?<![{_W}]....)[A-Za-z0-9]{{36,251}}(?![{_W}])",
         hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), gate=False,
     ),
-    _rule("github_token", rf"github_pat_(?<![{_W}]github_pat_)[{_W}]{{40,251}}(?![{_W}])", hints=("github_pat_",), gate=False),
-    _rule(
+    _Rule("github_token", rf"github_pat_(?<![{_W}]github_pat_)[{_W}]{{40,251}}(?![{_W}])", hints=("github_pat_",), gate=False),
+    _Rule(
         "gitlab_token",
         rf"gl(?<![{_W}\-]gl)(?:pat|dt|rt|ptt|soat|cbt|oas|imt|ffct|ft|agent)-[{_URLSAFE}.]{{20,}}",
         hints=tuple(f"gl{p}-" for p in ("pat", "dt", "rt", "ptt", "soat", "cbt", "oas", "imt", "ffct", "ft", "agent")),
         gate=False,
     ),
-    _rule(
+    _Rule(
         "slack_webhook",
         r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+\-]{20,}",
         hints=("hooks.slack.com",), gate=False,
     ),
-    _rule(
+    _Rule(
         "slack_token",
         r"(?:xox[abposre]-[A-Za-z0-9\-]{15,}|xapp-[0-9]-[A-Za-z0-9\-]{20,})",
         hints=(*(f"xox{c}-" for c in "abposre"), "xapp-"), gate=False,
     ),
-    _rule(
+    _Rule(
         "stripe_key",
         rf"[sr]k_(?:live|test)_(?<![{_W}]...(?:live|test)_)[A-Za-z0-9]{{16,}}(?![{_W}])",
         hints=("k_live_", "k_test_"),
     ),
-    _rule("stripe_key", rf"whsec_(?<![{_W}]whsec_)[A-Za-z0-9]{{24,}}(?![{_W}])", hints=("whsec_",), gate=False),
-    _rule("anthropic_key", rf"sk-ant-(?<![{_W}\-]sk-ant-)[{_URLSAFE}]{{32,}}", hints=("sk-ant-",), gate=False),
-    _rule(
+    _Rule("stripe_key", rf"whsec_(?<![{_W}]whsec_)[A-Za-z0-9]{{24,}}(?![{_W}])", hints=("whsec_",), gate=False),
+    _Rule("anthropic_key", rf"sk-ant-(?<![{_W}\-]sk-ant-)[{_URLSAFE}]{{32,}}", hints=("sk-ant-",), gate=False),
+    _Rule(
         "openai_key",
         rf"sk-(?<![{_W}\-]sk-)[A-Za-z0-9]{{20}}T3BlbkFJ[A-Za-z0-9]{{20}}(?![{_W}\-])",
         hints=("sk-",), gate=False,
     ),
-    _rule(
+    _Rule(
         "openai_key",
         rf"sk-(?<![{_W}\-]sk-)(?:proj-|svcacct-|admin-|None-)?(?P<s>[{_URLSAFE}]{{20,}})",
         _random_body,
         hints=("sk-",), gate=False,
     ),
-    _rule("npm_token", rf"npm_(?<![{_W}]npm_)[A-Za-z0-9]{{36}}(?![{_W}])", hints=("npm_",), gate=False),
-    _rule("pypi_token", rf"pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}", hints=("pypi-AgEI",), gate=False),
-    _rule("huggingface_token", rf"hf_(?<![{_W}]hf_)[A-Za-z]{{34}}(?![{_W}])", hints=("hf_",), gate=False),
-    _rule(
+    _Rule("npm_token", rf"npm_(?<![{_W}]npm_)[A-Za-z0-9]{{36}}(?![{_W}])", hints=("npm_",), gate=False),
+    _Rule("pypi_token", rf"pypi-AgEIcHlwaS5vcmc[{_URLSAFE}]{{50,}}", hints=("pypi-AgEI",), gate=False),
+    _Rule("huggingface_token", rf"hf_(?<![{_W}]hf_)[A-Za-z]{{34}}(?![{_W}])", hints=("hf_",), gate=False),
+    _Rule(
         "sendgrid_key",
         rf"SG\.(?<![{_W}.]SG\.)[{_URLSAFE}]{{22}}\.[{_URLSAFE}]{{43}}(?![{_W}])",
         hints=("SG.",), gate=False,
     ),
-    _rule(
+    _Rule(
         "jwt",
         rf"eyJ(?<![{_W}\-]eyJ)[{_URLSAFE}]{{10,}}\.eyJ[{_URLSAFE}]{{10,}}\.[{_URLSAFE}]{{10,}}",
         hints=("eyJ",), gate=False,
     ),
-    _rule(
+    _Rule(
         "url_password",
         r"://(?<=[A-Za-z0-9]://)[^\s:/?#@\"'<>]{1,256}:(?P<s>[^\s/?#@\"'<>]{1,256})@",
         _url_password,
         hints=("://",), gate=False,
     ),
-    _rule(
+    _Rule(
         "basic_auth",
         r"-u[ \t]+(?<![\w-]-u[ \t])[^\s:'\"]+:(?P<s>[^\s'\"]{4,})",
         _not_placeholder,
         hints=("-u ",),
     ),
-    _rule("mailgun_key", rf"key-(?<![{_W}\-]key-)[0-9a-f]{{32}}(?![{_W}])", hints=("key-",)),
-    _rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shpat_", "shpca_", "shppa_", "shpss_")),
-    _rule(
+    _Rule("mailgun_key", rf"key-(?<![{_W}\-]key-)[0-9a-f]{{32}}(?![{_W}])", hints=("key-",)),
+    _Rule("shopify_token", rf"shp(?:at|ca|pa|ss)_(?<![{_W}]shp.._)[0-9a-fA-F]{{32}}(?![{_W}])", hints=("shpat_", "shpca_", "shppa_", "shpss_")),
+    _Rule(
         "basic_auth",
         r"basic\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])",
         _basic_credentials,
         hints=("basic",),
         fold=True,
     ),
-    _rule(
+    _Rule(
         "bearer_token",
         r"bearer\s+(?P<s>[A-Za-z0-9._~+/\-]{16,}=*)",
         _not_placeholder,
         hints=("bearer",),
         fold=True,
     ),
-    _rule(
+    _Rule(
         "assigned_secret",
         r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|key(?:[_.\-]?id)?|token|credentials?)"
         r"[\"'`]?(?:\s*(?:=>|:=|[:=])\s*|[ \t]+(?:(?:is|was)[ \t]+)?)[\"'`]?(?P<s>[^\s\"'`,;]{8,200})",
@@ -802,8 +786,6 @@ def starts_at(text: AnyStr, first: AnyStr, starts: tuple[AnyStr, ...]) -> bool:
     return at != -1 and any(h in text for h in starts)
 
 
-
-
 # Bounds on the joined scan, so that a hostile text of many prefixes cannot make it quadratic:
 # the runs looked at, the scans of joined pieces, and the length of one run.
 _SPLIT_RUNS_MAX = 32
@@ -826,9 +808,7 @@ def _split_findings(text: str, found: list[Finding], allow: frozenset[str]) -> l
     finding that starts in the first piece and goes past it is kept, mapped
     back onto the original text (whitespace included).
     """
-    spans = _Spans()
-    for f in found:
-        spans.add(f)
+    spans = _Spans(found)
     scans = 0
     for n, run in enumerate(_SPLIT.finditer(text)):
         if n >= _SPLIT_RUNS_MAX or scans >= _SPLIT_SCANS_MAX:
@@ -898,9 +878,7 @@ def _normalised_findings(text: str, found: list[Finding], allow: frozenset[str])
     """Add what the rules find in the normalised text, mapped back onto the original."""
     if len(text) <= _PIECE_CHARS:
         return _normalised_piece(text, found, allow)
-    spans = _Spans()
-    for f in found:
-        spans.add(f)
+    spans = _Spans(found)
     at = 0
     while True:
         piece = text[at : at + _PIECE_CHARS]
@@ -931,9 +909,7 @@ def _normalised_piece(text: str, found: list[Finding], allow: frozenset[str]) ->
                 out.append(n)
                 origin.append(i)
     mapped = "".join(out)
-    spans = _Spans()
-    for f in found:
-        spans.add(f)
+    spans = _Spans(found)
     extra = find_secrets(mapped, allow) if mapped != norm else in_norm
     if extra:
         pairs = [(origin[f.start], origin[f.end - 1] + 1, f.kind) for f in extra]
@@ -1164,9 +1140,11 @@ class _Spans:
     costs n log n, not n squared.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, findings: Iterable[Finding] = ()) -> None:
         self.starts: list[int] = []
         self.findings: list[Finding] = []
+        for f in findings:
+            self.add(f)
 
     def overlaps(self, start: int, end: int) -> bool:
         i = bisect.bisect_right(self.starts, start)
@@ -1188,15 +1166,8 @@ def find_secrets(text: str, allow: frozenset[str] = frozenset(), depth: int = 0)
     scanned as it is, then for disguises: a provider's key split by
     whitespace (`_split_findings`) and, for a text that is not ASCII, the text
     with format characters removed and compatibility forms folded
-    (`normalise`). Spans are always the original text's.
-
-    Known limits, stated rather than hidden: a random token shorter than
-    ``GENERIC_CHARS_MIN`` is found only in a secret-looking context; hex-only
-    strings (digests, SHAs, ids) are never taken as secrets by shape alone; a
-    random token inside a URL path is taken for an id, not a secret (webhook URLs
-    excepted); a password made of words, assigned in code rather than in an env
-    file or a JSON field, reads as a variable name; and long base64 runs
-    (``GENERIC_CHARS_MAX`` and over, or wrapped lines of it) are taken for data.
+    (`normalise`). Spans are always the original text's. What is not taken
+    for a secret, and the known limits: docs/secrets.md.
     """
     if len(text) < 8 or text in allow:
         return []

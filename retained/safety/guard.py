@@ -58,7 +58,6 @@ def _ending_at(sep: str, ends: tuple[str, ...]) -> re.Pattern[bytes]:
 
 _SPLIT_UNDERSCORE = _ending_at("_", SPLIT_ENDS["_"])  # tested on the record's JSON as it is
 _SPLIT_DASH = _ending_at("-", SPLIT_ENDS["-"])
-_SPLIT_A = tuple(SPLIT_HINTS)  # each starts with "A"
 # untouched spells these out (a loop costs more than the tests): keep them in step.
 if COLON_HINTS != ("://", "-u ", "key", "basic") or EQUALS_HINTS != ("key", "sig=", "basic") or any(
     not h.startswith("A") for h in SPLIT_HINTS
@@ -198,10 +197,6 @@ def _url_hints(tails: bytes) -> bool:
     return False
 
 
-def _orjson_dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
-
-
 # -- the guard ---------------------------------------------------------------
 
 
@@ -279,7 +274,7 @@ class Guard:
             fields = {k: v for k, v in fields.items() if k not in _UNSCANNED}
             encoded = None
         try:
-            data = encoded if encoded is not None else _orjson_dumps(fields)
+            data = encoded if encoded is not None else orjson.dumps(fields)
         except TypeError:  # a non-string key, a bad string: apply() or validation names it
             return False
         # The byte tests first, most telling first: a record that needs the
@@ -328,7 +323,7 @@ class Guard:
                 return False  # "api_key=", "sig=", "Basic ...=": an assignment that may hold a secret
             # A provider's prefix: its key may be split by whitespace (credentials._SPLIT_STARTS).
             if (
-                ("A" in text and starts_at(text, "A", _SPLIT_A))
+                ("A" in text and starts_at(text, "A", SPLIT_HINTS))
                 or ("_" in text and _SPLIT_UNDERSCORE.search(data) is not None)
                 or ("-" in text and _SPLIT_DASH.search(data) is not None)
             ):

@@ -1,12 +1,7 @@
-"""Erasure across machines: a redaction published replaces the segment that held the erased record, and mirrors follow (docs/sync.md).
+"""Erasure across machines: a redaction published replaces the segment that held the erased record, and mirrors follow.
 
-Publishing a ``redaction`` record replaces the remote segment that holds its
-target, by compare-and-swap on its ETag, with the same bytes but that line in
-its redacted form (same key, seq range and hashes). A pull accepts a changed
-segment only when it differs from what it verified by lines that became
-redacted and the store's log holds a redaction record for each; the mirror's
-log is then rewritten the same way and its index scrubbed. Anything else is a
-``segment_rewritten`` finding, and the mirror keeps what it verified.
+What a publish replaces and what a pull accepts: docs/sync.md, Privacy; any
+other change is a ``segment_rewritten`` finding.
 """
 
 from __future__ import annotations

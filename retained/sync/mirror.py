@@ -1,14 +1,8 @@
-"""Pull: other stores' new segments come down into mirrors beside this store, verified before they are used (docs/sync.md).
+"""Pull: other stores' new segments come down into mirrors beside this store, verified before they are used.
 
-A mirror (``mirrors/<store id>/``) holds another store's published log byte
-for byte, the index derived from it, and ``mirror.json`` (the head, the
-machine, each segment's ETag); nothing in it is ever written into this
-store's log. New segments, followed from the mirror's last seq to the
-published head, are appended to a copy of the mirror's log, which must pass
-``chain.verify_file`` and end at the head before it replaces the log; a pull
-that does not is reported and left out whole. Findings, never overwritten:
-``head_moved_back``, ``fork``, ``segment_rewritten``, ``segment_missing``,
-``segment_unverified``.
+What a mirror holds, how a pull is verified (``check_copy`` for a whole
+copy, ``extend`` for new segments after a verified mirror) and its findings:
+docs/sync.md, the union and Findings.
 """
 
 from __future__ import annotations
@@ -72,11 +66,6 @@ def fetch(remote: Remote, items: list[tuple[str, str, int]], progress: Progress 
             if progress is not None:
                 progress(done, total)
             yield key, got[0], got[1]
-
-
-def download(remote: Remote, items: list[tuple[str, str, int]], progress: Progress | None) -> list[tuple[str, bytes, str]]:
-    """``(key, bytes, etag)`` of each segment, in order."""
-    return list(fetch(remote, items, progress))
 
 
 def check_copy(directory: Path, base: Path | bytes | None, parts: Iterable[tuple[str, bytes, str]], head: dict[str, Any],
@@ -188,7 +177,7 @@ def pull_store(directory: Path, remote: Remote, sid: str, progress: Progress | N
     if not erased and have_seq and mlog.exists() and type(recorded_bytes) is int and recorded_bytes <= mlog.stat().st_size:
         # The common case: a few new segments after a mirror already verified. Only they are walked, linked to the
         # mirror's last record, and appended: a pull costs what it brings, not the mirror's size.
-        parts = download(remote, chosen, progress)
+        parts = list(fetch(remote, chosen, progress))
         problems = extend(mlog, recorded_bytes, parts, head, sid, (have_seq, str(have_hash)))
         if problems is not None:
             if problems:

@@ -1,11 +1,8 @@
 """The object store: the few S3 calls sync makes, with the two conditions that make a publish race-free.
 
-A client of boto3 (the ``sync`` extra): AWS's own SDK, released weekly,
-the one client every S3-compatible service documents (R2, MinIO, Ceph,
-SeaweedFS), and it reads endpoint, region and credentials from the usual
-places (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws/config``...).
-Conditional writes need botocore 1.35.9 or later (``IfNoneMatch`` on
-PutObject; ``IfMatch`` from 1.35.99). Imported only when sync runs.
+A client of boto3 (the ``sync`` extra; why boto3: docs/sync.md, Set-up),
+imported only when sync runs. Conditional writes need botocore 1.35.9 or
+later (``IfNoneMatch`` on PutObject; ``IfMatch`` from 1.35.99).
 
 ``create`` is create-only (``If-None-Match: *``): a key that exists is never
 overwritten, the call raises `Exists`. ``swap`` replaces a key only while it
@@ -74,8 +71,7 @@ class Remote:
         self._client_error = ClientError
 
     def _fail(self, what: str, key: str, exc: BaseException) -> SyncError:
-        detail = str(exc)
-        return SyncError(f"{what} s3://{self.bucket}/{key} failed: {detail}; check the endpoint, the bucket and the "
+        return SyncError(f"{what} s3://{self.bucket}/{key} failed: {exc}; check the endpoint, the bucket and the "
                          "credentials (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_PROFILE); nothing was changed locally",
                          path=key)
 
@@ -118,10 +114,8 @@ class Remote:
             Moved: the object changed since it was read (another writer), or appeared.
         """
         try:
-            if etag is None:
-                reply = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
-            else:
-                reply = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfMatch=etag)
+            condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+            reply = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **condition)
             return str(reply["ETag"])
         except self._errors as exc:
             status, code = self._status(exc)
@@ -155,4 +149,3 @@ class Remote:
         except self._errors as exc:
             raise self._fail("listing", prefix, exc) from exc
         return names
-

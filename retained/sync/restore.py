@@ -1,11 +1,8 @@
-"""Restore: a lost store's log rebuilt from the bucket, byte for byte as it was published.
+"""Restore: a lost store's log rebuilt from the bucket, byte for byte as it was published (docs/sync.md, Restore).
 
-Into a directory with no log only (nothing is ever overwritten): the
-segments from seq 1 to the published head are downloaded, joined and
-verified as a pull is (the same chain walk, ending at the head's seq and
-hash); then the copy becomes ``log.jsonl``, ``store.id`` names the store,
-and ``sync/state.json`` records the head, so the next ``retained sync``
-publishes only what is written after it. The runner rebuilds the index.
+The segments are verified as a pull's are; ``sync/state.json`` then records
+the head, so the next ``retained sync`` publishes only what is written after
+it. The runner rebuilds the index.
 """
 
 from __future__ import annotations
@@ -56,12 +53,8 @@ def restore(directory: Path, log: Log, remote: Remote, sid: str, progress: mirro
     if copy is None:
         raise state.SyncError(problems[0]["message"], path="restore")
     if existing is None:
-        fd = files.open_fd(directory / anchors.ID_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            files.write_all(fd, (sid + "\n").encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        files.write_synced(files.open_fd(directory / anchors.ID_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL),
+                           (sid + "\n").encode("ascii"))
     size = os.path.getsize(copy)
     # The log appears last: until then the directory has no store in it.
     os.replace(copy, log.path)

@@ -83,11 +83,10 @@ def run(store: Any, url: str, *, machine: str | None = None, endpoint_url: str |
                     raise
                 done = {"records": 0, "segments": [], "adopted": [], "replaced": [], "bytes": 0, "head": None,
                         "state": remotes.get(url), "findings": [_unreadable(own, exc)]}
-            if done["state"] != remotes.get(url):
-                remotes[url] = done.pop("state")
+            published = done.pop("state")
+            if published != remotes.get(url):
+                remotes[url] = published
                 state.write(state_path, {"remotes": remotes})
-            else:
-                done.pop("state")
             report["findings"].extend(done.pop("findings"))
             report["published"] = done
         else:

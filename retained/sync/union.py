@@ -2,12 +2,10 @@
 
 Each mirror has its own derived index (in ``mirrors/<store id>/``, built
 from its verified log and caught up like the store's), searched with
-the same query and options. Results from the mirrors carry ``origin``
-(``store_id``, ``machine``, ``local``: false) and ``id`` (``STORE_ID:SEQ``;
-``retained get SEQ --from STORE_ID`` and ``memory_get`` with ``store_id``
-read one, or a timeline around it); local results carry ``origin`` with
-``local``: true. The I2 accounting holds over the union: what every part
-matched, and what the merge left beyond ``k`` or over ``max_tokens``.
+the same query and options; local results carry ``origin`` with ``local``:
+true. ``origin``, ``id`` and reading a pulled record: docs/sync.md, Search,
+get. The I2 accounting holds over the union: what every part matched, and
+what the merge left beyond ``k`` or over ``max_tokens``.
 """
 
 from __future__ import annotations

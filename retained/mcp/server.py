@@ -239,11 +239,5 @@ def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_h
 
 def serve(args: Any) -> int:
     """Entry from ``retained serve`` (and bare ``retained``): options from the CLI's parser."""
-    return main(
-        directory=getattr(args, "dir", None),
-        http=bool(getattr(args, "http", False)),
-        host=getattr(args, "host", None) or "127.0.0.1",
-        port=HTTP_PORT_DEFAULT if getattr(args, "port", None) is None else args.port,
-        allow_hosts=getattr(args, "allow_host", None) or (),
-        allow_origins=getattr(args, "allow_origin", None) or (),
-    )
+    return main(directory=args.dir, http=args.http, host=args.host or "127.0.0.1", port=args.port,
+                allow_hosts=args.allow_host or (), allow_origins=args.allow_origin or ())

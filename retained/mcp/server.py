@@ -55,7 +55,7 @@ def _server_class() -> Any:
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import ValidationError
 
-    from retained.mcp.tools import describe_validation
+    from retained.mcp.tools import describe_validation, invalid_params
 
     class RetainedServer(MCPServer):
         """Registers its tools on the first tools/list or tools/call.
@@ -93,14 +93,7 @@ def _server_class() -> Any:
         async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
             known = sorted(p.name for p in await self.list_prompts())
             if name not in known:
-                from mcp.shared.exceptions import MCPError
-                from mcp_types import INVALID_PARAMS
-
-                raise MCPError(
-                    INVALID_PARAMS,
-                    f"invalid_argument: no prompt named {str(name)[:40]!r}; the prompts are: {', '.join(known)}",
-                    {"code": "invalid_argument", "argument": "name"},
-                )
+                raise invalid_params("name", f"no prompt named {str(name)[:40]!r}; the prompts are: {', '.join(known)}")
             return await super().get_prompt(name, arguments, context)
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:

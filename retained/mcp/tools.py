@@ -145,6 +145,14 @@ def _invalid(message: str) -> Exception:
     return ToolError(f"invalid_argument: {message}")
 
 
+def invalid_params(argument: str, message: str) -> Exception:
+    """The JSON-RPC invalid-params error for a bad ``argument`` of a request other than a tool call."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+
+    return MCPError(INVALID_PARAMS, f"invalid_argument: {message}", {"code": "invalid_argument", "argument": argument})
+
+
 def describe_validation(exc: Any) -> str:
     """A sentence naming each bad argument and what was expected, never its value."""
     parts = []
@@ -508,14 +516,7 @@ def add_brief(server: Any, memory: Memory) -> None:
     ) -> str:
         value = budget.strip()
         if value and (not value.isdigit() or int(value) > BRIEF_BUDGET_MAX):
-            from mcp.shared.exceptions import MCPError
-            from mcp_types import INVALID_PARAMS
-
-            raise MCPError(
-                INVALID_PARAMS,
-                f"invalid_argument: budget must be a whole number of tokens from 0 to {BRIEF_BUDGET_MAX}",
-                {"code": "invalid_argument", "argument": "budget"},
-            )
+            raise invalid_params("budget", f"budget must be a whole number of tokens from 0 to {BRIEF_BUDGET_MAX}")
         return brief_text_of(int(value) if value else None, scope.strip() or None)
 
     @server.resource(BRIEF_URI, name="brief", title="Session brief", mime_type="text/plain")

@@ -32,19 +32,13 @@ class RetainedError(Exception):
 
 
 class InvalidRecord(RetainedError):
-    """Raised before anything is written: a field's value cannot be stored byte-exact.
-
-    The log is untouched.
-    """
+    """Raised before anything is written (the log is untouched): a field's value cannot be stored byte-exact."""
 
     code = "invalid_argument"
 
 
 class ReservedField(InvalidRecord):
-    """A caller tried to set a field the store owns (seq, hash, ts, client, ...).
-
-    The log is untouched.
-    """
+    """A caller tried to set a field the store owns (seq, hash, ts, client, ...). The log is untouched."""
 
     code = "reserved_field"
 

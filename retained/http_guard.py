@@ -38,14 +38,7 @@ TOKEN_FAILURE_CLIENTS_MAX = 10_000  # addresses remembered for that count (oldes
 
 
 class Bounds:
-    """The limits ``serve`` holds a server to before a request reaches the guard.
-
-    A request's headers must arrive within a timeout, one client (address) may
-    hold only so many connections and the server only so many in all, and a
-    client that sent too many wrong tokens is refused (429) for a while, so
-    half-sent requests or a token guessed at cannot starve a client that
-    authenticates.
-    """
+    """The limits ``serve`` holds a server to before a request reaches the guard, and why: docs/mcp.md (HTTP)."""
 
     def __init__(self, *, header_read_s: float = HEADER_READ_S, connections_max: int = CONNECTIONS_MAX,
                  client_connections_max: int = CLIENT_CONNECTIONS_MAX, token_failures_max: int = TOKEN_FAILURES_MAX,

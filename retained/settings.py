@@ -28,6 +28,12 @@ def _positive(environ: Mapping[str, str], name: str, kind: type) -> Any:
     return value
 
 
+def _positives(environ: Mapping[str, str], table: tuple[tuple[str, str, type], ...]) -> dict[str, Any]:
+    """``{key: value}`` for each ``(variable, key, kind)`` of ``table`` that is set (``_positive``)."""
+    found = {key: _positive(environ, name, kind) for name, key, kind in table}
+    return {key: value for key, value in found.items() if value is not None}
+
+
 def guard_from(environ: Mapping[str, str]) -> Any:
     policy = environ.get("RETAINED_SECRETS", "").strip().lower() or "refuse"
     allow: list[str] = []
@@ -85,14 +91,8 @@ def store_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         options["anchor_every"] = (every or anchors.EVERY_RECORDS, every_s or anchors.EVERY_S)
     if environ.get("RETAINED_GROUP_COMMIT", "").strip():
         options["group_commit"] = _switch(environ, "RETAINED_GROUP_COMMIT", True)
-    for name, key, kind in (
-        ("RETAINED_RECORD_BYTES_MAX", "record_bytes_max", int),
-        ("RETAINED_LOCK_WAIT_S", "lock_wait_s", float),
-    ):
-        value = _positive(environ, name, kind)
-        if value is not None:
-            options[key] = value
-    return options
+    return options | _positives(environ, (("RETAINED_RECORD_BYTES_MAX", "record_bytes_max", int),
+                                          ("RETAINED_LOCK_WAIT_S", "lock_wait_s", float)))
 
 
 HTTP_SESSION_IDLE_S = 600.0  # an MCP session with no request for this long is closed (its memory freed)
@@ -106,14 +106,8 @@ def http_settings(environ: Mapping[str, str] = os.environ) -> tuple[Any, float]:
     """
     from retained.http_guard import Bounds
 
-    kwargs: dict[str, Any] = {}
-    for name, key, kind in (
-        ("RETAINED_HTTP_HEADER_TIMEOUT_S", "header_read_s", float),
-        ("RETAINED_HTTP_CONNECTIONS_MAX", "connections_max", int),
-        ("RETAINED_HTTP_CLIENT_CONNECTIONS_MAX", "client_connections_max", int),
-    ):
-        value = _positive(environ, name, kind)
-        if value is not None:
-            kwargs[key] = value
+    kwargs = _positives(environ, (("RETAINED_HTTP_HEADER_TIMEOUT_S", "header_read_s", float),
+                                  ("RETAINED_HTTP_CONNECTIONS_MAX", "connections_max", int),
+                                  ("RETAINED_HTTP_CLIENT_CONNECTIONS_MAX", "client_connections_max", int)))
     idle = _positive(environ, "RETAINED_HTTP_SESSION_IDLE_S", float)
     return Bounds(**kwargs), HTTP_SESSION_IDLE_S if idle is None else idle

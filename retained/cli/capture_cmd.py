@@ -160,11 +160,8 @@ def _hook(args: Any) -> int:
                           cwd=os.getcwd(), disabled="RETAINED_CAPTURE=" + off if off in OFF_WORDS else None,
                           host_version=_claude_version(os.environ.get("AI_AGENT", "")))
     if args.retry:
-        store = _open(directory, _lock_wait(args.lock_wait_s))
-        try:
+        with _open(directory, _lock_wait(args.lock_wait_s)) as store:
             done = run.retry(store)
-        finally:
-            store.close()
         if args.json:
             _print_json({"retried": done})
         else:
@@ -216,16 +213,21 @@ def main(argv: list[str]) -> int:
     return hook(argv)
 
 
-def _status(argv: list[str]) -> int:
+def _parser(prog: str, description: str, example: str) -> argparse.ArgumentParser:
+    """The parser of ``capture status`` or ``capture import``, with their ``--dir`` and ``--json``."""
     import argparse
 
-    from retained.capture import ledger, spool
-
-    p = argparse.ArgumentParser(prog="retained capture status",
-                                description="what capture did with every event: counts per day and per session",
-                                epilog="example: retained capture status --json")
+    p = argparse.ArgumentParser(prog=prog, description=description, epilog=f"example: {example}")
     p.add_argument("--dir", help="the store directory (default: $RETAINED_DIR, else ~/.retained)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    return p
+
+
+def _status(argv: list[str]) -> int:
+    from retained.capture import ledger, spool
+
+    p = _parser("retained capture status", "what capture did with every event: counts per day and per session",
+                "retained capture status --json")
     args = p.parse_args(argv)
     directory = _store_dir(args.dir)
     result = ledger.status(directory, spooled_now=spool.count(directory))
@@ -237,17 +239,12 @@ def _status(argv: list[str]) -> int:
 
 
 def _import(argv: list[str]) -> int:
-    import argparse
-
     from retained.capture import transcript
 
-    p = argparse.ArgumentParser(prog="retained capture import",
-                                description="record the user and assistant turns of Claude Code transcripts "
-                                "(~/.claude/projects/**/*.jsonl) with the ids live capture gives them",
-                                epilog="example: retained capture import ~/.claude/projects --dry-run")
+    p = _parser("retained capture import", "record the user and assistant turns of Claude Code transcripts "
+                "(~/.claude/projects/**/*.jsonl) with the ids live capture gives them",
+                "retained capture import ~/.claude/projects --dry-run")
     p.add_argument("path", help="a transcript (.jsonl) or a directory searched for them")
-    p.add_argument("--dir", help="the store directory (default: $RETAINED_DIR, else ~/.retained)")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument("--scope", help="file every turn under this scope instead of each session's project")
     p.add_argument("--dry-run", action="store_true", help="count what would be recorded; write nothing")
     args = p.parse_args(argv)
@@ -259,12 +256,9 @@ def _import(argv: list[str]) -> int:
             sys.stderr.write(f"\rcapture import: {done}/{total} transcripts")
             sys.stderr.flush()
 
-    store = _open(directory, 10.0)
-    try:
+    with _open(directory, 10.0) as store:
         result = transcript.import_path(store, Path(args.path).expanduser(), scope=args.scope or os.environ.get("RETAINED_SCOPE"),
                                         dry_run=args.dry_run, progress=progress)
-    finally:
-        store.close()
     if show:
         sys.stderr.write("\n")
     if args.json:

@@ -22,10 +22,7 @@ GENERATOR = "python -m retained.cli.doc"
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return None
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
 
 
 def commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str, argparse.ArgumentParser]]:
@@ -56,13 +53,7 @@ def _spelling(action: argparse.Action) -> str:
     """How the argument is written: ``--kind KIND``, ``-o, --output FILE``, ``SEQ [SEQ ...]``."""
     if not action.option_strings:
         meta = _metavar(action)
-        if action.nargs == "+":
-            return f"{meta} [{meta} ...]"
-        if action.nargs == "*":
-            return f"[{meta} ...]"
-        if action.nargs == "?":
-            return f"[{meta}]"
-        return meta
+        return {"+": f"{meta} [{meta} ...]", "*": f"[{meta} ...]", "?": f"[{meta}]"}.get(str(action.nargs), meta)
     names = ", ".join(action.option_strings)
     return f"{names} {_metavar(action)}" if _takes_value(action) else names
 

@@ -56,20 +56,17 @@ def hook_command(hook: Path, retained_bin: Path, store_dir: Path | None = None) 
     for a store chosen explicitly (otherwise the hook reads the default, as
     the MCP server does).
     """
-    words = []
-    if store_dir is not None:
-        words.append("RETAINED_DIR=" + shlex.quote(str(store_dir)))
-    words += ["RETAINED_BIN=" + shlex.quote(str(retained_bin)), "sh", shlex.quote(str(hook)), "claude"]
-    return " ".join(words)
+    return _in_store(store_dir, "RETAINED_BIN=" + shlex.quote(str(retained_bin)), "sh", shlex.quote(str(hook)), "claude")
 
 
 def capture_command(retained_bin: Path, store_dir: Path | None = None) -> str:
     """The shell command a capture hook runs: this install's ``retained capture`` (the event arrives on stdin)."""
-    words = []
-    if store_dir is not None:
-        words.append("RETAINED_DIR=" + shlex.quote(str(store_dir)))
-    words += [shlex.quote(str(retained_bin)), "capture"]
-    return " ".join(words)
+    return _in_store(store_dir, shlex.quote(str(retained_bin)), "capture")
+
+
+def _in_store(store_dir: Path | None, *words: str) -> str:
+    """``words`` as a shell command, told the store with ``RETAINED_DIR=`` when one was chosen."""
+    return " ".join(words if store_dir is None else ("RETAINED_DIR=" + shlex.quote(str(store_dir)), *words))
 
 
 def is_retained_capture(command: Any) -> bool:
@@ -184,14 +181,9 @@ def install_claude(settings_path: Path, command: str, *, capture: dict[str, str 
 
     ``capture`` maps capture events (``CAPTURE_EVENTS``) to the command each
     runs, or to None to leave the event out (removing an earlier install's entry).
-
-    - every other key and every other hook in the file is kept as it was;
-    - an entry that already runs retained's hook is updated in place (and any
-      second one dropped), so running it again changes nothing;
-    - before the file is changed its old bytes are copied to a backup beside it
-      (``settings.json.bak-<UTC time>``, created exclusively, never overwritten);
-    - the new file is written to a temporary file beside it, fsynced and renamed
-      over it, so a crash leaves the old file or the new one.
+    Every other key and hook in the file is kept, a second run changes
+    nothing, the backup is created exclusively (never overwritten), and a
+    crash leaves the old file or the new one: docs/brief.md says how.
 
     With ``write=False`` nothing is touched and the result says what would be
     written. Returns ``{"path", "action", "written", "backup", "command",

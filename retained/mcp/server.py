@@ -55,7 +55,7 @@ def _server_class() -> Any:
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import ValidationError
 
-    from retained.mcp.tools import describe_validation
+    from retained.mcp.tools import describe_validation, invalid_params
 
     class RetainedServer(MCPServer):
         """Registers its tools on the first tools/list or tools/call.
@@ -93,14 +93,7 @@ def _server_class() -> Any:
         async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
             known = sorted(p.name for p in await self.list_prompts())
             if name not in known:
-                from mcp.shared.exceptions import MCPError
-                from mcp_types import INVALID_PARAMS
-
-                raise MCPError(
-                    INVALID_PARAMS,
-                    f"invalid_argument: no prompt named {str(name)[:40]!r}; the prompts are: {', '.join(known)}",
-                    {"code": "invalid_argument", "argument": "name"},
-                )
+                raise invalid_params("name", f"no prompt named {str(name)[:40]!r}; the prompts are: {', '.join(known)}")
             return await super().get_prompt(name, arguments, context)
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
@@ -239,11 +232,5 @@ def _serve_http(server: Any, *, host: str, port: int, token: str | None, allow_h
 
 def serve(args: Any) -> int:
     """Entry from ``retained serve`` (and bare ``retained``): options from the CLI's parser."""
-    return main(
-        directory=getattr(args, "dir", None),
-        http=bool(getattr(args, "http", False)),
-        host=getattr(args, "host", None) or "127.0.0.1",
-        port=HTTP_PORT_DEFAULT if getattr(args, "port", None) is None else args.port,
-        allow_hosts=getattr(args, "allow_host", None) or (),
-        allow_origins=getattr(args, "allow_origin", None) or (),
-    )
+    return main(directory=args.dir, http=args.http, host=args.host or "127.0.0.1", port=args.port,
+                allow_hosts=args.allow_host or (), allow_origins=args.allow_origin or ())

@@ -119,19 +119,13 @@ def _id_in_prefix(prefix: bytes) -> Any:
                 key, end = decoder.raw_decode(text, i)
             except ValueError:
                 return None
-            if depth == 1 and key == "id":
-                j = end
-                while j < n and text[j] in " \t\r\n":
-                    j += 1
-                if j < n and text[j] == ":":
-                    j += 1
-                    while j < n and text[j] in " \t\r\n":
-                        j += 1
-                    try:
-                        value, _ = decoder.raw_decode(text, j)
-                    except ValueError:
-                        return None
-                    return value if _id_ok(value) else None
+            after = text[end:].lstrip(" \t\r\n") if depth == 1 and key == "id" else ""
+            if after.startswith(":"):
+                try:
+                    value, _ = decoder.raw_decode(after[1:].lstrip(" \t\r\n"))
+                except ValueError:
+                    return None
+                return value if _id_ok(value) else None
             i = end
             continue
         if c in "{[":
@@ -253,18 +247,14 @@ class StdinFront:
     - stdin is read on a daemon thread, so SIGINT and SIGTERM stop the server
       at once (``serve``);
     - a line the SDK's reader accepts is passed on as is; any other line is
-      answered here (``answer``): -32700 for a line that is not JSON, -32600
-      for one that is not a request, and for a request whose content the
-      reader refuses a tool error (``tools/call``: the same
-      ``invalid_argument`` sentence the tools give) or -32602 naming the
+      answered here (``answer``), with the codes docs/mcp.md lists (a line not
+      JSON or not UTF-8, a bad id, a line over the size limit); a request
+      whose content the reader refuses gets a tool error (``tools/call``: the
+      same ``invalid_argument`` sentence the tools give) or -32602 naming the
       argument; a notification or a stray response gets no reply, as JSON-RPC
       says, and a line is logged on stderr;
-    - a request whose id is not a string or an integer (a float, a bool, null,
-      an array, an object) gets -32600 with a null id, as JSON-RPC asks, also
-      when the SDK's reader would take it for a notification and drop it;
-    - a line that is not valid UTF-8 is refused (-32700), as over HTTP, never
-      passed on with replacement characters; a line over the size limit is
-      answered with its own id when the id is among its first bytes;
+    - a request with a bad id is answered also when the SDK's reader would
+      take it for a notification and drop it;
     - at end of input, the requests already passed on are answered before the
       SDK sees the end (bounded by ``DRAIN_WAIT_S``).
     """

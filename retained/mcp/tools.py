@@ -28,16 +28,13 @@ T = TypeVar("T")
 log = logging.getLogger("retained.mcp.server")
 
 GET_LIMIT_DEFAULT = 20
-GET_LIMIT_MAX = limits.LIST_LIMIT_MAX
-WINDOW_DEFAULT = limits.TIMELINE_WINDOW_DEFAULT
-WINDOW_MAX = limits.TIMELINE_WINDOW_MAX
-SEARCH_K_MAX = limits.SEARCH_K_MAX
 IDS_MAX = 500
 CLIENT_FIELD_CHARS_MAX = 200  # a client name or version longer than this is cut
 
 # Kinds the store writes through its own tools; memory_write refuses them.
 OWN_KINDS = {"checkpoint": "memory_checkpoint", "retract": "memory_forget", "redaction": "retained redact (CLI)",
              "quarantine": "retained quarantine (CLI)"}
+
 
 def client_stamp(client_params: Any) -> dict[str, str]:
     """The `client` field for a record, from the client's initialize handshake.
@@ -89,7 +86,6 @@ class Memory:
             store.close()
 
 
-
 def _bounded(reply: Mapping[str, Any], bytes_max: int) -> dict[str, Any]:
     """``reply`` (a Records reply) cut to records of ``bytes_max`` stored bytes in all (at least one), saying what was cut.
 
@@ -121,7 +117,6 @@ def _bounded(reply: Mapping[str, Any], bytes_max: int) -> dict[str, Any]:
     return got
 
 
-
 def _as_tool_error(tool: str, exc: BaseException) -> Exception:
     """The ToolError for a failure, with the stable code first."""
     from mcp.server.mcpserver.exceptions import ToolError
@@ -148,6 +143,14 @@ def _invalid(message: str) -> Exception:
     from mcp.server.mcpserver.exceptions import ToolError
 
     return ToolError(f"invalid_argument: {message}")
+
+
+def invalid_params(argument: str, message: str) -> Exception:
+    """The JSON-RPC invalid-params error for a bad ``argument`` of a request other than a tool call."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+
+    return MCPError(INVALID_PARAMS, f"invalid_argument: {message}", {"code": "invalid_argument", "argument": argument})
 
 
 def describe_validation(exc: Any) -> str:
@@ -327,7 +330,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
             Field(min_length=1, max_length=IDS_MAX, description="exact seqs to read; not_found if one does not exist"),
         ] = None,
         limit: Annotated[
-            int, Field(ge=1, le=GET_LIMIT_MAX, description="how many records at most, newest first (without ids)")
+            int, Field(ge=1, le=limits.LIST_LIMIT_MAX, description="how many records at most, newest first (without ids)")
         ] = GET_LIMIT_DEFAULT,
         kind: Annotated[
             str | None, Field(min_length=1, description="only records of this kind, e.g. checkpoint")
@@ -339,8 +342,8 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
                   description="a seq: return the records just before and after it (a timeline)"),
         ] = None,
         window: Annotated[
-            int, Field(ge=0, le=WINDOW_MAX, description="with around: how many records on each side")
-        ] = WINDOW_DEFAULT,
+            int, Field(ge=0, le=limits.TIMELINE_WINDOW_MAX, description="with around: how many records on each side")
+        ] = limits.TIMELINE_WINDOW_DEFAULT,
         store_id: Annotated[
             str | None,
             Field(min_length=8, max_length=32, pattern="^[0-9a-f]+$",
@@ -382,7 +385,7 @@ def tool_specs(memory: Memory) -> list[tuple[Any, str, Any]]:
     def memory_search(
         ctx: Context,
         query: Annotated[str, Field(min_length=1, max_length=2000, description="words to look for, in plain language")],
-        k: Annotated[int, Field(ge=1, le=SEARCH_K_MAX, description="how many results at most")] = limits.SEARCH_K_DEFAULT,
+        k: Annotated[int, Field(ge=1, le=limits.SEARCH_K_MAX, description="how many results at most")] = limits.SEARCH_K_DEFAULT,
         scope: Scope = None,
         max_tokens: Annotated[
             int | None, Field(ge=1, description="a budget for the results' text, in estimated tokens")
@@ -503,8 +506,7 @@ def add_brief(server: Any, memory: Memory) -> None:
     brief_text = (
         "What this memory holds, for the start of a session: checkpoints first, then other records, "
         f"newest first, within a token budget (default {limits.BRIEF_BUDGET_DEFAULT}); it always says how many "
-        "records it left "
-        "out and why. Optional: budget (tokens), scope (one project or topic)."
+        "records it left out and why. Optional: budget (tokens), scope (one project or topic)."
     )
 
     @server.prompt(name="brief", title="Session brief", description=brief_text)
@@ -514,14 +516,7 @@ def add_brief(server: Any, memory: Memory) -> None:
     ) -> str:
         value = budget.strip()
         if value and (not value.isdigit() or int(value) > BRIEF_BUDGET_MAX):
-            from mcp.shared.exceptions import MCPError
-            from mcp_types import INVALID_PARAMS
-
-            raise MCPError(
-                INVALID_PARAMS,
-                f"invalid_argument: budget must be a whole number of tokens from 0 to {BRIEF_BUDGET_MAX}",
-                {"code": "invalid_argument", "argument": "budget"},
-            )
+            raise invalid_params("budget", f"budget must be a whole number of tokens from 0 to {BRIEF_BUDGET_MAX}")
         return brief_text_of(int(value) if value else None, scope.strip() or None)
 
     @server.resource(BRIEF_URI, name="brief", title="Session brief", mime_type="text/plain")

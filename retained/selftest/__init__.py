@@ -1,15 +1,10 @@
-"""The self-test: named checks of retained's claims, each in a fresh temporary store.
+"""The self-test (docs/selftest.md): named checks of retained's claims, each in a fresh temporary store.
 
-``python -m retained --selftest`` (also ``retained selftest``) runs every
-check (`run`, `run_check`); this package only returns results, the CLI prints
-them. A check does what a user or a crash would do and looks at the bytes on
-disk itself: a proof is compared with the file, chain hashes are recomputed
-from the specification (``spec``) rather than taken from the library, and the
-restart and concurrency checks run real child processes (``children``). A
-check returns one line of evidence with numbers, or fails with a reason; a
-missing feature fails with ``not available: ...``, never passes nor is
-silently skipped. The checks are in ``checks_log``, ``checks_search``,
-``checks_input`` and ``checks_mcp``; ``context`` is what a check gets.
+This package only returns results (`run`, `run_check`); the CLI prints them.
+A check does what a user or a crash would do and looks at the bytes on disk
+itself: chain hashes are recomputed from the specification (``spec``), and
+the restart and concurrency checks run real child processes (``children``).
+The checks are in ``checks_*``; ``context`` is what a check gets.
 """
 
 from __future__ import annotations
@@ -55,26 +50,12 @@ from retained.selftest.checks_search import (
     check_search_hostile,
     check_supersede,
 )
-from retained.selftest.children import signal_name
 from retained.selftest.context import CheckFailed, Context, NotAvailable, expect, need
-from retained.selftest.spec import (
-    append_raw,
-    chained,
-    check_proof,
-    file_lines,
-    flip_byte,
-    parse_line,
-    put_byte,
-    read_at,
-    spec_hash,
-)
+from retained.selftest.spec import flip_byte
 from retained.store import Store
 
-__all__ = [
-    "CHECKS", "CheckFailed", "Context", "NotAvailable", "append_raw", "chained", "check_proof", "expect",
-    "file_lines", "flip_byte", "format_line", "format_summary", "need", "parse_line", "put_byte", "read_at", "run",
-    "run_check", "signal_name", "spec_hash",
-]
+__all__ = ["CHECKS", "CheckFailed", "Context", "NotAvailable", "expect", "flip_byte", "format_line", "format_summary", "need",
+           "run", "run_check"]
 
 
 CHECKS: dict[str, Callable[[Context], str]] = {

@@ -243,8 +243,7 @@ def check_file_modes(ctx: Context) -> str:
         s.search("mode", k=1)
     ctx.fault("after_write")
     modes = {ctx.directory.name + "/": stat.S_IMODE(ctx.directory.stat().st_mode)}
-    for p in sorted(ctx.directory.iterdir()):
-        modes[p.name] = stat.S_IMODE(p.stat().st_mode)
+    modes |= {p.name: stat.S_IMODE(p.stat().st_mode) for p in sorted(ctx.directory.iterdir())}
     bad = {name: oct(m) for name, m in modes.items() if m & 0o077}
     expect(not bad, f"readable or writable by others: {bad}")
     expect(modes[ctx.directory.name + "/"] == 0o700, f"the store directory is {oct(modes[ctx.directory.name + '/'])}")

@@ -187,7 +187,6 @@ def check_restart(ctx: Context) -> str:
     )
 
 
-
 _CONCURRENT_WRITER = """
 import os, time, orjson
 from retained import Store

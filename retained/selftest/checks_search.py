@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 import socket
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from retained.brief.compose import build_brief
 from retained.errors import RetainedError
 from retained.index.schema import INDEX_FILES, INDEX_NAME
 from retained.selftest.context import CheckFailed, Context, NotAvailable, expect, need
@@ -256,22 +256,11 @@ def check_embedder_down(ctx: Context) -> str:
     )
 
 
-def _brief_function() -> Callable[..., Any]:
-    try:
-        from retained.brief import compose as brief_module
-    except ImportError:
-        raise NotAvailable("retained/brief.py is missing (the session-start brief)") from None
-    fn = getattr(brief_module, "build_brief", None) or getattr(brief_module, "brief", None)
-    if fn is None:
-        raise NotAvailable("retained.brief.compose has no build_brief() function")
-    return fn
-
-
 def _call_brief(ctx: Context, store: Any, budget: int) -> dict[str, Any]:
     method = getattr(store, "brief", None)
     if method is not None:
         return method(budget=budget)
-    return _brief_function()(ctx.directory, budget=budget)
+    return build_brief(ctx.directory, budget=budget)
 
 
 def _count(value: Any) -> int:
@@ -286,8 +275,6 @@ def _count(value: Any) -> int:
 def check_brief_accounting(ctx: Context) -> str:
     """The brief says what it left out: included + dropped = eligible, counted here from the log."""
     s = ctx.store()
-    if getattr(s, "brief", None) is None:
-        _brief_function()
     s.write_batch([{"text": f"brief note {i}: " + "context " * (i % 7)} for i in range(20)])  # seq 1..20
     s.checkpoint("brief checkpoint", summary="the state of the work")  # seq 21
     s.write("brief correction", supersedes=[2])  # seq 22
@@ -332,13 +319,12 @@ def check_brief_accounting(ctx: Context) -> str:
 
 def check_brief_degraded(ctx: Context) -> str:
     """The brief never fails its host: a missing or damaged store is a status, damage around records is skipped."""
-    build = _brief_function()
-    missing = build(ctx.work / "no-store-here", budget=200)
+    missing = build_brief(ctx.work / "no-store-here", budget=200)
     expect(missing.get("status") == "absent" and _count(missing["included"]) == 0,
            f"a missing store: status {missing.get('status')!r}, expected 'absent'")
     broken_dir = ctx.work / "broken"
     (broken_dir / "log.jsonl").mkdir(parents=True)
-    broken = build(broken_dir, budget=200)
+    broken = build_brief(broken_dir, budget=200)
     message = str(broken.get("message") or "")
     expect(broken.get("status") == "unreadable" and bool(message) and "\n" not in message,
            f"a log that is a directory: status {broken.get('status')!r}, message {message[:80]!r}")
@@ -351,7 +337,7 @@ def check_brief_degraded(ctx: Context) -> str:
     (ctx.directory / INDEX_NAME).write_bytes(b"garbage, not SQLite " * 50)
     append_raw(ctx.log_path, b'{"from":"another program"}\n{"torn":"tail')
     ctx.fault("after_damage")
-    b = build(ctx.directory, budget=10_000)
+    b = build_brief(ctx.directory, budget=10_000)
     shown = _count(b["included"])
     expect(b.get("status") == "ok" and shown == 5,
            f"a store with a garbage index, a foreign line and a torn tail: status {b.get('status')!r}, shows {shown} of 5 records")

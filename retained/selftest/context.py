@@ -65,7 +65,6 @@ class Context:
         self._stores.clear()
 
 
-
 def expect(condition: bool, reason: str) -> None:
     """Fail the check with ``reason`` unless ``condition`` holds (never stripped by -O)."""
     if not condition:

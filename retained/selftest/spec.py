@@ -8,6 +8,7 @@ bytes as a crash, another program or an attacker would.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -58,25 +59,16 @@ def parse_line(raw: bytes) -> dict[str, Any] | None:
 
 def file_lines(path: Path) -> list[tuple[int, bytes]]:
     """``(offset, bytes)`` of every line of a file, read here, not through the library."""
-    data = path.read_bytes() if path.exists() else b""
-    out = []
-    pos = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        end = len(data) if nl == -1 else nl + 1
-        out.append((pos, data[pos:end]))
-        pos = end
+    out, pos = [], 0
+    for line in io.BytesIO(path.read_bytes() if path.exists() else b""):  # split at b"\n" only
+        out.append((pos, line))
+        pos += len(line)
     return out
 
 
 def chained(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """``(offset, record)`` of every line that is a valid chained record by the spec."""
-    out = []
-    for offset, raw in file_lines(path):
-        rec = parse_line(raw)
-        if rec is not None:
-            out.append((offset, rec))
-    return out
+    return [(offset, rec) for offset, raw in file_lines(path) if (rec := parse_line(raw)) is not None]
 
 
 def read_at(path: Path, offset: int, length: int) -> bytes:
@@ -87,12 +79,9 @@ def read_at(path: Path, offset: int, length: int) -> bytes:
 
 def flip_byte(path: Path, offset: int) -> tuple[int, int]:
     """Change the byte at ``offset`` to another letter; returns (old, new)."""
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        old = f.read(1)[0]
-        new = ord("q") if old != ord("q") else ord("z")
-        f.seek(offset)
-        f.write(bytes([new]))
+    old = read_at(path, offset, 1)[0]
+    new = ord("q") if old != ord("q") else ord("z")
+    put_byte(path, offset, new)
     return old, new
 
 

@@ -1,13 +1,9 @@
-"""The viewer's web application: read-only routes over ``Store``, and ``retained view`` serving them (docs/viewer.md).
+"""The viewer's web application: read-only routes over ``Store``, and ``retained view`` serving them.
 
-No GET writes anything (the pages' Store has anchoring off; a page may only
-bring the derived index up to date); the one POST runs verify, and needs the
-viewer's own Origin. Any other method gets 405, a parameter the viewer cannot
-use a 400 page. Access is the HTTP MCP server's (``retained.http_guard``);
-every response carries a Content-Security-Policy with no script and a
-``Server-Timing`` header. An edge: ``serve`` reads the environment and
-prints; ``retained.viewer.pages`` formats the pages; Starlette and uvicorn
-(which come with mcp) are imported only here.
+What it answers and refuses, and its headers: docs/viewer.md (access is the
+HTTP MCP server's, ``retained.http_guard``). An edge: ``serve`` reads the
+environment and prints; ``retained.viewer.pages`` formats the pages;
+Starlette and uvicorn (which come with mcp) are imported only here.
 """
 
 from __future__ import annotations
@@ -187,33 +183,26 @@ class Viewer:
             try:
                 return route(request)
             except BadRequest as exc:
-                return HTMLResponse(pages.error(400, str(exc), {"directory": str(self.directory), "head": None}),
-                                    status_code=400)
+                status, message = 400, str(exc)
             except Exception as exc:  # noqa: BLE001 - the edge: reported on the page and on stderr, never a traceback
                 print(f"retained: viewer: {request.url.path}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-                return HTMLResponse(pages.error(500, f"{type(exc).__name__}: {exc}",
-                                                {"directory": str(self.directory), "head": None}), status_code=500)
+                status, message = 500, f"{type(exc).__name__}: {exc}"
+            where = {"directory": str(self.directory), "head": None}
+            return HTMLResponse(pages.error(status, message, where), status_code=status)
 
         return answer
-
-    def _where(self) -> dict[str, Any]:
-        return {"directory": str(self.directory), "head": self.store.head()}
 
     def _answer(self, build: Any) -> Response:
         """Call ``build(where)`` under the lock; a bad parameter is a 400 page, an unknown seq a 404."""
         with self.lock:
-            where = {"directory": str(self.directory), "head": None}
+            where: dict[str, Any] = {"directory": str(self.directory), "head": None}
             try:
-                where = self._where()
+                where["head"] = self.store.head()
                 return HTMLResponse(build(where), headers={"cache-control": "no-store"})
-            except (BadRequest, InvalidRecord) as exc:
-                return HTMLResponse(pages.error(400, _message(exc), where), status_code=400)
-            except RecordDamaged as exc:  # the record is there but cannot be read: say so, with the finding
-                return HTMLResponse(pages.error(500, exc.message, where), status_code=500)
-            except NotFound as exc:
-                return HTMLResponse(pages.error(404, exc.message, where), status_code=404)
-            except (RetainedError, OSError) as exc:
-                return HTMLResponse(pages.error(500, _message(exc), where), status_code=500)
+            except (BadRequest, RetainedError, OSError) as exc:
+                # The first kind that fits; a damaged record is there but cannot be read: a 500 with the finding.
+                status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
+                return HTMLResponse(pages.error(status, _message(exc), where), status_code=status)
 
     # -- pages -------------------------------------------------------------------
 
@@ -333,16 +322,16 @@ class Viewer:
         return Response(FAVICON, media_type="image/svg+xml", headers={"cache-control": "max-age=86400"})
 
 
+# A page's status for what stopped it (else 500).
+_STATUS = ((BadRequest, 400), (InvalidRecord, 400), (RecordDamaged, 500), (NotFound, 404))
+
+
 def _message(exc: Exception) -> str:
     return exc.message if isinstance(exc, RetainedError) else str(exc)
 
 
 def _text(q: Any, name: str) -> str | None:
-    value = q.get(name)
-    if value is None:
-        return None
-    value = value.strip()
-    return value or None
+    return (q.get(name) or "").strip() or None
 
 
 def _int(q: Any, name: str, default: int | None, low: int, high: int | None) -> int | None:

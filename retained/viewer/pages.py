@@ -124,20 +124,10 @@ def error(status: int, message: str, where: Mapping[str, Any]) -> str:
 # -- records in lists ------------------------------------------------------------
 
 
-def _client(value: Any) -> str:
-    return render.client(value)
-
-
 def _marks(entry: Mapping[str, Any]) -> str:
-    out = []
     store = pulled_from(entry)
-    if entry.get("superseded_by"):
-        out.append(f'<span class="mark superseded">superseded by {_seq_links(entry["superseded_by"], store)}</span>')
-    if entry.get("retracted_by"):
-        out.append(f'<span class="mark retracted">retracted by {_seq_links(entry["retracted_by"], store)}</span>')
-    if entry.get("redacted_by"):
-        out.append(f'<span class="mark redacted">redacted by {_seq_links(entry["redacted_by"], store)}</span>')
-    return "".join(out)
+    return "".join(f'<span class="mark {name.split("_")[0]}">{name.replace("_", " ")} {_seq_links(entry[name], store)}</span>'
+                   for name in LINK_KEYS if entry.get(name))
 
 
 def _state_classes(entry: Mapping[str, Any]) -> str:
@@ -167,7 +157,7 @@ def record_item(entry: Mapping[str, Any], *, filter_path: str = "/", score: Any 
     if isinstance(scope, str):
         bits.append(f'<a class="badge scope" href="{href(filter_path, {"scope": scope})}">{esc(render.short(scope))}</a>')
     name = rec.get("client", {}).get("name") if isinstance(rec.get("client"), dict) else None
-    client = _client(rec.get("client"))
+    client = render.client(rec.get("client"))
     bits.append(f'<a class="badge client" href="{href("/", {"client": name})}">{esc(client)}</a>'
                 if isinstance(name, str) else f'<span class="badge client">{esc(client)}</span>')
     if rec.get("supersedes"):
@@ -305,7 +295,7 @@ def check_commands(entry: Mapping[str, Any], log_path: str, directory: str, stor
     with sorted keys; blake3), with no code of retained's.
     """
     seq, offset, length = int(entry["seq"]), int(entry["offset"]), int(entry["length"])
-    q = _shell_quote
+    q = shlex.quote
     script = (
         "import sys,blake3,orjson;"
         "f=open(sys.argv[1],\"rb\");f.seek(int(sys.argv[2]));line=f.read(int(sys.argv[3]));r=orjson.loads(line);"
@@ -321,10 +311,6 @@ def check_commands(entry: Mapping[str, Any], log_path: str, directory: str, stor
         "the CLI's view": f"retained get {seq}" + (f" --from {store}" if store else "") + f" --json --dir {q(directory)}",
         "the whole chain": f"retained verify --dir {q(directory)}",
     }
-
-
-def _shell_quote(text: str) -> str:
-    return shlex.quote(text)
 
 
 def record(entry: Mapping[str, Any], *, older: Sequence[Mapping[str, Any]], newer: Sequence[Mapping[str, Any]],
@@ -368,13 +354,9 @@ def record(entry: Mapping[str, Any], *, older: Sequence[Mapping[str, Any]], newe
     parts.append("<h2>Proof</h2>" + _table(proof))
     fields = [(esc(k), _value(v)) for k, v in sorted(rec.items()) if k not in PROOF_KEYS]
     parts.append("<h2>Every field</h2>" + (_table(fields) if fields else '<p class="muted">none</p>'))
-    links = []
-    for name, label in (("supersedes", "corrects"), ("retracts", "retracts"), ("redacts", "redacts")):
-        if rec.get(name):
-            links.append((label, _seq_links(rec[name], store)))
-    for name in LINK_KEYS:
-        if entry.get(name):
-            links.append((name.replace("_", " "), _seq_links(entry[name], store)))
+    links = [(label, _seq_links(rec[name], store))
+             for name, label in (("supersedes", "corrects"), ("retracts", "retracts"), ("redacts", "redacts")) if rec.get(name)]
+    links += [(name.replace("_", " "), _seq_links(entry[name], store)) for name in LINK_KEYS if entry.get(name)]
     if links:
         parts.append("<h2>Links</h2>" + _table(links))
     if len(chain) > 1:
@@ -427,27 +409,19 @@ def _buckets(by_day: Mapping[str, int]) -> tuple[str, list[tuple[str, int]], int
     first, last = min(days), max(days)
     span = (last - first).days + 1
     if span <= CHART_BARS_MAX:
-        unit, start = "day", first
-        key = lambda d: d  # noqa: E731
+        unit, step, key = "day", 1, lambda d: d
     elif span <= CHART_BARS_MAX * 7:
-        unit, start = "week", first - datetime.timedelta(days=first.weekday())
-        key = lambda d: d - datetime.timedelta(days=d.weekday())  # noqa: E731
+        unit, step, key = "week", 7, lambda d: d - datetime.timedelta(days=d.weekday())
     else:
-        unit, start = "month", first.replace(day=1)
-        key = lambda d: d.replace(day=1)  # noqa: E731
+        unit, step, key = "month", 31, lambda d: d.replace(day=1)
     totals: dict[datetime.date, int] = {}
     for d, n in days.items():
         totals[key(d)] = totals.get(key(d), 0) + n
     out = []
-    cursor = start
+    cursor = key(first)
     while cursor <= last:
         out.append((cursor.isoformat(), totals.get(cursor, 0)))
-        if unit == "day":
-            cursor += datetime.timedelta(days=1)
-        elif unit == "week":
-            cursor += datetime.timedelta(days=7)
-        else:
-            cursor = (cursor.replace(day=28) + datetime.timedelta(days=4)).replace(day=1)
+        cursor = key(cursor + datetime.timedelta(days=step))  # a month's first day + 31 days is in the next month
     return unit, out, odd
 
 

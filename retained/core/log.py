@@ -121,7 +121,8 @@ class Log:
         self._fd: int | None = None
         self._ino: int | None = None
         self._unusable: str | None = None
-        # Tail cache: valid while the file has this (inode, size).
+        # Tail cache: (seq, hash, offset, length) of the last chained line (offset -1: none), valid while the file
+        # has this (inode, size).
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
         # The last line this handle appended, as it read it back: (its tail tuple, its bytes). The next append
@@ -133,7 +134,6 @@ class Log:
         self._ops: Any = {}  # a dict, or a caller's complete map (assume_ops)
         self._ops_end = 0
         self._ops_ino: int | None = None
-        self.recovered: list[dict[str, Any]] = []
         # One lock descriptor per Log, reused by every append (see lock.py).
         self._lock = StoreLock(self.lock_path, lock_wait_s, keep_open=True)
         # Group commit: threads of this process that call append while another
@@ -353,14 +353,8 @@ class Log:
         has no valid record. Foreign and damaged lines are passed over: the
         chain skips them.
         """
-        line = self._last_chained(stop)
+        line = next((line for line in self.scan_reverse(stop) if line.chained), None)
         return (0, record.ZERO_HASH, 0) if line is None else (line.seq, line.hash, line.end)
-
-    def _last_chained(self, stop: int | None) -> Line | None:
-        for line in self.scan_reverse(stop):
-            if line.chained:
-                return line
-        return None
 
     def quarantined(self) -> list[dict[str, Any]]:
         """Torn tails set aside by earlier appends, with their sizes."""
@@ -490,11 +484,10 @@ class Log:
         os.ftruncate(fd, start)
         os.fsync(fd)
         self._tail_key = None
-        self.recovered.append({"file": qpath.name, "offset": start, "bytes": len(data)})
         return qpath.name
 
     def _recover_tail(self, fd: int, size: int) -> int:
-        """Apply recovery.py's table to the log's end; returns the size after it."""
+        """Apply recovery.py's table to the log's end; returns the size after it, with its tail in ``_tail``."""
         if self._tail_key == (self._ino or 0, size):
             # The file ends where this handle's last append or tail read left
             # it: a whole line, read back, ending in a newline (T0/T1).
@@ -542,18 +535,6 @@ class Log:
                 return size
             self._set_aside(fd, last.offset, size)
             size = last.offset
-
-    def _current_tail(self, size: int) -> tuple[int, str, int, int]:
-        """``(seq, hash, offset, length)`` of the last chained line before ``size`` (offset -1: none)."""
-        key = (self._ino or 0, size)
-        if self._tail_key != key:
-            line = self._last_chained(size)
-            if line is None:
-                self._tail = (0, record.ZERO_HASH, -1, 0)
-            else:
-                self._tail = (line.seq, line.hash, line.offset, line.length)
-            self._tail_key = key
-        return self._tail
 
     def _ops_lookup(self, client_op_id: str, size: int) -> Placed | None:
         """The proof of an earlier write with this client_op_id, if any.
@@ -792,7 +773,7 @@ class Log:
                 "nothing was written; free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc
-        tail = self._current_tail(size)
+        tail = self._tail  # _recover_tail left it for this size
         tail_seq, tail_hash = tail[0], tail[1]
 
         # Seal every record before anything is written: a bad one refuses its request.

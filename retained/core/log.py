@@ -16,6 +16,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
@@ -268,10 +269,8 @@ class Log:
                 size = os.fstat(fd).st_size  # held past the wait (a backup, an import): the fsync below alone
             except (OSError, RetainedError):
                 size = os.fstat(fd).st_size  # no lock to take here (read-only, a link): the fsync below alone
-            try:
+            with suppress(OSError):  # not from here (a platform without fsync on a read-only handle): as read under the lock
                 os.fsync(fd)
-            except OSError:
-                pass  # not from here (a platform without fsync on a read-only handle): as read under the lock
             self._durable = (os.fstat(fd).st_ino, size)
         return min(wanted, size)
 
@@ -305,10 +304,8 @@ class Log:
         """Clear the mark (under the lock): the file no longer ends as it says."""
         fd = self._lock.file_fd
         if fd is not None and _pwrite is not None:
-            try:
+            with suppress(OSError):
                 _pwrite(fd, bytes(_MARK.size + _CRC.size), 0)
-            except OSError:
-                pass
 
     def _published(self) -> Published | None:
         """The last `_publish`'s mark; None when there is none to trust."""
@@ -404,10 +401,8 @@ class Log:
 
     def _poison(self, why: str) -> None:
         self._unusable = why
-        try:
+        with suppress(OSError):
             self._close_fd()
-        except OSError:
-            pass
 
     def _ensure_fd(self) -> tuple[int, bool, int]:
         """The append descriptor, reopened if the file was replaced (redaction renames a new log in); whether it was created; its size.
@@ -475,10 +470,8 @@ class Log:
             finally:
                 os.close(qfd)
         except OSError:
-            try:
+            with suppress(OSError):
                 os.unlink(qpath)
-            except OSError:
-                pass
             raise
         fsync_dir(self.directory)
         os.ftruncate(fd, start)
@@ -1029,10 +1022,8 @@ class Log:
                 os.close(fd)
             check(tmp)
         except BaseException:
-            try:
+            with suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             raise
         os.replace(tmp, self.path)
         fsync_dir(self.directory)

@@ -223,24 +223,16 @@ class Log:
     def durable_end(self, wanted: int, *, wait_s: float = 0.0) -> int:
         """How much of the log's first ``wanted`` bytes is known durable (L6): readers index no further.
 
-        A line is in the file from its writer's ``os.write`` on, before its
-        fsync. So a reader indexes:
-
-        - up to the end of this handle's own last append or fsync: an fsync
-          makes every byte of the file before it durable, whoever wrote it
-          (a process reading its own writes pays nothing);
-        - up to the end the last append published once it was durable
-          (`_publish`, in ``log.lock``): the common case, one small read;
-        - otherwise, if no append is under way (the store lock is free: an
-          append holds it from its write through its fsync), up to the size
-          read under the lock, fsynced now, after the lock is let go (a
-          writer killed between its write and its fsync left bytes no one
-          synced). The lock is tried once (``wait_s`` 0) or for ``wait_s``;
-          where there is no lock to take (a read-only store, no right to
-          create ``log.lock``) the fsync alone makes the bytes durable;
-        - while another holds the lock (an append under way) and ``wait_s``
-          is 0, only what this handle knew before: the rest waits for a later
-          read. Held past a ``wait_s`` (a backup, an import), the fsync alone.
+        In docs/format.md's order (the index holds only durable bytes): up to
+        the end of this handle's own last append or fsync (an fsync makes every
+        byte before it durable, whoever wrote it), else the end the last append
+        published (`_publish`: the common case, one small read), else, with
+        the store lock free (an append holds it from its write through its
+        fsync; tried once, or for ``wait_s``), the size read under it, fsynced
+        now. Where there is no lock to take (a read-only store, no right to
+        create ``log.lock``) or it is held past a ``wait_s`` (a backup, an
+        import), the fsync alone makes the bytes durable; held with ``wait_s``
+        0, only what this handle knew before: the rest waits for a later read.
         """
         try:
             ino = os.stat(self._path_s).st_ino
@@ -277,16 +269,11 @@ class Log:
     def _publish(self, last_line: bytes) -> None:
         """Publish the end and the tail of the append just made, for other processes (`durable_end`, `_recover_tail`).
 
-        Written under the lock, after the append's fsync and read-back and
-        before any caller is acknowledged, into ``log.lock``, which every
-        writer holds open read-write: `_MARK` (inode, end, seq, hash, line
-        offset, and the digest of the last line's bytes when it is long) and
-        its crc32, one ``pwrite`` at offset 0, not synced (a
-        mark lost to a power cut is only older; it is never ahead of the log,
-        since it is written after the fsync). Readers index up to its end; the
-        next writer, whatever its process, finds the tail in it instead of
-        parsing the last lines again while the file still ends there. A reader
-        that finds it torn, missing or naming another file looks for itself.
+        The mark of docs/format.md#the-write-path (step 5; its fields are
+        `_MARK`'s), written under the lock after the read-back and before any
+        caller is acknowledged, at offset 0 of ``log.lock``, which every writer
+        holds open read-write. A reader that finds it torn, missing or naming
+        another file looks for itself.
         """
         fd = self._lock.file_fd
         if fd is None or _pwrite is None:
@@ -594,26 +581,13 @@ class Log:
     ) -> list[WriteProof]:
         """Append records and return their proofs once they are durable.
 
-        The one way into the file: a single write is a batch of one. Takes
-        the lock, sets aside a torn tail, links each record to the one before
-        it (the first to the last valid record), writes the lines with one
-        ``os.write`` on an O_APPEND descriptor, fsyncs, reads the bytes back
-        at the offset they must occupy and compares them byte for byte, and
-        re-reads the chain fields of every record, and of the record before
-        them, from the bytes read back (L3, L4). A record whose client_op_id
-        is already in the log (or earlier in the batch) is not appended
-        again: with the same content (text, kind, scope, every field) its
-        first proof comes back with ``duplicate`` true; with other content
-        it is refused (OpIdConflict, naming the first record) unless
-        ``op_reuse`` is ``"duplicate"`` (import, whose ids name a source
-        record whatever is asked of its copy).
-
-        With ``group_commit`` (the default), calls from other threads of this
-        process that arrive while one is writing join the next write: one
-        write and one fsync for all of them, every record still read back and
-        its link checked, and each caller returns only once its own records
-        are durable. A caller whose records are refused (too large, a missing
-        supersedes target) gets its own error; the others are unaffected.
+        The one way into the file (a single write is a batch of one), by the
+        steps of docs/format.md#the-write-path, its group commit (with
+        ``group_commit``) and its client_op_id rule included; a client_op_id
+        used earlier in the same batch counts as in the log. With ``op_reuse``
+        ``"duplicate"`` (import, whose ids name a source record whatever is
+        asked of its copy) a reused id with other content is a duplicate, not
+        an OpIdConflict.
 
         Crash cases, each at its step:
 

@@ -16,7 +16,6 @@ from retained.interrupt import exit_on_interrupt
 exit_on_interrupt()
 
 
-
 def _brief() -> int | None:
     """``python -m retained --brief`` with plain options, without importing the command line.
 
@@ -65,8 +64,6 @@ def _capture() -> int | None:
 
 def _project() -> str | None:
     """The project the session starts in (``retained scope``), for the brief's "last session" part; None when off."""
-    import os
-
     from retained.capture.scope import project
 
     found = project(os.environ, os.getcwd())

@@ -25,7 +25,7 @@ import orjson
 
 from retained import limits
 from retained.core import record, recovery
-from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_synced
 from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size_of
 from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
@@ -451,11 +451,7 @@ class Log:
             except FileExistsError:
                 attempt += 1
         try:
-            try:
-                write_all(qfd, data)
-                os.fsync(qfd)
-            finally:
-                os.close(qfd)
+            write_synced(qfd, data)
         except OSError:
             with suppress(OSError):
                 os.unlink(qpath)

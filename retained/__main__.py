@@ -22,8 +22,7 @@ def _brief() -> int | None:
     The brief runs at every session start, and argparse with every command's
     parser costs about as much as the brief itself. The options are read by
     ``brief.parse_args``; anything else (help, a malformed option) returns
-    None and goes through ``cli.main``, which reports it. The store is
-    ``--dir``, else ``$RETAINED_DIR``, else ``~/.retained`` (``paths.store_dir``).
+    None and goes through ``cli.main``, which reports it.
     """
     argv = sys.argv[1:]
     if not argv or not (argv[0] in ("--brief", "brief") or argv[0].startswith("--brief=")):

@@ -137,9 +137,7 @@ class Log:
         self._ops_ino: int | None = None
         # One lock descriptor per Log, reused by every append (see lock.py).
         self._lock = StoreLock(self.lock_path, lock_wait_s, keep_open=True)
-        # Group commit: threads of this process that call append while another
-        # thread's append is under way queue here, and the next leader writes
-        # and fsyncs all of their records at once (see _commit_grouped).
+        # Group commit (see _commit_grouped): requests queued for the next leader, and whether one leads.
         self.group_commit = group_commit
         self._group = threading.Lock()
         self._queue: list[_Request] = []

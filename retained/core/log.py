@@ -17,7 +17,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from itertools import pairwise
+from itertools import count, pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -440,14 +440,11 @@ class Log:
         removed, so a full disk leaves no empty quarantine files behind.
         """
         data = pread(fd, end - start, start)
-        attempt = 0
-        while True:
+        for attempt in count():
             qpath = self.directory / recovery.quarantine_name(LOG_NAME, start, attempt)
-            try:
+            with suppress(FileExistsError):  # an earlier copy has the name: the next attempt's
                 qfd = open_fd(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
                 break
-            except FileExistsError:
-                attempt += 1
         try:
             write_synced(qfd, data)
         except OSError:

@@ -16,15 +16,13 @@ from retained.interrupt import exit_on_interrupt
 exit_on_interrupt()
 
 
-
 def _brief() -> int | None:
     """``python -m retained --brief`` with plain options, without importing the command line.
 
     The brief runs at every session start, and argparse with every command's
     parser costs about as much as the brief itself. The options are read by
     ``brief.parse_args``; anything else (help, a malformed option) returns
-    None and goes through ``cli.main``, which reports it. The store is
-    ``--dir``, else ``$RETAINED_DIR``, else ``~/.retained`` (``paths.store_dir``).
+    None and goes through ``cli.main``, which reports it.
     """
     argv = sys.argv[1:]
     if not argv or not (argv[0] in ("--brief", "brief") or argv[0].startswith("--brief=")):
@@ -65,8 +63,6 @@ def _capture() -> int | None:
 
 def _project() -> str | None:
     """The project the session starts in (``retained scope``), for the brief's "last session" part; None when off."""
-    import os
-
     from retained.capture.scope import project
 
     found = project(os.environ, os.getcwd())

@@ -179,17 +179,15 @@ class Store:
         batch: int | None = None, dry_run: bool = False, allow_duplicates: bool = False, progress: Any = None,
         validate_progress: Any = None,
     ) -> dict[str, Any]:
-        """Append the records of a file (a retained export, JSONL with a text field, server-memory's memory.jsonl).
+        """Append the records of a file: the formats and rules of docs/data.md#import, idempotence included.
 
         The whole file is validated, and every record passed through the
         write guard, before anything is written; then batches go through
         ``append``. ``validate_progress(done_bytes, total_bytes)`` is called
         while the file is read, ``progress(done, total)`` while records are
         written. With ``dry_run`` nothing is written and the reply says what
-        would be.
-
-        Idempotent unless ``allow_duplicates``: a record imported before is
-        counted in ``duplicates``, not appended (see ``retained.data.imports``).
+        would be. With ``allow_duplicates`` a record imported before is
+        appended again, not counted in ``duplicates``.
         """
         from retained.data import imports as transfer
 
@@ -211,12 +209,8 @@ class Store:
     def redact(self, seq: int, reason: str, *, client: dict[str, Any] | None = None) -> dict[str, Any]:
         """Erase one record's content for good; the chain still verifies end to end.
 
-        Appends a ``redaction`` record, rewrites the target line into its
-        redacted form (``retained.safety.redaction``), scrubs quarantined
-        tails, and rebuilds the index with SQLite's secure_delete so no
-        erased term survives in its pages; an index that cannot be opened is
-        deleted or set aside instead, and the reply's ``index`` says which
-        (``IndexAccess.scrub_if_present``).
+        The steps (``retained.safety.redaction``) and the reply's ``index``
+        (``IndexAccess.scrub_if_present``) are docs/erasure.md's.
         """
         from retained.safety import redaction
 
@@ -460,8 +454,7 @@ class Store:
 
         ``workers``: worker processes a large log's ranges may be classified
         in (``retained.core.pool``; the report is the same); 0, the default,
-        starts none. Pass more only from a program whose main module is
-        guarded (``if __name__ == "__main__":``), as the command line does.
+        starts none. docs/python.md says when a program may pass more.
 
         Verify judges one snapshot of the log, checks the anchors (each
         ``anchor`` given as ``SEQ:HASH``, and those under ``anchor_dir``) and

@@ -141,12 +141,10 @@ def seq_list(seqs: Any, path: str) -> list[int]:
         seqs = [seqs]
     if not isinstance(seqs, (list, tuple)) or not seqs:
         raise InvalidRecord(f"field {path}: must be a non-empty list of seq numbers", path=path)
-    out = []
     for s in seqs:
         if type(s) is not int or not 1 <= s <= limits.SEQ_MAX:
             raise InvalidRecord(f"field {path}: {s!r} is not a seq (a whole number from 1 to {limits.SEQ_MAX})", path=path)
-        out.append(s)
-    return out
+    return list(seqs)
 
 
 def require(get: Callable[..., list[Entry]], seqs: list[int], path: str) -> list[Entry]:

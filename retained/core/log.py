@@ -16,7 +16,8 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from itertools import pairwise
+from contextlib import suppress
+from itertools import count, pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -24,7 +25,7 @@ import orjson
 
 from retained import limits
 from retained.core import record, recovery
-from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_all
+from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_synced
 from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size_of
 from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
@@ -121,7 +122,8 @@ class Log:
         self._fd: int | None = None
         self._ino: int | None = None
         self._unusable: str | None = None
-        # Tail cache: valid while the file has this (inode, size).
+        # Tail cache: (seq, hash, offset, length) of the last chained line (offset -1: none), valid while the file
+        # has this (inode, size).
         self._tail_key: tuple[int, int] | None = None
         self._tail: tuple[int, str, int, int] = (0, record.ZERO_HASH, -1, 0)
         # The last line this handle appended, as it read it back: (its tail tuple, its bytes). The next append
@@ -133,12 +135,9 @@ class Log:
         self._ops: Any = {}  # a dict, or a caller's complete map (assume_ops)
         self._ops_end = 0
         self._ops_ino: int | None = None
-        self.recovered: list[dict[str, Any]] = []
         # One lock descriptor per Log, reused by every append (see lock.py).
         self._lock = StoreLock(self.lock_path, lock_wait_s, keep_open=True)
-        # Group commit: threads of this process that call append while another
-        # thread's append is under way queue here, and the next leader writes
-        # and fsyncs all of their records at once (see _commit_grouped).
+        # Group commit (see _commit_grouped): requests queued for the next leader, and whether one leads.
         self.group_commit = group_commit
         self._group = threading.Lock()
         self._queue: list[_Request] = []
@@ -222,24 +221,16 @@ class Log:
     def durable_end(self, wanted: int, *, wait_s: float = 0.0) -> int:
         """How much of the log's first ``wanted`` bytes is known durable (L6): readers index no further.
 
-        A line is in the file from its writer's ``os.write`` on, before its
-        fsync. So a reader indexes:
-
-        - up to the end of this handle's own last append or fsync: an fsync
-          makes every byte of the file before it durable, whoever wrote it
-          (a process reading its own writes pays nothing);
-        - up to the end the last append published once it was durable
-          (`_publish`, in ``log.lock``): the common case, one small read;
-        - otherwise, if no append is under way (the store lock is free: an
-          append holds it from its write through its fsync), up to the size
-          read under the lock, fsynced now, after the lock is let go (a
-          writer killed between its write and its fsync left bytes no one
-          synced). The lock is tried once (``wait_s`` 0) or for ``wait_s``;
-          where there is no lock to take (a read-only store, no right to
-          create ``log.lock``) the fsync alone makes the bytes durable;
-        - while another holds the lock (an append under way) and ``wait_s``
-          is 0, only what this handle knew before: the rest waits for a later
-          read. Held past a ``wait_s`` (a backup, an import), the fsync alone.
+        In docs/format.md's order (the index holds only durable bytes): up to
+        the end of this handle's own last append or fsync (an fsync makes every
+        byte before it durable, whoever wrote it), else the end the last append
+        published (`_publish`: the common case, one small read), else, with
+        the store lock free (an append holds it from its write through its
+        fsync; tried once, or for ``wait_s``), the size read under it, fsynced
+        now. Where there is no lock to take (a read-only store, no right to
+        create ``log.lock``) or it is held past a ``wait_s`` (a backup, an
+        import), the fsync alone makes the bytes durable; held with ``wait_s``
+        0, only what this handle knew before: the rest waits for a later read.
         """
         try:
             ino = os.stat(self._path_s).st_ino
@@ -268,26 +259,19 @@ class Log:
                 size = os.fstat(fd).st_size  # held past the wait (a backup, an import): the fsync below alone
             except (OSError, RetainedError):
                 size = os.fstat(fd).st_size  # no lock to take here (read-only, a link): the fsync below alone
-            try:
+            with suppress(OSError):  # not from here (a platform without fsync on a read-only handle): as read under the lock
                 os.fsync(fd)
-            except OSError:
-                pass  # not from here (a platform without fsync on a read-only handle): as read under the lock
             self._durable = (os.fstat(fd).st_ino, size)
         return min(wanted, size)
 
     def _publish(self, last_line: bytes) -> None:
         """Publish the end and the tail of the append just made, for other processes (`durable_end`, `_recover_tail`).
 
-        Written under the lock, after the append's fsync and read-back and
-        before any caller is acknowledged, into ``log.lock``, which every
-        writer holds open read-write: `_MARK` (inode, end, seq, hash, line
-        offset, and the digest of the last line's bytes when it is long) and
-        its crc32, one ``pwrite`` at offset 0, not synced (a
-        mark lost to a power cut is only older; it is never ahead of the log,
-        since it is written after the fsync). Readers index up to its end; the
-        next writer, whatever its process, finds the tail in it instead of
-        parsing the last lines again while the file still ends there. A reader
-        that finds it torn, missing or naming another file looks for itself.
+        The mark of docs/format.md#the-write-path (step 5; its fields are
+        `_MARK`'s), written under the lock after the read-back and before any
+        caller is acknowledged, at offset 0 of ``log.lock``, which every writer
+        holds open read-write. A reader that finds it torn, missing or naming
+        another file looks for itself.
         """
         fd = self._lock.file_fd
         if fd is None or _pwrite is None:
@@ -305,10 +289,8 @@ class Log:
         """Clear the mark (under the lock): the file no longer ends as it says."""
         fd = self._lock.file_fd
         if fd is not None and _pwrite is not None:
-            try:
+            with suppress(OSError):
                 _pwrite(fd, bytes(_MARK.size + _CRC.size), 0)
-            except OSError:
-                pass
 
     def _published(self) -> Published | None:
         """The last `_publish`'s mark; None when there is none to trust."""
@@ -353,14 +335,8 @@ class Log:
         has no valid record. Foreign and damaged lines are passed over: the
         chain skips them.
         """
-        line = self._last_chained(stop)
+        line = next((line for line in self.scan_reverse(stop) if line.chained), None)
         return (0, record.ZERO_HASH, 0) if line is None else (line.seq, line.hash, line.end)
-
-    def _last_chained(self, stop: int | None) -> Line | None:
-        for line in self.scan_reverse(stop):
-            if line.chained:
-                return line
-        return None
 
     def quarantined(self) -> list[dict[str, Any]]:
         """Torn tails set aside by earlier appends, with their sizes."""
@@ -410,10 +386,8 @@ class Log:
 
     def _poison(self, why: str) -> None:
         self._unusable = why
-        try:
+        with suppress(OSError):
             self._close_fd()
-        except OSError:
-            pass
 
     def _ensure_fd(self) -> tuple[int, bool, int]:
         """The append descriptor, reopened if the file was replaced (redaction renames a new log in); whether it was created; its size.
@@ -466,35 +440,25 @@ class Log:
         removed, so a full disk leaves no empty quarantine files behind.
         """
         data = pread(fd, end - start, start)
-        attempt = 0
-        while True:
+        for attempt in count():
             qpath = self.directory / recovery.quarantine_name(LOG_NAME, start, attempt)
-            try:
+            with suppress(FileExistsError):  # an earlier copy has the name: the next attempt's
                 qfd = open_fd(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
                 break
-            except FileExistsError:
-                attempt += 1
         try:
-            try:
-                write_all(qfd, data)
-                os.fsync(qfd)
-            finally:
-                os.close(qfd)
+            write_synced(qfd, data)
         except OSError:
-            try:
+            with suppress(OSError):
                 os.unlink(qpath)
-            except OSError:
-                pass
             raise
         fsync_dir(self.directory)
         os.ftruncate(fd, start)
         os.fsync(fd)
         self._tail_key = None
-        self.recovered.append({"file": qpath.name, "offset": start, "bytes": len(data)})
         return qpath.name
 
     def _recover_tail(self, fd: int, size: int) -> int:
-        """Apply recovery.py's table to the log's end; returns the size after it."""
+        """Apply recovery.py's table to the log's end; returns the size after it, with its tail in ``_tail``."""
         if self._tail_key == (self._ino or 0, size):
             # The file ends where this handle's last append or tail read left
             # it: a whole line, read back, ending in a newline (T0/T1).
@@ -542,18 +506,6 @@ class Log:
                 return size
             self._set_aside(fd, last.offset, size)
             size = last.offset
-
-    def _current_tail(self, size: int) -> tuple[int, str, int, int]:
-        """``(seq, hash, offset, length)`` of the last chained line before ``size`` (offset -1: none)."""
-        key = (self._ino or 0, size)
-        if self._tail_key != key:
-            line = self._last_chained(size)
-            if line is None:
-                self._tail = (0, record.ZERO_HASH, -1, 0)
-            else:
-                self._tail = (line.seq, line.hash, line.offset, line.length)
-            self._tail_key = key
-        return self._tail
 
     def _ops_lookup(self, client_op_id: str, size: int) -> Placed | None:
         """The proof of an earlier write with this client_op_id, if any.
@@ -620,26 +572,13 @@ class Log:
     ) -> list[WriteProof]:
         """Append records and return their proofs once they are durable.
 
-        The one way into the file: a single write is a batch of one. Takes
-        the lock, sets aside a torn tail, links each record to the one before
-        it (the first to the last valid record), writes the lines with one
-        ``os.write`` on an O_APPEND descriptor, fsyncs, reads the bytes back
-        at the offset they must occupy and compares them byte for byte, and
-        re-reads the chain fields of every record, and of the record before
-        them, from the bytes read back (L3, L4). A record whose client_op_id
-        is already in the log (or earlier in the batch) is not appended
-        again: with the same content (text, kind, scope, every field) its
-        first proof comes back with ``duplicate`` true; with other content
-        it is refused (OpIdConflict, naming the first record) unless
-        ``op_reuse`` is ``"duplicate"`` (import, whose ids name a source
-        record whatever is asked of its copy).
-
-        With ``group_commit`` (the default), calls from other threads of this
-        process that arrive while one is writing join the next write: one
-        write and one fsync for all of them, every record still read back and
-        its link checked, and each caller returns only once its own records
-        are durable. A caller whose records are refused (too large, a missing
-        supersedes target) gets its own error; the others are unaffected.
+        The one way into the file (a single write is a batch of one), by the
+        steps of docs/format.md#the-write-path, its group commit (with
+        ``group_commit``) and its client_op_id rule included; a client_op_id
+        used earlier in the same batch counts as in the log. With ``op_reuse``
+        ``"duplicate"`` (import, whose ids name a source record whatever is
+        asked of its copy) a reused id with other content is a duplicate, not
+        an OpIdConflict.
 
         Crash cases, each at its step:
 
@@ -792,7 +731,7 @@ class Log:
                 "nothing was written; free space or fix the device, then retry",
                 path=str(self.path),
             ) from exc
-        tail = self._current_tail(size)
+        tail = self._tail  # _recover_tail left it for this size
         tail_seq, tail_hash = tail[0], tail[1]
 
         # Seal every record before anything is written: a bad one refuses its request.
@@ -1048,10 +987,8 @@ class Log:
                 os.close(fd)
             check(tmp)
         except BaseException:
-            try:
+            with suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             raise
         os.replace(tmp, self.path)
         fsync_dir(self.directory)

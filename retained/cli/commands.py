@@ -129,13 +129,9 @@ class _Parser(argparse.ArgumentParser):
         return None
 
 
-def store_dir(args: argparse.Namespace) -> Path:
-    return paths.store_dir(args.dir)
-
-
 def open_store(args: argparse.Namespace, *, must_exist: bool = True, **kwargs: Any) -> Any:
     """The store of --dir / RETAINED_DIR; a command that only reads refuses a store that is not there."""
-    store = Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
+    store = Store(paths.store_dir(args.dir), client=CLI_CLIENT, **{**store_options(), **kwargs})
     if must_exist and not store.exists():
         store.close()
         raise NoStore(
@@ -155,6 +151,14 @@ def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> 
         if out:
             sys.stdout.write(out if out.endswith("\n") else out + "\n")
     sys.stdout.flush()
+
+
+def _call(args: argparse.Namespace, call: Callable[[Store], Any], text: Callable[[Any], str], *, must_exist: bool = True) -> Any:
+    """Open the store, ``call`` it, and ``emit`` the result (``text`` is its text form); returns the result."""
+    with open_store(args, must_exist=must_exist) as store:
+        result = call(store)
+    emit(args, result, lambda: text(result))
+    return result
 
 
 def progress(message: str) -> None:
@@ -214,16 +218,12 @@ VECTOR_LATER = ("its vector is computed after this command, by a running `retain
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        proof = store.forget(args.seqs, args.reason)
-    emit(args, proof, lambda: render.proof(proof))
+    _call(args, lambda store: store.forget(args.seqs, args.reason), render.proof)
     return 0
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    with open_store(args, must_exist=False) as store:
-        proof = store.checkpoint(args.label, summary=args.summary, scope=args.scope)
-    emit(args, proof, lambda: render.proof(proof))
+    _call(args, lambda store: store.checkpoint(args.label, summary=args.summary, scope=args.scope), render.proof, must_exist=False)
     return 0
 
 
@@ -246,9 +246,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.list(limit=args.limit, kind=args.kind, scope=args.scope)
-    emit(args, result, lambda: render.records(result))
+    _call(args, lambda store: store.list(limit=args.limit, kind=args.kind, scope=args.scope), render.records)
     return 0
 
 
@@ -278,9 +276,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     def report(done: int, total: int) -> None:
         progress(f"embedded {done}/{render.count(total, 'record')}")
 
-    with open_store(args) as store:
-        result = store.embed(backfill=args.backfill, progress=report)
-    emit(args, result, lambda: render.embed(result))
+    result = _call(args, lambda store: store.embed(backfill=args.backfill, progress=report), render.embed)
     return 1 if result.get("pending") else 0
 
 
@@ -289,44 +285,32 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         if not args.json or total > 0:
             progress(f"rebuild: {done}/{total} bytes ({100 * done // max(total, 1)}%)")
 
-    with open_store(args) as store:
-        result = store.rebuild(progress=report, workers=pool.cpu_workers())
-    emit(args, result, lambda: render.rebuild(result))
+    _call(args, lambda store: store.rebuild(progress=report, workers=pool.cpu_workers()), render.rebuild)
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        report = store.verify(anchor=args.anchor, workers=pool.cpu_workers())
-    emit(args, report, lambda: render.verify(report))
+    report = _call(args, lambda store: store.verify(anchor=args.anchor, workers=pool.cpu_workers()), render.verify)
     return 0 if report["ok"] else 1
 
 
 def cmd_head(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        head = store.head()
-    emit(args, head, lambda: render.head(head))
+    _call(args, Store.head, render.head)
     return 0
 
 
 def cmd_anchor(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.anchor(accept=args.accept, reason=args.reason)
-    emit(args, result, lambda: listing_text(result))
+    result = _call(args, lambda store: store.anchor(accept=args.accept, reason=args.reason), listing_text)
     return 1 if result["not_on_chain"] and not args.accept else 0
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.redact(args.seq, args.reason)
-    emit(args, result, lambda: render.redaction(result))
+    result = _call(args, lambda store: store.redact(args.seq, args.reason), render.redaction)
     return 1 if result["index"] in ("set_aside", "unchanged") else 0  # the erased text may still be in the index
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.quarantine(args.offset, reason=args.reason)
-    emit(args, result, lambda: render.quarantine(result))
+    _call(args, lambda store: store.quarantine(args.offset, reason=args.reason), render.quarantine)
     return 0
 
 
@@ -410,9 +394,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.stats(progress=_every_second("stats", "bytes"), workers=pool.cpu_workers())
-    emit(args, result, lambda: render.stats(result))
+    result = _call(args, lambda store: store.stats(progress=_every_second("stats", "bytes"), workers=pool.cpu_workers()), render.stats)
     return 1 if result["findings"] else 0
 
 
@@ -458,7 +440,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 def cmd_brief(args: argparse.Namespace) -> int:
     chosen, and_unscoped, project_scope = _read_scope(args)
-    result = session_brief(store_dir(args), args.budget, chosen, and_unscoped=and_unscoped, environ=os.environ,
+    result = session_brief(paths.store_dir(args.dir), args.budget, chosen, and_unscoped=and_unscoped, environ=os.environ,
                            never_fail=True, project=project_scope)
     sys.stdout.buffer.write(brief.output(result, "json" if args.json else args.format))
     sys.stdout.flush()

@@ -646,7 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
                    help="another origin (scheme://host[:port]), e.g. a reverse proxy's, allowed to call it (repeatable)")
 
-    _hook_commands(sub, common)
+    _hook_commands(command, common)
     from retained.cli import sync
 
     sync.register(command, emit=emit, open_store=open_store, usage_error=UsageError)
@@ -694,17 +694,13 @@ def cmd_hook_install(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    hook = sub.add_parser("hook", parents=[common], help="set up the session-start hook in an agent's settings",
-                          description="set up the session-start hook in an agent's settings",
-                          epilog="example: retained hook install --claude", formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = hook.add_subparsers(dest="hook_command", metavar="ACTION", help="what to do: install")
-
+def _hook_commands(command: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     def no_action(_args: argparse.Namespace) -> int:
         hook.print_help(sys.stderr)
         return 2
 
-    hook.set_defaults(func=no_action)
+    hook = command("hook", "set up the session-start hook in an agent's settings", "retained hook install --claude", no_action)
+    actions = hook.add_subparsers(dest="hook_command", metavar="ACTION", help="what to do: install")
     p = actions.add_parser("install", parents=[common], help="add the SessionStart and capture hooks to Claude Code's settings (idempotent, keeps a backup)",
                            description="add the SessionStart hook to Claude Code's settings: ~/.claude/settings.json, or "
                            "DIR/.claude/settings.json with --project; the old file is kept as a backup, and a second run changes nothing",
@@ -715,9 +711,8 @@ def _hook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--print", action="store_true", help="show the settings file it would write, and write nothing")
     p.add_argument("--no-capture", action="store_true", help="install only the SessionStart hook (no capture hooks; "
                    "removes those of an earlier install)")
-    p.add_argument("--skip", action="append", metavar="EVENT", choices=["UserPromptSubmit", "Stop", "SubagentStop", "PostCompact", "SessionEnd"],
-                   help="leave out the capture hook of this event (repeatable): UserPromptSubmit, Stop, SubagentStop, "
-                   "PostCompact, SessionEnd")
+    p.add_argument("--skip", action="append", metavar="EVENT", choices=list(hook_install.CAPTURE_EVENTS),
+                   help=f"leave out the capture hook of this event (repeatable): {', '.join(hook_install.CAPTURE_EVENTS)}")
     p.set_defaults(func=cmd_hook_install)
 
 

@@ -475,8 +475,7 @@ def _brief_args(argv: list[str]) -> argparse.Namespace | None:
 
 def _brief_parser() -> argparse.ArgumentParser:
     """The parser of ``retained brief`` alone: it runs at every session start, so it skips building every command's."""
-    p = _Parser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
-                                epilog=f"example: {BRIEF_EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="retained brief", parents=[_common()], **_page(BRIEF_HELP, BRIEF_EXAMPLE))
     _brief_arguments(p)
     p.set_defaults(func=cmd_brief)
     return p
@@ -489,6 +488,11 @@ DIR_HELP = "store directory (default: $RETAINED_DIR or ~/.retained)"
 JSON_HELP = "print one JSON document on stdout"
 
 
+def _page(description: str, example: str) -> dict[str, Any]:
+    """A parser's ``--help`` page: the description, then the example, kept as written."""
+    return {"description": description, "epilog": f"example: {example}", "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
 def _common() -> _Parser:
     common = _Parser(add_help=False)
     common.add_argument("--dir", help=DIR_HELP)
@@ -497,12 +501,8 @@ def _common() -> _Parser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="retained",
-        description="Agent memory whose writes are provable: an append-only, hash-chained log.",
-        epilog="example: retained write 'the deploy target is staging' --scope proj-a",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = _Parser(prog="retained", **_page("Agent memory whose writes are provable: an append-only, hash-chained log.",
+                                             "retained write 'the deploy target is staging' --scope proj-a"))
     parser.add_argument("--version", action="version", version=f"retained {__version__}")
     # Also before the command (retained --dir X list); a subcommand's own value wins (see main).
     parser.add_argument("--dir", dest="global_dir", metavar="DIR", help=DIR_HELP)
@@ -511,14 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
 
     def command(name: str, help_text: str, example: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = sub.add_parser(
-            name,
-            parents=[common],
-            help=help_text,
-            description=help_text,
-            epilog=f"example: {example}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        p = sub.add_parser(name, parents=[common], help=help_text, **_page(help_text, example))
         p.set_defaults(func=func)
         return p
 
@@ -702,10 +695,9 @@ def _hook_commands(command: Callable[..., argparse.ArgumentParser], common: argp
     hook = command("hook", "set up the session-start hook in an agent's settings", "retained hook install --claude", no_action)
     actions = hook.add_subparsers(dest="hook_command", metavar="ACTION", help="what to do: install")
     p = actions.add_parser("install", parents=[common], help="add the SessionStart and capture hooks to Claude Code's settings (idempotent, keeps a backup)",
-                           description="add the SessionStart hook to Claude Code's settings: ~/.claude/settings.json, or "
-                           "DIR/.claude/settings.json with --project; the old file is kept as a backup, and a second run changes nothing",
-                           epilog="example: retained hook install --claude --project . --print",
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           **_page("add the SessionStart hook to Claude Code's settings: ~/.claude/settings.json, or DIR/.claude/settings.json "
+                                   "with --project; the old file is kept as a backup, and a second run changes nothing",
+                                   "retained hook install --claude --project . --print"))
     p.add_argument("--claude", action="store_true", required=True, help="Claude Code (the only host with hooks so far)")
     p.add_argument("--project", metavar="DIR", help="the project's .claude/settings.json instead of the user's")
     p.add_argument("--print", action="store_true", help="show the settings file it would write, and write nothing")

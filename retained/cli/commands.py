@@ -1,9 +1,7 @@
 """The command line: ``retained <command>`` and ``python -m retained <command>``.
 
-Each command is a few lines over ``Store``. Exit status: 0 success, 1
-problems found (or the operation failed), 2 a usage error or bad input.
-With ``--json`` stdout carries exactly one JSON document; diagnostics and
-progress go to stderr.
+Each command is a few lines over ``Store``; its exit status and ``--json`` are
+as docs/cli.md says. Diagnostics and progress go to stderr, never to stdout.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from retained.core import json_input, pool
 from retained.core.anchors import listing_text
 from retained.errors import NoStore, RetainedError
 from retained.interrupt import raise_on_interrupt
-from retained.paths import chosen_dir
 from retained.settings import store_options
 from retained.store import Store
 from retained.version import __version__
@@ -662,7 +659,7 @@ def cmd_hook_install(args: argparse.Namespace) -> int:
     retained_bin = here if here.is_file() else shutil.which("retained")
     if retained_bin is None:
         raise UsageError(f"no retained command beside {sys.executable} or on PATH; install retained with pip, then run this again")
-    chosen = chosen_dir(args.dir)
+    chosen = paths.chosen_dir(args.dir)
     store = chosen.resolve() if chosen else None
     project = Path(args.project).expanduser().resolve() if args.project else None
     path = hook_install.claude_settings_path(Path.home(), project)

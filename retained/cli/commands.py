@@ -126,9 +126,9 @@ class _Parser(argparse.ArgumentParser):
         return None
 
 
-def open_store(args: argparse.Namespace, *, must_exist: bool = True, **kwargs: Any) -> Any:
+def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
     """The store of --dir / RETAINED_DIR; a command that only reads refuses a store that is not there."""
-    store = Store(paths.store_dir(args.dir), client=CLI_CLIENT, **{**store_options(), **kwargs})
+    store = Store(paths.store_dir(args.dir), client=CLI_CLIENT, **store_options())
     if must_exist and not store.exists():
         store.close()
         raise NoStore(

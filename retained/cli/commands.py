@@ -1,9 +1,7 @@
 """The command line: ``retained <command>`` and ``python -m retained <command>``.
 
-Each command is a few lines over ``Store``. Exit status: 0 success, 1
-problems found (or the operation failed), 2 a usage error or bad input.
-With ``--json`` stdout carries exactly one JSON document; diagnostics and
-progress go to stderr.
+Each command is a few lines over ``Store``; its exit status and ``--json`` are
+as docs/cli.md says. Diagnostics and progress go to stderr, never to stdout.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from retained.core import json_input, pool
 from retained.core.anchors import listing_text
 from retained.errors import NoStore, RetainedError
 from retained.interrupt import raise_on_interrupt
-from retained.paths import chosen_dir
 from retained.settings import store_options
 from retained.store import Store
 from retained.version import __version__
@@ -129,13 +126,9 @@ class _Parser(argparse.ArgumentParser):
         return None
 
 
-def store_dir(args: argparse.Namespace) -> Path:
-    return paths.store_dir(args.dir)
-
-
-def open_store(args: argparse.Namespace, *, must_exist: bool = True, **kwargs: Any) -> Any:
+def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
     """The store of --dir / RETAINED_DIR; a command that only reads refuses a store that is not there."""
-    store = Store(store_dir(args), client=CLI_CLIENT, **{**store_options(), **kwargs})
+    store = Store(paths.store_dir(args.dir), client=CLI_CLIENT, **store_options())
     if must_exist and not store.exists():
         store.close()
         raise NoStore(
@@ -155,6 +148,14 @@ def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> 
         if out:
             sys.stdout.write(out if out.endswith("\n") else out + "\n")
     sys.stdout.flush()
+
+
+def _call(args: argparse.Namespace, call: Callable[[Store], Any], text: Callable[[Any], str], *, must_exist: bool = True) -> Any:
+    """Open the store, ``call`` it, and ``emit`` the result (``text`` is its text form); returns the result."""
+    with open_store(args, must_exist=must_exist) as store:
+        result = call(store)
+    emit(args, result, lambda: text(result))
+    return result
 
 
 def progress(message: str) -> None:
@@ -214,16 +215,12 @@ VECTOR_LATER = ("its vector is computed after this command, by a running `retain
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        proof = store.forget(args.seqs, args.reason)
-    emit(args, proof, lambda: render.proof(proof))
+    _call(args, lambda store: store.forget(args.seqs, args.reason), render.proof)
     return 0
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    with open_store(args, must_exist=False) as store:
-        proof = store.checkpoint(args.label, summary=args.summary, scope=args.scope)
-    emit(args, proof, lambda: render.proof(proof))
+    _call(args, lambda store: store.checkpoint(args.label, summary=args.summary, scope=args.scope), render.proof, must_exist=False)
     return 0
 
 
@@ -246,9 +243,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.list(limit=args.limit, kind=args.kind, scope=args.scope)
-    emit(args, result, lambda: render.records(result))
+    _call(args, lambda store: store.list(limit=args.limit, kind=args.kind, scope=args.scope), render.records)
     return 0
 
 
@@ -278,9 +273,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     def report(done: int, total: int) -> None:
         progress(f"embedded {done}/{render.count(total, 'record')}")
 
-    with open_store(args) as store:
-        result = store.embed(backfill=args.backfill, progress=report)
-    emit(args, result, lambda: render.embed(result))
+    result = _call(args, lambda store: store.embed(backfill=args.backfill, progress=report), render.embed)
     return 1 if result.get("pending") else 0
 
 
@@ -289,44 +282,32 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         if not args.json or total > 0:
             progress(f"rebuild: {done}/{total} bytes ({100 * done // max(total, 1)}%)")
 
-    with open_store(args) as store:
-        result = store.rebuild(progress=report, workers=pool.cpu_workers())
-    emit(args, result, lambda: render.rebuild(result))
+    _call(args, lambda store: store.rebuild(progress=report, workers=pool.cpu_workers()), render.rebuild)
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        report = store.verify(anchor=args.anchor, workers=pool.cpu_workers())
-    emit(args, report, lambda: render.verify(report))
+    report = _call(args, lambda store: store.verify(anchor=args.anchor, workers=pool.cpu_workers()), render.verify)
     return 0 if report["ok"] else 1
 
 
 def cmd_head(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        head = store.head()
-    emit(args, head, lambda: render.head(head))
+    _call(args, Store.head, render.head)
     return 0
 
 
 def cmd_anchor(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.anchor(accept=args.accept, reason=args.reason)
-    emit(args, result, lambda: listing_text(result))
+    result = _call(args, lambda store: store.anchor(accept=args.accept, reason=args.reason), listing_text)
     return 1 if result["not_on_chain"] and not args.accept else 0
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.redact(args.seq, args.reason)
-    emit(args, result, lambda: render.redaction(result))
+    result = _call(args, lambda store: store.redact(args.seq, args.reason), render.redaction)
     return 1 if result["index"] in ("set_aside", "unchanged") else 0  # the erased text may still be in the index
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.quarantine(args.offset, reason=args.reason)
-    emit(args, result, lambda: render.quarantine(result))
+    _call(args, lambda store: store.quarantine(args.offset, reason=args.reason), render.quarantine)
     return 0
 
 
@@ -410,9 +391,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        result = store.stats(progress=_every_second("stats", "bytes"), workers=pool.cpu_workers())
-    emit(args, result, lambda: render.stats(result))
+    result = _call(args, lambda store: store.stats(progress=_every_second("stats", "bytes"), workers=pool.cpu_workers()), render.stats)
     return 1 if result["findings"] else 0
 
 
@@ -458,7 +437,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 def cmd_brief(args: argparse.Namespace) -> int:
     chosen, and_unscoped, project_scope = _read_scope(args)
-    result = session_brief(store_dir(args), args.budget, chosen, and_unscoped=and_unscoped, environ=os.environ,
+    result = session_brief(paths.store_dir(args.dir), args.budget, chosen, and_unscoped=and_unscoped, environ=os.environ,
                            never_fail=True, project=project_scope)
     sys.stdout.buffer.write(brief.output(result, "json" if args.json else args.format))
     sys.stdout.flush()
@@ -493,8 +472,7 @@ def _brief_args(argv: list[str]) -> argparse.Namespace | None:
 
 def _brief_parser() -> argparse.ArgumentParser:
     """The parser of ``retained brief`` alone: it runs at every session start, so it skips building every command's."""
-    p = _Parser(prog="retained brief", parents=[_common()], description=BRIEF_HELP,
-                                epilog=f"example: {BRIEF_EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="retained brief", parents=[_common()], **_page(BRIEF_HELP, BRIEF_EXAMPLE))
     _brief_arguments(p)
     p.set_defaults(func=cmd_brief)
     return p
@@ -507,6 +485,11 @@ DIR_HELP = "store directory (default: $RETAINED_DIR or ~/.retained)"
 JSON_HELP = "print one JSON document on stdout"
 
 
+def _page(description: str, example: str) -> dict[str, Any]:
+    """A parser's ``--help`` page: the description, then the example, kept as written."""
+    return {"description": description, "epilog": f"example: {example}", "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
 def _common() -> _Parser:
     common = _Parser(add_help=False)
     common.add_argument("--dir", help=DIR_HELP)
@@ -515,12 +498,8 @@ def _common() -> _Parser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="retained",
-        description="Agent memory whose writes are provable: an append-only, hash-chained log.",
-        epilog="example: retained write 'the deploy target is staging' --scope proj-a",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = _Parser(prog="retained", **_page("Agent memory whose writes are provable: an append-only, hash-chained log.",
+                                             "retained write 'the deploy target is staging' --scope proj-a"))
     parser.add_argument("--version", action="version", version=f"retained {__version__}")
     # Also before the command (retained --dir X list); a subcommand's own value wins (see main).
     parser.add_argument("--dir", dest="global_dir", metavar="DIR", help=DIR_HELP)
@@ -529,14 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
 
     def command(name: str, help_text: str, example: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = sub.add_parser(
-            name,
-            parents=[common],
-            help=help_text,
-            description=help_text,
-            epilog=f"example: {example}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        p = sub.add_parser(name, parents=[common], help=help_text, **_page(help_text, example))
         p.set_defaults(func=func)
         return p
 
@@ -664,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
                    help="another origin (scheme://host[:port]), e.g. a reverse proxy's, allowed to call it (repeatable)")
 
-    _hook_commands(sub, common)
+    _hook_commands(command, common)
     from retained.cli import sync
 
     sync.register(command, emit=emit, open_store=open_store, usage_error=UsageError)
@@ -687,7 +659,7 @@ def cmd_hook_install(args: argparse.Namespace) -> int:
     retained_bin = here if here.is_file() else shutil.which("retained")
     if retained_bin is None:
         raise UsageError(f"no retained command beside {sys.executable} or on PATH; install retained with pip, then run this again")
-    chosen = chosen_dir(args.dir)
+    chosen = paths.chosen_dir(args.dir)
     store = chosen.resolve() if chosen else None
     project = Path(args.project).expanduser().resolve() if args.project else None
     path = hook_install.claude_settings_path(Path.home(), project)
@@ -712,30 +684,24 @@ def cmd_hook_install(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    hook = sub.add_parser("hook", parents=[common], help="set up the session-start hook in an agent's settings",
-                          description="set up the session-start hook in an agent's settings",
-                          epilog="example: retained hook install --claude", formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = hook.add_subparsers(dest="hook_command", metavar="ACTION", help="what to do: install")
-
+def _hook_commands(command: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     def no_action(_args: argparse.Namespace) -> int:
         hook.print_help(sys.stderr)
         return 2
 
-    hook.set_defaults(func=no_action)
+    hook = command("hook", "set up the session-start hook in an agent's settings", "retained hook install --claude", no_action)
+    actions = hook.add_subparsers(dest="hook_command", metavar="ACTION", help="what to do: install")
     p = actions.add_parser("install", parents=[common], help="add the SessionStart and capture hooks to Claude Code's settings (idempotent, keeps a backup)",
-                           description="add the SessionStart hook to Claude Code's settings: ~/.claude/settings.json, or "
-                           "DIR/.claude/settings.json with --project; the old file is kept as a backup, and a second run changes nothing",
-                           epilog="example: retained hook install --claude --project . --print",
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           **_page("add the SessionStart hook to Claude Code's settings: ~/.claude/settings.json, or DIR/.claude/settings.json "
+                                   "with --project; the old file is kept as a backup, and a second run changes nothing",
+                                   "retained hook install --claude --project . --print"))
     p.add_argument("--claude", action="store_true", required=True, help="Claude Code (the only host with hooks so far)")
     p.add_argument("--project", metavar="DIR", help="the project's .claude/settings.json instead of the user's")
     p.add_argument("--print", action="store_true", help="show the settings file it would write, and write nothing")
     p.add_argument("--no-capture", action="store_true", help="install only the SessionStart hook (no capture hooks; "
                    "removes those of an earlier install)")
-    p.add_argument("--skip", action="append", metavar="EVENT", choices=["UserPromptSubmit", "Stop", "SubagentStop", "PostCompact", "SessionEnd"],
-                   help="leave out the capture hook of this event (repeatable): UserPromptSubmit, Stop, SubagentStop, "
-                   "PostCompact, SessionEnd")
+    p.add_argument("--skip", action="append", metavar="EVENT", choices=list(hook_install.CAPTURE_EVENTS),
+                   help=f"leave out the capture hook of this event (repeatable): {', '.join(hook_install.CAPTURE_EVENTS)}")
     p.set_defaults(func=cmd_hook_install)
 
 

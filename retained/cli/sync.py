@@ -74,9 +74,8 @@ def cmd_sync(args: argparse.Namespace, *, emit: Callable[..., None], open_store:
     if not remote:
         raise usage_error(f"sync needs --remote s3://BUCKET/PREFIX (or {REMOTE_SETTING}); see docs/sync.md")
     options: dict[str, Any] = {"machine": args.machine or os.environ.get(MACHINE_SETTING), "endpoint_url": args.endpoint_url,
-                               "pull": not args.no_pull, "publish_own": not args.no_publish, "progress": _progress()}
-    if args.restore:
-        options["restore_id"] = args.restore
+                               "restore_id": args.restore or None, "pull": not args.no_pull, "publish_own": not args.no_publish,
+                               "progress": _progress()}
     key_file = args.key_file or os.environ.get(KEY_SETTING, "").strip()
     if key_file:
         from retained.sync.sealed import read_key

@@ -13,6 +13,7 @@ cosine similarity is a plain dot product.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from array import array
@@ -28,20 +29,14 @@ NUMPY_MISSING = (
     "install it with: pip install 'retained[vectors]'"
 )
 
-_numpy: Any = None
-_numpy_checked = False
 
-
+@functools.cache
 def _load_numpy() -> Any:
-    global _numpy, _numpy_checked
-    if not _numpy_checked:
-        try:
-            import numpy as found
-        except ImportError:
-            found = None  # type: ignore[assignment]
-        _numpy = found
-        _numpy_checked = True
-    return _numpy
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 def numpy_missing() -> str | None:

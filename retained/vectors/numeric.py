@@ -197,10 +197,8 @@ def rrf(
         raise InvalidRecord(f"rrf k must not be negative, found {k}")
     if type(keep_first) is not int or keep_first < 0:
         raise InvalidRecord(f"rrf keep_first must be a whole number from 0, found {keep_first!r}")
-    score: dict[Id, float] = {}
+    score: dict[Id, float] = {}  # in order of first appearance, which the stable sort keeps for ties
     best: dict[Id, int] = {}
-    first: dict[Id, int] = {}
-    order = 0
     for ranking, w in zip(rankings, weights, strict=True):
         seen: set[Id] = set()
         for rank, ident in enumerate(ranking, start=1):
@@ -208,19 +206,11 @@ def rrf(
                 continue
             seen.add(ident)
             score[ident] = score.get(ident, 0.0) + w / (k + rank)
-            if ident not in first:
-                first[ident] = order
-                order += 1
             best[ident] = min(best.get(ident, rank), rank)
-    fused = sorted(score.items(), key=lambda kv: (-kv[1], best[kv[0]], first[kv[0]]))
+    fused = sorted(score.items(), key=lambda kv: (-kv[1], best[kv[0]]))
     if not keep_first or not rankings:
         return fused
-    head: list[Id] = []
-    for ident in rankings[0]:
-        if len(head) == keep_first:
-            break
-        if ident not in head:
-            head.append(ident)
+    head = list(dict.fromkeys(rankings[0]))[:keep_first]
     kept = set(head)
     return [(ident, score[ident]) for ident in head] + [pair for pair in fused if pair[0] not in kept]
 

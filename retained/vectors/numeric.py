@@ -3,7 +3,7 @@
 numpy is optional (``pip install 'retained[vectors]'``) and imported lazily,
 on the first call that needs it, so importing retained never pays for it.
 Without numpy, ``normalise``, ``pack``, ``unpack`` and ``rrf`` still work (pure
-Python), so vectors can be stored and fused; only ``matrix`` and ``top_n``
+Python), so vectors can be stored and fused; only ``matrix`` and ``top_scores``
 (cosine over many rows) need numpy, and ``numpy_missing()`` returns the one
 message a caller shows before answering lexically.
 
@@ -117,24 +117,6 @@ def matrix(blobs: Iterable[bytes], dim: int) -> Any:
     return flat.reshape(len(items), dim).astype(np.float32, copy=False)
 
 
-def top_n(mat: Any, query: Sequence[float], n: int) -> list[tuple[int, float]]:
-    """The ``n`` rows of ``mat`` (unit rows) most cosine-similar to ``query``, best first.
-
-    Returns ``(row, score)`` pairs; ties go to the lower row.
-
-    Raises:
-        VectorsUnavailable: numpy is not installed.
-        InvalidRecord: ``query``'s dimension differs from the matrix's.
-    """
-    np = require_numpy()
-    q = np.asarray(normalise(query), dtype=np.float32)
-    if mat.shape[0] == 0 or n <= 0:
-        return []
-    if q.shape[0] != mat.shape[1]:
-        raise InvalidRecord(f"query vector has {q.shape[0]} dimensions, expected {mat.shape[1]}")
-    return top_scores(mat @ q, n)
-
-
 def top_scores(scores: Any, n: int) -> list[tuple[int, float]]:
     """The ``n`` best entries of a 1-d score array, best first, as ``(position, score)``.
 
@@ -224,7 +206,6 @@ __all__ = [
     "pack",
     "require_numpy",
     "rrf",
-    "top_n",
     "top_scores",
     "unpack",
 ]

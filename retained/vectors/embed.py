@@ -93,8 +93,7 @@ def _safe_url(url: str) -> str:
 class Breaker:
     """Counts consecutive failures and opens for a cool-down after ``failures_max`` of them.
 
-    ``clock`` is a monotonic clock (injectable so tests need no sleeping);
-    ``wall`` turns the open-until moment into a UTC time for reports.
+    ``clock`` is a monotonic clock (injectable so tests need no sleeping).
     """
 
     def __init__(
@@ -103,7 +102,6 @@ class Breaker:
         cooldown_s: float = COOLDOWN_S,
         *,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         if failures_max < 1:
             raise EmbedConfigError(f"breaker failures_max must be at least 1, found {failures_max}")
@@ -112,7 +110,6 @@ class Breaker:
         self.failures_max = failures_max
         self.cooldown_s = cooldown_s
         self._clock = clock
-        self._wall = wall
         self._lock = threading.Lock()
         self.failures = 0
         self.last_error: str | None = None
@@ -157,7 +154,7 @@ class Breaker:
                 return out
             left = self._opened_at + self.cooldown_s - self._clock()
             if left > 0:
-                until = datetime.fromtimestamp(self._wall() + left, UTC)
+                until = datetime.fromtimestamp(time.time() + left, UTC)
                 out.update(
                     state="open",
                     open_until=until.strftime("%Y-%m-%dT%H:%M:%SZ"),

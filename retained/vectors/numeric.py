@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-from array import array
+import struct
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -77,10 +76,8 @@ def normalise(vec: Sequence[float]) -> list[float]:
 
 def pack(vec: Sequence[float]) -> bytes:
     """Normalise ``vec`` and encode it as little-endian float32 bytes for SQLite."""
-    arr = array("f", normalise(vec))
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tobytes()
+    unit = normalise(vec)
+    return struct.pack(f"<{len(unit)}f", *unit)
 
 
 def unpack(blob: bytes) -> list[float]:
@@ -91,11 +88,7 @@ def unpack(blob: bytes) -> list[float]:
     """
     if len(blob) % 4:
         raise InvalidRecord(f"vector blob of {len(blob)} bytes is not float32 (length not a multiple of 4)")
-    arr = array("f")
-    arr.frombytes(blob)
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tolist()
+    return list(struct.unpack(f"<{len(blob) // 4}f", blob))
 
 
 def matrix(blobs: Iterable[bytes], dim: int) -> Any:

@@ -2,15 +2,10 @@
 
 Nothing here is on the write path, stores vectors (``index.hybrid`` does)
 or reads the environment (the edges pass ``RETAINED_EMBED_*`` in). The
-protocol is chosen from the end of the URL's path: ``/api/embed`` (Ollama,
-batched), ``/api/embeddings`` (older Ollama, one text a request) or
-``/v1/embeddings`` (OpenAI-compatible); any other is refused
-(``EmbedConfigError``). Vectors come back validated, not normalised.
-``connect_timeout_s`` (2 s) and ``read_timeout_s`` (10 s) bound each call;
-after ``failures_max`` (3) failures in a row the breaker opens for
-``cooldown_s`` (30 s), then lets one trial through (``Embedder.status()``
-says which). An API key goes as ``Authorization: Bearer`` and never appears
-in a repr, a status or an error.
+protocols the URL's path picks, the timeouts and the breaker's rule are in
+docs/embeddings.md. Vectors come back validated, not normalised. An API key
+goes as ``Authorization: Bearer`` and never appears in a repr, a status or
+an error.
 """
 
 from __future__ import annotations
@@ -93,8 +88,7 @@ def _safe_url(url: str) -> str:
 class Breaker:
     """Counts consecutive failures and opens for a cool-down after ``failures_max`` of them.
 
-    ``clock`` is a monotonic clock (injectable so tests need no sleeping);
-    ``wall`` turns the open-until moment into a UTC time for reports.
+    ``clock`` is a monotonic clock (injectable so tests need no sleeping).
     """
 
     def __init__(
@@ -103,7 +97,6 @@ class Breaker:
         cooldown_s: float = COOLDOWN_S,
         *,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         if failures_max < 1:
             raise EmbedConfigError(f"breaker failures_max must be at least 1, found {failures_max}")
@@ -112,7 +105,6 @@ class Breaker:
         self.failures_max = failures_max
         self.cooldown_s = cooldown_s
         self._clock = clock
-        self._wall = wall
         self._lock = threading.Lock()
         self.failures = 0
         self.last_error: str | None = None
@@ -157,7 +149,7 @@ class Breaker:
                 return out
             left = self._opened_at + self.cooldown_s - self._clock()
             if left > 0:
-                until = datetime.fromtimestamp(self._wall() + left, UTC)
+                until = datetime.fromtimestamp(time.time() + left, UTC)
                 out.update(
                     state="open",
                     open_until=until.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -188,11 +180,11 @@ class Embedder:
     """An HTTP embedding client for one model behind one of the three protocols.
 
     Args:
-        url: the full endpoint URL; its path picks the protocol (module docstring).
+        url: the full endpoint URL; its path picks the protocol (docs/embeddings.md).
         model: the model name sent with each request and stored with each vector.
         api_key: sent as a bearer token; never shown anywhere.
         dim: the expected dimension; ``None`` takes the first answer's and holds to it.
-        connect_timeout_s, read_timeout_s: see the module docstring.
+        connect_timeout_s, read_timeout_s: seconds to connect and to wait for each part of an answer.
         batch_size: texts per request for the batching protocols.
         query_prefix, passage_prefix: text put before each query or passage
             (e.g. ``"query: "`` / ``"passage: "`` for an e5 model served raw).

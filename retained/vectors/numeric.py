@@ -3,7 +3,7 @@
 numpy is optional (``pip install 'retained[vectors]'``) and imported lazily,
 on the first call that needs it, so importing retained never pays for it.
 Without numpy, ``normalise``, ``pack``, ``unpack`` and ``rrf`` still work (pure
-Python), so vectors can be stored and fused; only ``matrix`` and ``top_n``
+Python), so vectors can be stored and fused; only ``matrix`` and ``top_scores``
 (cosine over many rows) need numpy, and ``numpy_missing()`` returns the one
 message a caller shows before answering lexically.
 
@@ -13,9 +13,9 @@ cosine similarity is a plain dot product.
 
 from __future__ import annotations
 
+import functools
 import math
-import sys
-from array import array
+import struct
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -28,20 +28,14 @@ NUMPY_MISSING = (
     "install it with: pip install 'retained[vectors]'"
 )
 
-_numpy: Any = None
-_numpy_checked = False
 
-
+@functools.cache
 def _load_numpy() -> Any:
-    global _numpy, _numpy_checked
-    if not _numpy_checked:
-        try:
-            import numpy as found
-        except ImportError:
-            found = None  # type: ignore[assignment]
-        _numpy = found
-        _numpy_checked = True
-    return _numpy
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 def numpy_missing() -> str | None:
@@ -82,10 +76,8 @@ def normalise(vec: Sequence[float]) -> list[float]:
 
 def pack(vec: Sequence[float]) -> bytes:
     """Normalise ``vec`` and encode it as little-endian float32 bytes for SQLite."""
-    arr = array("f", normalise(vec))
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tobytes()
+    unit = normalise(vec)
+    return struct.pack(f"<{len(unit)}f", *unit)
 
 
 def unpack(blob: bytes) -> list[float]:
@@ -96,11 +88,7 @@ def unpack(blob: bytes) -> list[float]:
     """
     if len(blob) % 4:
         raise InvalidRecord(f"vector blob of {len(blob)} bytes is not float32 (length not a multiple of 4)")
-    arr = array("f")
-    arr.frombytes(blob)
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tolist()
+    return list(struct.unpack(f"<{len(blob) // 4}f", blob))
 
 
 def matrix(blobs: Iterable[bytes], dim: int) -> Any:
@@ -120,24 +108,6 @@ def matrix(blobs: Iterable[bytes], dim: int) -> Any:
         return np.zeros((0, dim), dtype=np.float32)
     flat = np.frombuffer(b"".join(items), dtype="<f4")
     return flat.reshape(len(items), dim).astype(np.float32, copy=False)
-
-
-def top_n(mat: Any, query: Sequence[float], n: int) -> list[tuple[int, float]]:
-    """The ``n`` rows of ``mat`` (unit rows) most cosine-similar to ``query``, best first.
-
-    Returns ``(row, score)`` pairs; ties go to the lower row.
-
-    Raises:
-        VectorsUnavailable: numpy is not installed.
-        InvalidRecord: ``query``'s dimension differs from the matrix's.
-    """
-    np = require_numpy()
-    q = np.asarray(normalise(query), dtype=np.float32)
-    if mat.shape[0] == 0 or n <= 0:
-        return []
-    if q.shape[0] != mat.shape[1]:
-        raise InvalidRecord(f"query vector has {q.shape[0]} dimensions, expected {mat.shape[1]}")
-    return top_scores(mat @ q, n)
 
 
 def top_scores(scores: Any, n: int) -> list[tuple[int, float]]:
@@ -202,10 +172,8 @@ def rrf(
         raise InvalidRecord(f"rrf k must not be negative, found {k}")
     if type(keep_first) is not int or keep_first < 0:
         raise InvalidRecord(f"rrf keep_first must be a whole number from 0, found {keep_first!r}")
-    score: dict[Id, float] = {}
+    score: dict[Id, float] = {}  # in order of first appearance, which the stable sort keeps for ties
     best: dict[Id, int] = {}
-    first: dict[Id, int] = {}
-    order = 0
     for ranking, w in zip(rankings, weights, strict=True):
         seen: set[Id] = set()
         for rank, ident in enumerate(ranking, start=1):
@@ -213,19 +181,11 @@ def rrf(
                 continue
             seen.add(ident)
             score[ident] = score.get(ident, 0.0) + w / (k + rank)
-            if ident not in first:
-                first[ident] = order
-                order += 1
             best[ident] = min(best.get(ident, rank), rank)
-    fused = sorted(score.items(), key=lambda kv: (-kv[1], best[kv[0]], first[kv[0]]))
+    fused = sorted(score.items(), key=lambda kv: (-kv[1], best[kv[0]]))
     if not keep_first or not rankings:
         return fused
-    head: list[Id] = []
-    for ident in rankings[0]:
-        if len(head) == keep_first:
-            break
-        if ident not in head:
-            head.append(ident)
+    head = list(dict.fromkeys(rankings[0]))[:keep_first]
     kept = set(head)
     return [(ident, score[ident]) for ident in head] + [pair for pair in fused if pair[0] not in kept]
 
@@ -239,7 +199,6 @@ __all__ = [
     "pack",
     "require_numpy",
     "rrf",
-    "top_n",
     "top_scores",
     "unpack",
 ]

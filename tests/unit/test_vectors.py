@@ -1,4 +1,4 @@
-"""Vector math: normalise, float32 blobs, cosine top-N, reciprocal rank fusion."""
+"""Vector math: normalise, float32 blobs, top-N scores, reciprocal rank fusion."""
 
 from __future__ import annotations
 
@@ -31,24 +31,25 @@ def test_pack_is_little_endian_float32_of_the_normalised_vector() -> None:
         vectors.unpack(b"\x00\x00\x00")
 
 
-def test_matrix_and_top_n_rank_by_cosine() -> None:
+def test_matrix_stacks_blobs_and_top_scores_ranks_by_cosine() -> None:
+    np = vectors.require_numpy()
     mat = vectors.matrix([vectors.pack([1, 0, 0]), vectors.pack([0, 1, 0]), vectors.pack([1, 1, 0])], 3)
     assert mat.shape == (3, 3)
-    got = vectors.top_n(mat, [1.0, 0.1, 0.0], 2)
+    scores = mat @ np.asarray(vectors.normalise([1.0, 0.1, 0.0]), dtype=np.float32)
+    got = vectors.top_scores(scores, 2)
     assert [row for row, _ in got] == [0, 2]
     assert math.isclose(got[0][1], 1 / math.sqrt(1.01), rel_tol=1e-6)
-    assert [row for row, _ in vectors.top_n(mat, [1.0, 0.1, 0.0], 10)] == [0, 2, 1]
-    assert vectors.top_n(mat, [1.0, 0.0, 0.0], 0) == []
-    with pytest.raises(InvalidRecord):
-        vectors.top_n(mat, [1.0, 0.0], 2)
+    assert [row for row, _ in vectors.top_scores(scores, 10)] == [0, 2, 1]
+    assert vectors.top_scores(scores, 0) == []
     with pytest.raises(InvalidRecord):
         vectors.matrix([b"\x00" * 8], 3)
     assert vectors.matrix([], 4).shape == (0, 4)
 
 
-def test_top_n_breaks_ties_by_row() -> None:
-    mat = vectors.matrix([vectors.pack([1, 0])] * 5, 2)
-    assert [row for row, _ in vectors.top_n(mat, [1, 0], 3)] == [0, 1, 2]
+def test_top_scores_breaks_ties_by_row_and_never_returns_minus_infinity() -> None:
+    np = vectors.require_numpy()
+    assert [row for row, _ in vectors.top_scores(np.ones(5, dtype=np.float32), 3)] == [0, 1, 2]
+    assert vectors.top_scores(np.array([-np.inf, 0.5, -np.inf, 0.5]), 4) == [(1, 0.5), (3, 0.5)]
 
 
 def test_rrf_sums_weighted_reciprocal_ranks() -> None:

@@ -140,7 +140,7 @@ def verify(store: Parts, *, anchor: str | list[str] | None = None, progress: Any
         # The vectors' counts (and the modules they need) here, while any
         # worker processes classify the first ranges, not after the walk,
         # when this process alone would still be working. Only when their
-        # catch-up has nothing to rebuild: a replaced log is the index
+        # catch-up has nothing to report: a replaced log is the index
         # check's to report first, so then they wait for the end, as before.
         if log.exists() and _wants_vectors(store) and _index_state(store) == "ok":
             vectors["report"] = _vectors(store)

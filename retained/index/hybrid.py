@@ -177,24 +177,28 @@ class Hybrid:
             (f"mark:{model}", value),
         )
 
-    def pending(self) -> int:
+    def pending(self, on_replaced: str = "rebuild") -> int:
         """Records (not retractions or redactions) without a current vector for the configured model."""
         if self.embedder is None:
             return 0
-        self.index.catch_up()
+        self.index.catch_up(on_replaced=on_replaced)
         with self.index.lock:
             db = self._db()
             start = self._mark(db, self.embedder.model)
             return int(db.execute(f"SELECT count(*) {self._PENDING}", (start, self.embedder.model)).fetchone()[0])
 
-    def counts(self) -> dict[str, Any]:
-        """For verify and stats: records, vectors of the configured model, missing, other models."""
-        self.index.catch_up()
+    def counts(self, on_replaced: str = "rebuild") -> dict[str, Any]:
+        """For verify and stats: records, vectors of the configured model, missing, other models.
+
+        ``on_replaced`` as in ``Index.catch_up``: verify's is ``"report"``, so
+        that it never rebuilds the index from a log it found damaged.
+        """
+        self.index.catch_up(on_replaced=on_replaced)
         eligible = self._eligible()
         with self.index.lock:
             per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(self._db()) or {}).items()}
         model = self.model
-        missing = self.pending() if model is not None else None
+        missing = self.pending(on_replaced) if model is not None else None
         return {
             "model": model,
             "records": eligible,
@@ -212,7 +216,7 @@ class Hybrid:
         """
         if self.embedder is None:
             return {"model": None, "findings": [], "off": self.off_reason}
-        out = self.counts()
+        out = self.counts(on_replaced="report")
         out["findings"] = []
         if out["missing"]:
             out["findings"].append({

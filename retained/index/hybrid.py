@@ -525,8 +525,8 @@ class Hybrid:
             if self.newer_first:
                 corrections.newer_first(reply["results"], self._cosine(), text, subjects)
             return reply
-        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
-                           context=context, **opts)
+        return self._fused(text, query_vec, opts, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
+                           context=context)
 
     def _cosine(self) -> Callable[[int, int], float | None] | None:
         """The cosine of two records' stored vectors (None when either has none), or None without vectors."""
@@ -553,20 +553,16 @@ class Hybrid:
         self,
         text: str,
         query_vec: list[float],
+        opts: dict[str, Any],
         *,
         k: int,
         max_tokens: int | None,
         dense_only: bool,
         info: dict[str, Any],
         context: int,
-        scope: str | None,
-        and_unscoped: bool,
-        include_superseded: bool,
-        include_retracted: bool,
     ) -> Found:
         check_search_args(text, k, max_tokens, context)
-        opts: dict[str, Any] = {"scope": scope, "and_unscoped": and_unscoped, "include_superseded": include_superseded,
-                                "include_retracted": include_retracted}
+        include_superseded, include_retracted = opts["include_superseded"], opts["include_retracted"]
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
         caught = counts["index"]

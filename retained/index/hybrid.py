@@ -1,14 +1,11 @@
 """Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF (docs/embeddings.md).
 
-It owns the ``vectors`` and ``vectors_meta`` tables in the index file (one row
-per record and model: seq, chain hash, model, dimension, the L2-normalised
-float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and `Hybrid.search`, which
-fuses ``Index.ranked`` (bm25) with the cosine ranking of ``dense.Matrix``. It
-never writes the log or the index's own tables; a vector whose hash no longer
-matches its record is ignored and replaced. Optional, never a single point of
-failure (DESIGN "Embeddings"): writes and searches never wait for an embedder,
-and every reply says ``mode``, ``mode_reason`` and ``without_vectors``. How
-the defaults were chosen: docs/retrieval.md.
+It owns the ``vectors`` and ``vectors_meta`` tables in the index file (DDL in
+``schema.VECTORS_SCHEMA``) and `Hybrid.search`, which fuses ``Index.ranked``
+(bm25) with the cosine ranking of ``dense.Matrix``. It never writes the log or
+the index's own tables; a vector whose hash no longer matches its record is
+ignored and replaced. Optional, never a single point of failure
+(docs/embeddings.md); how the defaults were chosen: docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -55,13 +52,8 @@ class Hybrid:
         embedder: an `Embedder` (anything with ``model``, ``dim``,
             ``embed(texts, purpose=)`` and ``status()``), or None when
             embeddings are off.
-        dense_weight: RRF weight of the dense ranking (lexical is 1.0).
-        keep_lexical: how many of the lexical top results keep their places
-            at the head of the fused ranking (0: plain RRF).
-        context_weight: gamma, how much of the previous record in the same
-            scope is blended into a record's vector when scoring (0 turns it off).
-        neighbour_weight: beta, how much a record gains from its best-scoring
-            neighbour (previous or next record in its scope; 0 turns it off).
+        dense_weight, keep_lexical, context_weight, neighbour_weight: the
+            ranking's settings, as ``SETTINGS`` and docs/embeddings.md say.
         off_reason: what a lexical reply says when ``embedder`` is None.
     """
 
@@ -473,12 +465,8 @@ class Hybrid:
         (the cosine ranking alone, for evaluation; falls back like auto).
         The reply is `Index.search`'s plus ``mode``, ``mode_reason`` and
         ``vectors`` (model, missing, breaker state); ``context`` as there.
-
-        Hybrid: bm25 and cosine rankings fused by ``vectors.rrf``, the first
-        ``keep_lexical`` lexical results kept at the head. The matches are the
-        lexical ones plus the records that reached the top k through the
-        vectors alone, so I2 holds as in lexical mode. A search embeds only its
-        query; ``kick()`` and ``backfill()`` fill in the rest.
+        How the two rankings are fused, and why I2 holds as in lexical mode:
+        docs/embeddings.md ("How results are ranked").
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")

@@ -70,12 +70,10 @@ def may_correct(
             return False
         if cosine >= COSINE_NEAR:
             return True
-    if subjects is None:
-        return query.same_subject(query.subject(a), query.subject(b))
-    if a not in subjects:
-        subjects[a] = query.subject(a)
-    if b not in subjects:
-        subjects[b] = query.subject(b)
+    subjects = {} if subjects is None else subjects
+    for t in (a, b):
+        if t not in subjects:
+            subjects[t] = query.subject(t)
     return query.same_subject(subjects[a], subjects[b])
 
 

@@ -57,8 +57,6 @@ def turns(log: Log, places: list[tuple[int, int, int]]) -> dict[int, tuple[str, 
     field; a few are read one by one.
     """
     out: dict[int, tuple[str, Any]] = {}
-    if not places:
-        return out
     if len(places) < SCAN_ROWS_MIN:
         lines = ((offset, log.read_at(offset, length)) for _, offset, length in places)
     else:

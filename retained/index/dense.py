@@ -1,11 +1,8 @@
 """The dense side of hybrid search: what a record is embedded as, and the vectors held in memory.
 
-:func:`embed_text` decides the text sent to the embedder for a record;
-:class:`Matrix` holds one model's vectors in process, with each turn's
-neighbouring turns in its scope, and scores a query against all of them in
-context; :func:`turns` reads which records are turns of a conversation.
-numpy comes from ``vectors.require_numpy`` (an optional extra), imported on
-first use.
+`embed_text`, `turns` (which records are turns of a conversation) and
+`Matrix` (one model's vectors, scored in context); numpy comes from
+``vectors.require_numpy`` (an optional extra), imported on first use.
 """
 
 from __future__ import annotations

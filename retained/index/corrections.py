@@ -40,15 +40,10 @@ def may_correct(
 ) -> bool:
     """Whether result ``newer`` may correct result ``older`` (same scope, later, same subject).
 
-    One of two tests, never a guess across subjects: the subject words agree
-    (``query.same_subject``, the test a write's reply uses to propose a
-    supersedes), or with vectors the cosine is at least ``COSINE_NEAR`` (a
-    correction may share few words with the original). Either needs more
-    evidence than the two records alone: with vectors, each is the other's
-    nearest among the results; a record that asks something (a "?" in its
-    text) states no fact; two turns of a conversation are a pair only when one
-    speaker said both. Retractions, redactions and checkpoints are never part
-    of a pair.
+    The subject words agree (``query.same_subject``), or with vectors the
+    cosine is at least ``COSINE_NEAR`` (a correction may share few words with
+    the original); what either test needs besides: docs/retrieval.md ("The
+    newer fact first").
 
     ``cosine``: of the two records' vectors, None when either has none.
     ``mutual``: each is the other's nearest among the results (by cosine;
@@ -70,12 +65,10 @@ def may_correct(
             return False
         if cosine >= COSINE_NEAR:
             return True
-    if subjects is None:
-        return query.same_subject(query.subject(a), query.subject(b))
-    if a not in subjects:
-        subjects[a] = query.subject(a)
-    if b not in subjects:
-        subjects[b] = query.subject(b)
+    subjects = {} if subjects is None else subjects
+    for t in (a, b):
+        if t not in subjects:
+            subjects[t] = query.subject(t)
     return query.same_subject(subjects[a], subjects[b])
 
 
@@ -88,13 +81,9 @@ def newer_first(
     ``cosine(seq_a, seq_b)`` gives the cosine of two records' vectors, or
     None when either has none (lexical search passes no function).
     ``asked``: the query's terms (``query.terms``), or its text (its terms
-    worked out when a pair is first found). An older result that holds
-    every one of them while the newer lacks one that names a value (a term
-    with a digit: a number, a version, a date) answers the question as asked
-    ("note 17" is not corrected by "note 40"): both are marked, neither
-    moves. A plain word the newer lacks does not hold the older in place: a
-    correction is often worded differently from what it corrects ("where do
-    I work" asked; "I work at the bakery", then "I joined the bike shop").
+    worked out when a pair is first found). An older result that answers
+    the question as asked stays in place, both marked (docs/retrieval.md:
+    every term held, and the newer lacks one with a digit).
     ``subjects``: subject words already worked out, by text
     (``Search.search`` gives those of its ranking).
     """

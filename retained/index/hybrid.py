@@ -165,15 +165,19 @@ class Hybrid:
             (f"mark:{model}", value),
         )
 
-    def pending(self, on_replaced: str = "rebuild") -> int:
+    def pending(self) -> int:
         """Records (not retractions or redactions) without a current vector for the configured model."""
         if self.embedder is None:
             return 0
-        self.index.catch_up(on_replaced=on_replaced)
+        self.index.catch_up()
+        return self._missing(self.embedder.model)
+
+    def _missing(self, model: str) -> int:
+        """`pending` on the index as it is (no catch-up)."""
         with self.index.lock:
             db = self._db()
-            start = self._mark(db, self.embedder.model)
-            return int(db.execute(f"SELECT count(*) {self._PENDING}", (start, self.embedder.model)).fetchone()[0])
+            start = self._mark(db, model)
+            return int(db.execute(f"SELECT count(*) {self._PENDING}", (start, model)).fetchone()[0])
 
     def counts(self, on_replaced: str = "rebuild") -> dict[str, Any]:
         """For verify and stats: records, vectors of the configured model, missing, other models.
@@ -190,7 +194,7 @@ class Hybrid:
             "model": model,
             "records": eligible,
             "vectors": per_model.get(model, 0) if model else 0,
-            "missing": self.pending(on_replaced) if model is not None else None,
+            "missing": self._missing(model) if model is not None else None,
             "other_models": {m: n for m, n in per_model.items() if m != model},
         }
 

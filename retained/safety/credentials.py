@@ -360,6 +360,10 @@ _SECRET_NAME = (
 )
 _SECRET_KEY_NAME = _lazy(r"(?:^|[_.\-\s])" + _SECRET_NAME + r"\Z", re.IGNORECASE)
 
+# The names assigned_secret reads a value after (with "key", which needs _KEY_PREFIX before it); the cheap exits
+# look for the same names (NAME_BEFORE_VALUE).
+_VALUE_NAMES = r"pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|token|credentials?"
+
 _B64 = r"A-Za-z0-9+/"
 _URLSAFE = r"A-Za-z0-9_\-"
 
@@ -512,7 +516,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "assigned_secret",
-        r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|key(?:[_.\-]?id)?|token|credentials?)"
+        rf"(?:{_VALUE_NAMES}|key(?:[_.\-]?id)?)"
         r"[\"'`]?(?:\s*(?:=>|:=|[:=])\s*|[ \t]+(?:(?:is|was)[ \t]+)?)[\"'`]?(?P<s>[^\s\"'`,;]{8,200})",
         _assigned_value,
         hints=("pass", "pwd", "secret", "key", "token", "credential"),
@@ -934,7 +938,7 @@ _LONG_RUN = _lazy(r"[A-Za-z0-9_\-+/.~%=]{16}")
 _NAMES = ("pass", "pwd", "secret", "token", "credential")  # spelled out again in Guard.untouched, where a loop costs more than the test
 # Where assigned_secret can start from one of them: the whole name, then a quote, whitespace, "=" or ":"
 # (or "\\", an escape in a record's JSON). "compassion", "passed" and "tokens" hold a name but start no match.
-NAME_BEFORE_VALUE = _lazy(r"(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_.\-]?key)?|token|credentials?)(?=[\s\"'`=:\\])")
+NAME_BEFORE_VALUE = _lazy(rf"(?:{_VALUE_NAMES})(?=[\s\"'`=:\\])")
 # Likewise "key" beside a colon: only a key named as _KEY_PREFIX says ("api key:"), not "is key:".
 NAMED_KEY = _lazy(_KEY_WORDS + "key")
 

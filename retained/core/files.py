@@ -12,9 +12,12 @@ Standard library only: the session-start brief's reader opens the log through he
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import itertools
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -128,6 +131,30 @@ def replace_with(path: Path, data: bytes, tmp: Path) -> None:
     write_synced(create_exclusive(tmp), data)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def copy_aside(directory: Path, name_for: Callable[[int], str], data: bytes) -> str:
+    """Keep ``data`` in a new file of ``directory``, the first free of ``name_for(0)``, ``name_for(1)``, ...; returns its name.
+
+    Created exclusively (never over an earlier copy), fsynced with its
+    directory entry; a copy that cannot be written whole is removed, so a full
+    disk leaves no empty file behind.
+    """
+    for attempt in itertools.count():
+        name = name_for(attempt)
+        try:
+            fd = open_fd(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            break
+        except FileExistsError:
+            continue
+    try:
+        write_synced(fd, data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(directory / name)
+        raise
+    fsync_dir(directory)
+    return name
 
 
 def write_synced(fd: int, data: bytes) -> None:

@@ -17,7 +17,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from itertools import count, pairwise
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -25,7 +25,7 @@ import orjson
 
 from retained import limits
 from retained.core import record, recovery
-from retained.core.files import create_exclusive, fsync_dir, open_fd, open_read, write_synced
+from retained.core.files import copy_aside, create_exclusive, fsync_dir, open_fd, open_read
 from retained.core.lines import LOG_NAME, Line, open_log, segments_reverse, size_of
 from retained.core.lines import read_at as read_bytes_at
 from retained.core.lock import StoreLock
@@ -440,22 +440,11 @@ class Log:
         removed, so a full disk leaves no empty quarantine files behind.
         """
         data = pread(fd, end - start, start)
-        for attempt in count():
-            qpath = self.directory / recovery.quarantine_name(LOG_NAME, start, attempt)
-            with suppress(FileExistsError):  # an earlier copy has the name: the next attempt's
-                qfd = open_fd(qpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-                break
-        try:
-            write_synced(qfd, data)
-        except OSError:
-            with suppress(OSError):
-                os.unlink(qpath)
-            raise
-        fsync_dir(self.directory)
+        name = copy_aside(self.directory, lambda attempt: recovery.quarantine_name(LOG_NAME, start, attempt), data)
         os.ftruncate(fd, start)
         os.fsync(fd)
         self._tail_key = None
-        return qpath.name
+        return name
 
     def _recover_tail(self, fd: int, size: int) -> int:
         """Apply recovery.py's table to the log's end; returns the size after it, with its tail in ``_tail``."""

@@ -44,7 +44,7 @@ def decide(empty: bool, ends_with_newline: bool) -> Row:
     return rows[0]
 
 
-def quarantine_name(log_name: str, offset: int, attempt: int) -> str:
-    """Name of the file that keeps a torn tail found at ``offset``."""
-    base = f"{log_name}.torn-{offset}"
+def quarantine_name(log_name: str, offset: int, attempt: int, mark: str = ".torn-") -> str:
+    """Name of the file that keeps a torn tail found at ``offset`` (``mark`` ".quarantine-": a damaged line set aside)."""
+    base = f"{log_name}{mark}{offset}"
     return base if attempt == 0 else f"{base}.{attempt}"

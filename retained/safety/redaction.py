@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from retained import limits
 from retained.core import record
-from retained.core.files import fsync_dir, open_fd, open_read, replace_with, write_all, write_synced
+from retained.core.files import copy_aside, open_read, replace_with, write_all
 from retained.core.log import Exclusive, Log, proof_of
+from retained.core.recovery import quarantine_name
 from retained.errors import InvalidRecord, NoStore, NotFound
 
 if TYPE_CHECKING:
@@ -296,16 +297,5 @@ def _quarantine_locked(log: Log, held: Exclusive, offset: int, reason: str | Non
 
 
 def _copy_aside(log: Log, data: bytes, offset: int) -> str:
-    """Copy ``data`` to a new file beside the log (created exclusively, fsynced with its directory entry)."""
-    attempt = 0
-    while True:
-        name = f"{log.path.name}{QUARANTINE_PREFIX}{offset}" + (f".{attempt}" if attempt else "")
-        try:
-            # Never over an earlier copy (create_exclusive would remove it first).
-            fd = open_fd(log.directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-            break
-        except FileExistsError:
-            attempt += 1
-    write_synced(fd, data)
-    fsync_dir(log.directory)
-    return name
+    """Copy ``data`` to a new file beside the log (``files.copy_aside``)."""
+    return copy_aside(log.directory, lambda attempt: quarantine_name(log.path.name, offset, attempt, QUARANTINE_PREFIX), data)

@@ -200,9 +200,12 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
     import subprocess
     import time
 
+    from harness.figures import cpu_ticks, steal_share
+
     results: dict[str, Any] = {}
     status = 0
     load_before = _load()
+    ticks = cpu_ticks()
     top = sys.modules[__package__.split(".")[0]]
     for name in found:
         print(f"harness bench: {name} ...", file=sys.stderr, flush=True)
@@ -226,7 +229,10 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     # 1-, 5- and 15-minute load averages before the first benchmark and after the last: a
                     # figure is published only from a run whose load stayed under one per CPU.
-                    "loadavg_before": load_before, "loadavg_after": _load()},
+                    "loadavg_before": load_before, "loadavg_after": _load(),
+                    # The share of CPU time the host gave to other guests over the whole run (Linux; None elsewhere):
+                    # a shared virtual machine can be busy while the load average inside it is low.
+                    "steal_share": steal_share(ticks, cpu_ticks())},
         "arguments": argv,
         "benchmarks": results,
     }
@@ -357,6 +363,8 @@ def bench_table(argv: list[str]) -> int:
     machine = document.get("machine", {})
     load = "".join(f", load {machine[k][0]} {when}" for k, when in (("loadavg_before", "before"), ("loadavg_after", "after"))
                    if machine.get(k))
+    if machine.get("steal_share") is not None:
+        load += f", {machine['steal_share']:.0%} of the CPU time taken by the host"
     print(f"Measured {document.get('date')} on {machine.get('cpus')} CPUs "
           f"({machine.get('platform')}{load}); command: `python -m harness bench --json`\n")
     print("| figure | value | baseline, same run | vs baseline | target |")

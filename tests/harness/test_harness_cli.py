@@ -83,6 +83,26 @@ def test_bench_table_is_made_from_a_real_bench_json_run(tmp_path, capsys) -> Non
     assert cells[4] == f">= 4x {'met' if met else 'NOT met'}"
     # Rows of benchmarks that did not run are left out, not filled with blanks.
     assert "verify" not in table and "brief" not in table
+    steal = json.loads(document)["machine"]["steal_share"]
+    assert (steal is not None) == sys.platform.startswith("linux")
+    if steal is not None:
+        assert f"{steal:.0%} of the CPU time taken by the host" in table.splitlines()[0]
+
+
+def test_steal_share_is_the_hosts_part_of_the_cpu_time_between_two_readings() -> None:
+    """``/proc/stat``'s eighth field over the sum of the first eight; None without two readings or with no time between."""
+    from harness.figures import cpu_ticks, steal_share
+
+    assert steal_share([0] * 8, [10, 0, 5, 80, 0, 0, 0, 5]) == 0.05
+    assert steal_share([1] * 8, [1] * 8) is None
+    assert steal_share(None, [1] * 8) is None
+    before = cpu_ticks()
+    if sys.platform.startswith("linux"):
+        assert before is not None and len(before) == 8
+        later = [t + 1 for t in before]
+        assert steal_share(before, later) == 0.125
+    else:
+        assert before is None
 
 
 def test_bench_table_differences_and_list_paths(tmp_path, capsys) -> None:
@@ -128,5 +148,8 @@ def test_bench_only_runs_the_named_benchmarks_and_refuses_unknown_names(capsys) 
     assert document["benchmarks"]["group"]["every_acknowledged_record_present"] is True
     assert "--only" not in document["arguments"]
     assert len(document["machine"]["loadavg_before"]) == 3 and len(document["machine"]["loadavg_after"]) == 3
+    if sys.platform.startswith("linux"):
+        # What the host took of the CPU over the run: what moves a figure on a shared virtual machine.
+        assert 0.0 <= document["machine"]["steal_share"] <= 1.0
     assert cli.run_bench(["--only", "group,no_such", "--json"]) == 2
     assert "no_such" in capsys.readouterr().err

@@ -161,8 +161,11 @@ class Matrix:
         match. Then ``context`` (gamma) adds gamma times the previous record's
         centred score (the record read with the one before it in its scope),
         and ``neighbours`` (beta) adds beta times the better of the two
-        neighbours' scores. With gamma, beta < 1 a neighbour outranks the
-        record that matched only if it is itself nearly as close to the query.
+        neighbours' scores. The record after a match so gains gamma + beta
+        times the match's score, the match only beta times its better
+        neighbour's: with the defaults (0.7 and 0.7, chosen on LoCoMo's
+        tuning half) that sum is over 1, and the turn after a strong match
+        can outrank it, as the reply to a question often holds its answer.
 
         Each step is one pass over the rows: a row with no previous (or
         next) turn holds -1, which reads a padding slot after the last row

@@ -132,6 +132,8 @@ def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None,
         # The CPU time the host gave to other guests during each run (None off Linux), and the ratio of the
         # pairs it disturbed least: the headline above is every pair's, whatever the host did.
         "steal_share": spread(steals) if steals else None,
+        "pairs": [{"ratio": round(r, 3), "on_writes_per_s": a["writes_per_s"], "off_writes_per_s": b["writes_per_s"],
+                   "steal_share": [a["steal_share"], b["steal_share"]]} for r, a, b in zip(ratios, on, off, strict=True)],
         "undisturbed_pairs": len(quiet),
         "ratio_undisturbed": spread(quiet) if quiet else None,
         "quiet_steal_below": QUIET_STEAL,

@@ -83,6 +83,10 @@ def test_bench_table_is_made_from_a_real_bench_json_run(tmp_path, capsys) -> Non
     assert cells[4] == f">= 4x {'met' if met else 'NOT met'}"
     # Rows of benchmarks that did not run are left out, not filled with blanks.
     assert "verify" not in table and "brief" not in table
+    (pair,) = group["pairs"]  # one run each way: one pair, its ratio the headline's
+    assert pair["ratio"] == round(pair["on_writes_per_s"] / pair["off_writes_per_s"], 3) == round(
+        group["ratio_writes_per_s"]["median"], 3)
+    assert group["undisturbed_pairs"] in (0, 1)
     steal = json.loads(document)["machine"]["steal_share"]
     assert (steal is not None) == sys.platform.startswith("linux")
     if steal is not None:

@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 import anyio
 
 from harness.adapters.retained import RetainedAdapter
-from harness.figures import spread
+from harness.figures import loadavg, spread
 from harness.mcpio import spawn
 from harness.turns import locomo_turns
 from retained import Store
@@ -105,7 +105,7 @@ def bench(mb: float, runs: int, workdir: Path | None = None) -> dict[str, Any]:
         "method": "Store.write in process, then retained write - in a new process, alternately; then memory_write "
                   "on one MCP stdio server; the CLI and MCP ask for the related records",
         "cpus": os.cpu_count(),
-        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "loadavg": loadavg(),
     }
 
 

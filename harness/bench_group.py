@@ -28,7 +28,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.figures import cpu_ticks, pct, spread, steal_share
+from harness.figures import cpu_ticks, loadavg, pct, spread, steal_share
 from harness.turns import locomo_turns
 from retained import Store
 from retained.core import chain
@@ -139,7 +139,7 @@ def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None,
         "quiet_steal_below": QUIET_STEAL,
         "method": "threads sharing one Store, group commit on and off alternately (A B A B), same run",
         "cpus": os.cpu_count(),
-        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "loadavg": loadavg(),
     }
 
 

@@ -49,7 +49,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.bench_group import one_run
-from harness.figures import pct, spread, stop
+from harness.figures import loadavg, pct, spread, stop
 from harness.turns import locomo_turns
 
 START_WAIT_S = 60.0
@@ -274,7 +274,7 @@ def bench(clients: int, writes: int, runs: int, workdir: Path | None = None, *, 
                      f"{WHAT[vary]} on and off alternately; store share: the same writes from as many threads through one "
                      "in-process Store")
     out["cpus"] = os.cpu_count()
-    out["loadavg"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    out["loadavg"] = loadavg()
     return out
 
 

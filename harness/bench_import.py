@@ -33,6 +33,7 @@ if __package__ in (None, ""):
 
 import orjson
 
+from harness.figures import loadavg
 from retained import Store
 from retained.data import imports as transfer
 
@@ -152,7 +153,7 @@ def bench(records: int, batch: int = transfer.BATCH_RECORDS, single: int = 200, 
             "store_write_batch": records / wb.wall >= TARGET_RECORDS_PER_S,
         },
         "cpus": os.cpu_count(),
-        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "loadavg": loadavg(),
     }
 
 

@@ -54,7 +54,7 @@ import anyio
 from harness.adapters.base import NotApplicable
 from harness.adapters.retained import RetainedAdapter
 from harness.adapters.server_memory import ServerMemoryAdapter, _name, installed_version
-from harness.figures import pct, spread
+from harness.figures import loadavg, pct, spread
 from harness.mcpio import spawn
 from harness.turns import locomo_turns
 
@@ -214,7 +214,7 @@ async def _run(written: list[str], q: int, root: Path, window: int, with_peer: b
 def bench(n: int, q: int, workdir: Path | None = None, *, window: int = 1000, kind: str = "locomo",
           with_peer: bool = True) -> dict[str, Any]:
     written, source = texts(n, kind)
-    load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    load_before = loadavg()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         out = anyio.run(_run, written, q, Path(tmp), max(1, window), with_peer)
     out["bench"] = "peer"
@@ -223,7 +223,7 @@ def bench(n: int, q: int, workdir: Path | None = None, *, window: int = 1000, ki
                      "same texts, same queries")
     out["cpus"] = os.cpu_count()
     out["loadavg_before"] = load_before
-    out["loadavg"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    out["loadavg"] = loadavg()
     return out
 
 

@@ -60,7 +60,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.figures import spread
+from harness.figures import loadavg, spread
 from harness.turns import locomo_turns
 from retained.core import record
 
@@ -296,7 +296,7 @@ def bench(sizes: list[int], workdir: Path | None = None, rounds: int = 3, texts:
         "verify and rebuild against their bare floors alternately, several rounds",
         "texts": texts if texts == "words" else f"turns: {locomo_turns(1)[1]}",
         "cpus": os.cpu_count(),
-        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "loadavg": loadavg(),
     }
 
 

@@ -34,7 +34,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.figures import pct
+from harness.figures import loadavg, pct
 from harness.turns import KINDS, texts_of_kind
 from retained import Store
 
@@ -161,7 +161,7 @@ def bench(records: int, workdir: Path | None = None, cpu_dir: Path | None = None
         "method": "alternating store.write and a bare flock + O_APPEND write + fsync + pread of the same bytes, "
         "same directory, same run",
         "cpus": os.cpu_count(),
-        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "loadavg": loadavg(),
     }
     if cpu_dir is not None and cpu_dir.is_dir():
         cpu = _alternate(records, cpu_dir, time.thread_time_ns, texts)

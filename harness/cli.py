@@ -183,10 +183,6 @@ def run_bench(argv: list[str]) -> int:
     return status
 
 
-def _load() -> list[float] | None:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
 def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
     """Every benchmark with --json, one after another, each in a process of its own; one JSON document with each
     one's result.
@@ -200,11 +196,11 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
     import subprocess
     import time
 
-    from harness.figures import cpu_ticks, steal_share
+    from harness.figures import cpu_ticks, loadavg, steal_share
 
     results: dict[str, Any] = {}
     status = 0
-    load_before = _load()
+    load_before = loadavg()
     ticks = cpu_ticks()
     top = sys.modules[__package__.split(".")[0]]
     for name in found:
@@ -229,7 +225,7 @@ def _bench_all_json(found: dict[str, Any], argv: list[str]) -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     # 1-, 5- and 15-minute load averages before the first benchmark and after the last: a
                     # figure is published only from a run whose load stayed under one per CPU.
-                    "loadavg_before": load_before, "loadavg_after": _load(),
+                    "loadavg_before": load_before, "loadavg_after": loadavg(),
                     # The share of CPU time the host gave to other guests over the whole run (Linux; None elsewhere):
                     # a shared virtual machine can be busy while the load average inside it is low.
                     "steal_share": steal_share(ticks, cpu_ticks())},

@@ -1,8 +1,9 @@
-"""What the benchmarks share: a percentile, min / median / max over runs, the CPU time the host took, and stopping a
-server they started."""
+"""What the benchmarks share: a percentile, min / median / max over runs, the load average and the CPU time the host
+took, and stopping a server they started."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 
@@ -16,6 +17,11 @@ def pct(values: list[float], q: float) -> float:
 def spread(values: list[float], digits: int = 3) -> dict[str, float]:
     """Min, median and max of ``values`` (runs of one measurement), rounded."""
     return {"min": round(min(values), digits), "median": round(statistics.median(values), digits), "max": round(max(values), digits)}
+
+
+def loadavg() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages, rounded; None where the platform has none (Windows)."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def cpu_ticks() -> list[int] | None:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.figures import loadavg
+
 REPO = Path(__file__).resolve().parent.parent
 RUN_WAIT_S = 60.0
 FLOOR = "python_c_pass"
@@ -92,7 +94,7 @@ def against_pass(wall: dict[str, list[float]], cpu: dict[str, list[float]], targ
         "cpu_over_python_c_pass_ms": {name: round(statistics.median(cpu[name]) - floor_cpu, 1) for name in timed},
         "target_over_python_c_pass_ms": target_ms,
         "meets_target": {name: statistics.median(wall[name]) - floor_wall <= target_ms for name in timed},
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "load_average": loadavg(),
         "cpus": os.cpu_count(),
     }
 

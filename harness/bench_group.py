@@ -103,6 +103,11 @@ def one_run(directory: Path, *, group_commit: bool, threads: int, per_thread: in
 
 
 
+def _undisturbed(run: dict[str, Any]) -> bool:
+    """Whether the host's share of the CPU was read during ``run`` (Linux) and stayed under QUIET_STEAL."""
+    return run["steal_share"] is not None and run["steal_share"] < QUIET_STEAL
+
+
 def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None, kind: str = "locomo") -> dict[str, Any]:
     texts, source = locomo_turns(threads * per_thread) if kind == "locomo" else (None, "words (one sentence, numbered)")
     on: list[dict[str, Any]] = []
@@ -112,11 +117,10 @@ def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None,
             for flag, out in ((True, on), (False, off)):
                 out.append(one_run(Path(tmp) / f"{'on' if flag else 'off'}-{r}", group_commit=flag,
                                    threads=threads, per_thread=per_thread, texts=texts))
-    ratios = [a["writes_per_s"] / b["writes_per_s"] for a, b in zip(on, off, strict=True)]
-    quiet = [r for r, a, b in zip(ratios, on, off, strict=True)
-             if a["steal_share"] is not None and b["steal_share"] is not None
-             and max(a["steal_share"], b["steal_share"]) < QUIET_STEAL]
+    pairs = [(a["writes_per_s"] / b["writes_per_s"], a, b) for a, b in zip(on, off, strict=True)]
+    ratios = [r for r, _, _ in pairs]
     steals = [r["steal_share"] for r in on + off if r["steal_share"] is not None]
+    quiet = [r for r, a, b in pairs if _undisturbed(a) and _undisturbed(b)]
     return {
         "bench": "group",
         "threads": threads,
@@ -133,7 +137,7 @@ def bench(threads: int, per_thread: int, runs: int, workdir: Path | None = None,
         # pairs it disturbed least: the headline above is every pair's, whatever the host did.
         "steal_share": spread(steals) if steals else None,
         "pairs": [{"ratio": round(r, 3), "on_writes_per_s": a["writes_per_s"], "off_writes_per_s": b["writes_per_s"],
-                   "steal_share": [a["steal_share"], b["steal_share"]]} for r, a, b in zip(ratios, on, off, strict=True)],
+                   "steal_share": [a["steal_share"], b["steal_share"]]} for r, a, b in pairs],
         "undisturbed_pairs": len(quiet),
         "ratio_undisturbed": spread(quiet) if quiet else None,
         "quiet_steal_below": QUIET_STEAL,
